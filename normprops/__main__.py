@@ -1,0 +1,5 @@
+"""``python -m normprops`` is the ``normprops`` command."""
+
+from normprops.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,256 @@
+"""Compare a kernel's output with the reference and say, in one format, what is wrong.
+
+Every check is vectorized first (one boolean array over the whole batch); only when something fails
+is the worst element located and described. A non-finite output where the exact result is finite
+fails outright, naming row and column.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from normprops.oracles import Reference, Tolerance
+from normprops.strategies import Case
+
+__all__ = [
+    "Verdict",
+    "PROPERTIES",
+    "judge_output",
+    "judge_bitwise",
+    "judge_close",
+    "bits_equal",
+]
+
+#: Every property the judge can fail, in the order a report lists them.
+PROPERTIES: dict[str, str] = {
+    "contract": "the call returns a float32 array of the input's shape and leaves its inputs alone",
+    "accuracy": "within the condition-aware tolerance of the exact result",
+    "finite": "finite output wherever the exact result is finite",
+    "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge)",
+    "nan_propagation": "a row with NaN (or an infinity) gives NaN or the IEEE limit, nothing else",
+    "masked_rows": "a fully masked softmax row gives all NaN or all zeros",
+    "sum_to_one": "softmax rows sum to 1 within the bound",
+    "bounds": "softmax outputs lie in [0, 1]",
+    "argmax": "softmax keeps the argmax",
+    "determinism": "two calls on the same input are bitwise equal",
+    "batch_invariance": "a row's output is bitwise the same alone, in any batch, at any position",
+    "shift_invariance": "adding an exact constant to a row changes nothing (softmax, layer norm)",
+    "scale_invariance": "scaling x by 2^k and eps by 4^k changes nothing (norms)",
+}
+
+
+def _num(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if value == 0 or not math.isfinite(value):
+        return repr(float(value))
+    return f"{value:.5g}"
+
+
+def _compact(value: float) -> str:
+    """3.9e4 rather than 3.9e+04: the ratio in a verdict line."""
+    text = f"{value:.2g}"
+    mantissa, sep, exponent = text.partition("e")
+    return f"{mantissa}e{int(exponent)}" if sep else text
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One failed property on one example, located at its worst element."""
+
+    label: str  # op[impl]
+    property: str
+    family: str
+    row: int | None
+    col: int | None
+    got: float | None
+    expected: float | None
+    error: float | None
+    tolerance: float | None
+    ratio: float  # error / tolerance; inf for outright failures
+    reason: str
+
+    def message(self) -> str:
+        head = f"{self.label} {self.family}"
+        if self.property not in ("accuracy",):
+            head += f" {self.property}"
+        where = "" if self.row is None else f" row {self.row}" + ("" if self.col is None else f" col {self.col}")
+        if self.error is not None and self.tolerance is not None:
+            ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
+            detail = (f" got {_num(self.got)} expected {_num(self.expected)} "
+                      f"|err| {_num(self.error)} > tol {_num(self.tolerance)}{ratio}")
+            return f"{head}:{where}{detail}" + (f"; {self.reason}" if self.reason else "")
+        return f"{head}:{where} {self.reason}"
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        for key in ("got", "expected", "error", "tolerance", "ratio"):
+            v = out[key]
+            out[key] = None if v is None else (v if math.isfinite(v) else repr(float(v)))
+        out["message"] = self.message()
+        return out
+
+
+def bits_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Elementwise bitwise equality of float32 arrays, any NaN equal to any NaN."""
+    return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
+
+
+def _worst(score: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
+    masked = np.where(mask, score, -np.inf)
+    r, c = np.unravel_index(int(np.argmax(masked)), masked.shape)
+    return int(r), int(c)
+
+
+class _Verdicts:
+    """Collects at most one verdict per property: the worst element of the first failure."""
+
+    def __init__(self, label: str, family: str) -> None:
+        self.label = label
+        self.family = family
+        self.found: dict[str, Verdict] = {}
+
+    def add(self, prop: str, *, row: int | None = None, col: int | None = None,
+            got: float | None = None, expected: float | None = None, error: float | None = None,
+            tolerance: float | None = None, ratio: float = math.inf, reason: str = "") -> None:
+        if prop in self.found:
+            return
+        self.found[prop] = Verdict(self.label, prop, self.family, row, col,
+                                   None if got is None else float(got),
+                                   None if expected is None else float(expected),
+                                   None if error is None else float(error),
+                                   None if tolerance is None else float(tolerance),
+                                   float(ratio), reason)
+
+
+def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
+                 label: str) -> tuple[list[Verdict], float]:
+    """Judge one output against its reference. Returns the failures and the worst err/tol ratio
+    over judged elements (the quantity ``hypothesis.target`` maximizes)."""
+    v = _Verdicts(label, case.family)
+    got = out.astype(np.float64)
+    with np.errstate(all="ignore"):
+        err = np.abs(got - ref.z)
+        ratio = err / tol.tol
+
+    judged = ref.judged_rows[:, None] & np.isfinite(ref.z)
+    accurate_rows = (~tol.finite_only)[:, None]
+    range_rows = (~ref.in_domain)[:, None] | (case.family == "huge")
+    finite_prop = "finite"
+
+    # Non-finite output where the exact result is finite: an outright failure.
+    bad = judged & ~np.isfinite(got)
+    if bad.any():
+        r, c = _worst(np.ones_like(err), bad)
+        prop = "range_safety" if range_rows[r, 0] else finite_prop
+        v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c],
+              reason=f"non-finite output where the exact result is {ref.z[r, c]:.5g}")
+
+    check = judged & accurate_rows & np.isfinite(got)
+    failing = check & ~(err <= tol.tol)
+    if failing.any():
+        for prop, rows_mask in (("range_safety", range_rows), ("accuracy", ~range_rows)):
+            sel = failing & rows_mask
+            if sel.any():
+                r, c = _worst(ratio, sel)
+                v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c], error=err[r, c],
+                      tolerance=tol.tol[r, c], ratio=ratio[r, c])
+    worst_ratio = float(np.max(np.where(check, ratio, 0.0))) if check.any() else 0.0
+
+    # Rows with NaN/inf input: NaN, or the IEEE limit where one exists.
+    nf = ref.nonfinite_rows[:, None] & np.ones_like(judged)
+    allowed = np.isnan(got) | (~np.isnan(ref.limit) & (got == ref.limit))
+    bad = nf & ~allowed
+    if bad.any():
+        r, c = _worst(np.ones_like(err), bad)
+        expected = "NaN" if np.isnan(ref.limit[r, c]) else f"NaN or {ref.limit[r, c]:.5g}"
+        v.add("nan_propagation", row=r, col=c, got=got[r, c],
+              reason=f"got {got[r, c]:.5g} in a row with a non-finite input; expected {expected}")
+
+    if ref.masked_rows.any():
+        for r in np.nonzero(ref.masked_rows)[0]:
+            row = got[r]
+            if not (np.isnan(row).all() or (row == 0).all()):
+                c = int(np.argmax(~np.isnan(row) & (row != 0))) if not np.isnan(row).all() else 0
+                v.add("masked_rows", row=int(r), col=c, got=row[c],
+                      reason="a fully masked row must be all NaN or all zeros, not a mixture")
+                break
+
+    if case.op == "softmax":
+        _judge_softmax_shape(case, got, ref, tol, v)
+    return list(v.found.values()), worst_ratio
+
+
+def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Tolerance,
+                         v: _Verdicts) -> None:
+    rows = ref.judged_rows & np.isfinite(got).all(axis=1)
+    if not rows.any():
+        return
+    with np.errstate(all="ignore"):
+        out_of_range = rows[:, None] & ((got < 0) | (got > 1))
+        if out_of_range.any():
+            r, c = _worst(np.abs(got - 0.5), out_of_range)
+            v.add("bounds", row=r, col=c, got=got[r, c], expected=ref.z[r, c],
+                  reason="softmax output outside [0, 1]")
+        if tol.sum_tol is not None:
+            dev = np.abs(np.sum(got, axis=1) - 1.0)
+            bad = rows & ~(dev <= tol.sum_tol)
+            if bad.any():
+                r = int(np.argmax(np.where(bad, dev, -1)))
+                v.add("sum_to_one", row=r, got=float(np.sum(got[r])), expected=1.0,
+                      error=dev[r], tolerance=tol.sum_tol, ratio=dev[r] / tol.sum_tol,
+                      reason="row sum")
+        # The input's argmax must hold the largest output, up to that element's tolerance.
+        x = np.where(np.isneginf(case.x), -np.inf, case.x.astype(np.float64))
+        top = np.argmax(x, axis=1)
+        idx = np.arange(case.rows)
+        held = got[idx, top]
+        best = np.max(got, axis=1)
+        bad = rows & (held < best - tol.tol[idx, top])
+        if bad.any():
+            r = int(np.argmax(bad))
+            v.add("argmax", row=r, col=int(top[r]), got=held[r], expected=best[r],
+                  reason=f"the largest logit (col {int(top[r])}) does not get the largest "
+                         f"probability: {held[r]:.5g} < {best[r]:.5g} "
+                         f"(col {int(np.argmax(got[r]))})")
+
+
+def judge_bitwise(prop: str, first: np.ndarray, second: np.ndarray, *, case: Case, label: str,
+                  rows: np.ndarray | None = None, what: str) -> Verdict | None:
+    """Bitwise equality of two outputs that must be identical (``rows`` maps second -> first)."""
+    expected = first if rows is None else first[rows]
+    same = bits_equal(expected, second)
+    if same.all():
+        return None
+    r, c = np.unravel_index(int(np.argmax(~same)), same.shape)
+    src = int(r) if rows is None else int(rows[r])
+    v = _Verdicts(label, case.family)
+    diff = abs(float(second[r, c]) - float(expected[r, c]))
+    v.add(prop, row=src, col=int(c), got=second[r, c], expected=expected[r, c],
+          reason=f"{what}: {float(second[r, c])!r} vs {float(expected[r, c])!r} "
+                 f"(differs by {diff:.3g}; must be bitwise equal)")
+    return v.found[prop]
+
+
+def judge_close(prop: str, base: np.ndarray, other: np.ndarray, tol: np.ndarray, *, case: Case,
+                label: str, rows: np.ndarray, what: str) -> Verdict | None:
+    """Two outputs that must agree within the sum of their tolerances (metamorphic properties)."""
+    with np.errstate(all="ignore"):
+        a = base.astype(np.float64)
+        b = other.astype(np.float64)
+        err = np.abs(a - b)
+        ok = (err <= tol) | (np.isnan(a) & np.isnan(b)) | (a == b)
+    sel = rows[:, None] & ~ok
+    if not sel.any():
+        return None
+    with np.errstate(all="ignore"):
+        ratio = np.where(np.isfinite(err), err / tol, np.inf)
+    r, c = _worst(ratio, sel)
+    v = _Verdicts(label, case.family)
+    v.add(prop, row=r, col=c, got=b[r, c], expected=a[r, c], error=err[r, c],
+          tolerance=tol[r, c], ratio=ratio[r, c], reason=what)
+    return v.found[prop]

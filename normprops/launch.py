@@ -1,0 +1,91 @@
+"""Targets: anything the hunt can call on a case, with the contract checked on every call.
+
+A target is one of our registered kernels (``KernelSpec``) or a user's Python function named as
+``MODULE:FUNC``. Either way it is called with the op's user signature (softmax ``fn(x)``, layernorm
+``fn(x, gamma, beta, eps)``, rmsnorm ``fn(x, gamma, eps)``) on private copies of the inputs, and what
+comes back must be a float32 numpy array of ``x``'s shape.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec, get_op
+from normprops.strategies import Case
+
+__all__ = ["Target", "ContractError", "ImplError", "target_from_spec", "target_from_impl"]
+
+
+class ContractError(Exception):
+    """The target broke the calling contract (wrong output type, shape, dtype; mutated input)."""
+
+
+class ImplError(ValueError):
+    """``MODULE:FUNC`` could not be resolved to a callable (a usage error, not a finding)."""
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    op: str
+    backend: str
+    fn: Callable[..., object]
+    error_model: ErrorModel
+    claims: frozenset[str] | None = None  # None: a foreign target claims nothing in advance
+
+    @property
+    def label(self) -> str:
+        return f"{self.op}[{self.name}]"
+
+    def run(self, case: Case) -> np.ndarray:
+        """Call the target on copies of ``case``'s inputs and check what comes back."""
+        if case.op != self.op:
+            raise ValueError(f"case is for op {case.op!r} but target {self.label} computes {self.op!r}")
+        args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in case.args())
+        out = self.fn(*args)
+        if not isinstance(out, np.ndarray):
+            raise ContractError(f"returned {type(out).__module__}.{type(out).__qualname__}; "
+                                f"expected a numpy float32 array of shape {case.x.shape}")
+        if out.shape != case.x.shape:
+            raise ContractError(f"returned shape {out.shape}; expected {case.x.shape}")
+        if out.dtype != np.float32:
+            raise ContractError(f"returned dtype {out.dtype}; expected float32")
+        for name, before, after in zip(get_op(self.op).params, case.args(), args):
+            if isinstance(before, np.ndarray) and not np.array_equal(before, after, equal_nan=True):
+                raise ContractError(f"modified its input {name} in place")
+        return out
+
+
+def target_from_spec(spec: KernelSpec) -> Target:
+    return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims)
+
+
+def target_from_impl(impl: str, *, op: str, threads: int | None = None) -> Target:
+    """Resolve ``MODULE:FUNC`` (importable from the current directory or PYTHONPATH)."""
+    get_op(op)
+    module_name, sep, attr = impl.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImplError(f"--impl must look like MODULE:FUNC (e.g. mykernels:softmax) but was {impl!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of the user's module is a usage error
+        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: "
+                        f"{type(exc).__name__}: {exc}") from exc
+    fn: object = module
+    for part in attr.split("."):
+        try:
+            fn = getattr(fn, part)
+        except AttributeError:
+            raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
+    if not callable(fn):
+        raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
+    model = FOREIGN_ERROR_MODEL if threads is None else ErrorModel(threads=threads)
+    return Target(attr, op, "python", fn, model)

@@ -1,0 +1,304 @@
+"""References, condition numbers and tolerances.
+
+Each reference is computed from the exact float32 inputs: float64, two-pass, with every signed row sum
+either exact (``math.fsum``) or, when float64's pairwise sum is provably accurate to far better than
+float32 needs, pairwise (``row_sum``). An mpmath reference at a chosen precision cross-checks float64
+and takes over for any row where float64's own error bound is not negligible against the tolerance.
+
+Tolerances follow the error analysis in ``docs/tolerances.md`` (condition-aware: layer norm's error
+grows with ``kappa = mean|x| / sqrt(var + eps)``, softmax's with ``|x_j - max|``). The seed's table
+gate ``atol + rtol*|ref|`` is kept as the selectable ``"seed"`` policy.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import mpmath
+import numpy as np
+
+from normprops.specs import ErrorModel
+from normprops.strategies import Case
+
+__all__ = [
+    "U",
+    "FLT_MIN",
+    "FLT_MAX",
+    "POLICIES",
+    "ORACLES",
+    "Reference",
+    "Tolerance",
+    "reference",
+    "tolerance",
+    "row_sum",
+    "mp_reference",
+]
+
+U = 2.0**-24  # unit roundoff of float32
+FLT_MIN = 2.0**-126  # smallest normal float32
+FLT_MAX = float(np.finfo(np.float32).max)
+U64 = 2.0**-53
+
+POLICIES = ("default", "seed")
+ORACLES = ("float64", "mpmath")
+SEED_TABLE_RTOL = 1e-5
+SEED_ATOL = 1e-6  # the lesson's gate names an atol without a value; this is ours
+
+
+def row_sum(a: np.ndarray) -> np.ndarray:
+    """Sum over the last axis, exact to float64 rounding for every row that needs it.
+
+    numpy's pairwise float64 sum is within ``(log2 C + 1) * 2^-53 * sum|a|`` of the exact sum; a row
+    whose bound is not below ``2^-40 * |sum|`` (cancellation) is summed exactly with ``math.fsum``.
+    """
+    with np.errstate(all="ignore"):
+        s = a.sum(axis=-1)
+        n = a.shape[-1]
+        bound = (math.ceil(math.log2(max(n, 2))) + 1) * U64 * np.abs(a).sum(axis=-1)
+        redo = np.isfinite(s) & (bound > 2.0**-40 * np.abs(s))
+    for index in zip(*np.nonzero(redo)):
+        s[index] = math.fsum(a[index].tolist())
+    return s
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The exact result of one case and what the judge needs to know about each row.
+
+    ``z`` is the exact output (NaN where it is undefined). ``nonfinite_rows`` hold a NaN or an
+    infinity (for softmax: a NaN or +inf) in the input: their outputs may be NaN, or must equal
+    ``limit`` where ``limit`` is not NaN. ``masked_rows`` (softmax) are entirely -inf: an all-NaN or
+    an all-zero output row is accepted. ``in_domain`` rows are the finite rows inside the accuracy
+    domain of NUMERICS.md (no intermediate of a float32 algorithm need overflow); the others are
+    judged by the range-safety property.
+    """
+
+    op: str
+    z: np.ndarray
+    limit: np.ndarray
+    nonfinite_rows: np.ndarray
+    masked_rows: np.ndarray
+    in_domain: np.ndarray
+    y: np.ndarray  # softmax: g; norms: the normalized row before gamma/beta
+    kappa: np.ndarray  # layer norm's conditioning per row (ones for the others)
+    stat: np.ndarray  # softmax: W = sum g|x - m|; rmsnorm: ms; layernorm: var
+    row_max: np.ndarray  # softmax: m; norms: max |x|
+    oracle: str = "float64"
+
+    @property
+    def judged_rows(self) -> np.ndarray:
+        return ~self.nonfinite_rows & ~self.masked_rows
+
+
+def _softmax64(x32: np.ndarray) -> Reference:
+    x = x32.astype(np.float64)
+    rows, cols = x.shape
+    with np.errstate(all="ignore"):
+        has_nan = np.isnan(x).any(axis=1)
+        has_posinf = np.isposinf(x).any(axis=1)
+        masked = np.isneginf(x).all(axis=1) & ~has_nan
+        nonfinite = (has_nan | has_posinf) & ~masked
+        regular = ~nonfinite & ~masked
+        xr = np.where(regular[:, None], x, 0.0)
+        m = np.max(xr, axis=1, keepdims=True)
+        d = xr - m  # -inf at masked entries
+        e = np.exp(d)
+        g = e / e.sum(axis=1, keepdims=True)  # positive terms: pairwise float64 is accurate
+        w = np.sum(np.where(g > 0, g * np.abs(d), 0.0), axis=1, keepdims=True)
+        # Limits of rows with +inf and no NaN: the +inf entries share the mass.
+        infs = np.isposinf(x)
+        limit = np.where(has_posinf[:, None] & ~has_nan[:, None],
+                         infs / np.maximum(infs.sum(axis=1, keepdims=True), 1), np.nan)
+        z = np.where(regular[:, None], g, np.nan)
+    return Reference("softmax", z, limit, nonfinite, masked, regular.copy(), np.where(regular[:, None], g, 0.0),
+                     np.ones((rows, 1)), w, m)
+
+
+def _layernorm64(x32: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> Reference:
+    x = x32.astype(np.float64)
+    g = gamma.astype(np.float64)[None, :]
+    b = beta.astype(np.float64)[None, :]
+    eps = float(eps)  # NEP 50: a float32 eps would drag the reference down to float32
+    rows, cols = x.shape
+    with np.errstate(all="ignore"):
+        nonfinite = ~np.isfinite(x).all(axis=1)
+        xr = np.where(nonfinite[:, None], 0.0, x)
+        mu = row_sum(xr)[:, None] / cols
+        d = xr - mu
+        var = np.sum(d * d, axis=1, keepdims=True) / cols  # positive terms
+        s = np.sqrt(var + eps)
+        y = d / s
+        z = g * y + b
+        kappa = np.mean(np.abs(xr), axis=1, keepdims=True) / s
+        in_domain = ~nonfinite & (np.max(np.abs(d), axis=1) <= math.sqrt(FLT_MAX / cols))
+        z = np.where(nonfinite[:, None], np.nan, z)
+        limit = np.full_like(z, np.nan)  # mean and variance of a row with inf or NaN are NaN
+    return Reference("layernorm", z, limit, nonfinite, np.zeros(rows, bool), in_domain, y, kappa,
+                     var, np.max(np.abs(xr), axis=1, keepdims=True))
+
+
+def _rmsnorm64(x32: np.ndarray, gamma: np.ndarray, eps: float) -> Reference:
+    x = x32.astype(np.float64)
+    g = gamma.astype(np.float64)[None, :]
+    eps = float(eps)
+    rows, cols = x.shape
+    with np.errstate(all="ignore"):
+        nonfinite = ~np.isfinite(x).all(axis=1)
+        # IEEE limit of a row with +-inf and no NaN: ms = inf, finite x -> 0, infinite x -> NaN.
+        limit = np.where(nonfinite[:, None], x / np.sqrt(np.mean(x * x, axis=1, keepdims=True)) * g,
+                         np.nan)
+        xr = np.where(nonfinite[:, None], 0.0, x)
+        ms = np.sum(xr * xr, axis=1, keepdims=True) / cols  # squares of float32 fit in float64
+        y = xr / np.sqrt(ms + eps)
+        z = np.where(nonfinite[:, None], np.nan, g * y)
+        in_domain = ~nonfinite & (np.max(np.abs(xr), axis=1) <= math.sqrt(FLT_MAX / cols))
+    return Reference("rmsnorm", z, limit, nonfinite, np.zeros(rows, bool), in_domain, y,
+                     np.ones((rows, 1)), ms, np.max(np.abs(xr), axis=1, keepdims=True))
+
+
+# --- mpmath ------------------------------------------------------------------------------------
+
+
+def _mp_row(op: str, row: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None,
+            eps: float | None) -> list[float]:
+    xs = [mpmath.mpf(float(v)) for v in row]
+    n = len(xs)
+    if op == "softmax":
+        m = max(xs)
+        e = [mpmath.exp(v - m) for v in xs]
+        total = mpmath.fsum(e)
+        return [float(v / total) for v in e]
+    if op == "layernorm":
+        mu = mpmath.fsum(xs) / n
+        var = mpmath.fsum((v - mu) ** 2 for v in xs) / n
+        s = mpmath.sqrt(var + mpmath.mpf(float(eps)))
+        return [float((v - mu) / s * mpmath.mpf(float(g)) + mpmath.mpf(float(b)))
+                for v, g, b in zip(xs, gamma, beta)]
+    ms = mpmath.fsum(v * v for v in xs) / n
+    r = mpmath.sqrt(ms + mpmath.mpf(float(eps)))
+    return [float(v / r * mpmath.mpf(float(g))) for v, g in zip(xs, gamma)]
+
+
+def mp_reference(case: Case, *, rows: np.ndarray | None = None, prec: int = 200) -> np.ndarray:
+    """The exact result of ``case`` at ``prec`` bits, rounded to float64 (NaN for rows with NaN or
+    infinities, except softmax rows that are only partly masked with -inf)."""
+    if prec < 64:
+        raise ValueError(f"prec must be at least 64 bits (float64 has 53) but was {prec}")
+    selected = range(case.rows) if rows is None else np.nonzero(rows)[0]
+    out = np.full(case.x.shape, np.nan)
+    with mpmath.workprec(prec):
+        for r in selected:
+            row = case.x[r]
+            usable = np.isfinite(row).all() or (
+                case.op == "softmax" and not np.isnan(row).any() and not np.isposinf(row).any()
+                and not np.isneginf(row).all())
+            if usable:
+                out[r] = _mp_row(case.op, row, case.gamma, case.beta, case.eps)
+    return out
+
+
+def _float64_not_enough(ref: Reference, case: Case) -> np.ndarray:
+    """Rows where float64's own error could reach 1e-3 of the float32 tolerance.
+
+    The float64 reference errs by at most about ``(log2 C + 6) * 2^-53`` relative to the quantities
+    the float32 bound scales with (``kappa`` for layer norm, ``|x - m|`` for softmax), so float64
+    suffices whenever that is far below ``u``; this is the a-posteriori check of that claim.
+    """
+    depth = math.log2(max(case.cols, 2)) + 6
+    if ref.op == "layernorm":
+        rel = depth * U64 * ref.kappa[:, 0]
+        return ref.judged_rows & (rel > 1e-3 * U * np.maximum(ref.kappa[:, 0], 1.0))
+    if ref.op == "softmax":
+        spread = np.where(ref.judged_rows, ref.stat[:, 0], 0.0)
+        return ref.judged_rows & (depth * U64 * (1 + spread) > 1e-3 * U * 10)
+    return np.zeros(case.rows, dtype=bool)
+
+
+def reference(case: Case, *, oracle: str = "float64") -> Reference:
+    """The exact result of ``case``: float64 (escalating rows to mpmath if needed) or all mpmath."""
+    if oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {ORACLES} but was {oracle!r}")
+    if case.op == "softmax":
+        ref = _softmax64(case.x)
+    elif case.op == "layernorm":
+        ref = _layernorm64(case.x, case.gamma, case.beta, case.eps)
+    else:
+        ref = _rmsnorm64(case.x, case.gamma, case.eps)
+    redo = ref.judged_rows if oracle == "mpmath" else _float64_not_enough(ref, case)
+    if redo.any():
+        exact = mp_reference(case, rows=redo)
+        z = np.where(redo[:, None], exact, ref.z)
+        return Reference(**{**ref.__dict__, "z": z, "oracle": "mpmath" if oracle == "mpmath"
+                            else "float64+mpmath"})
+    return ref
+
+
+# --- tolerances --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Per-element tolerance, rows where only finiteness can be asked, and softmax's sum bound."""
+
+    tol: np.ndarray
+    finite_only: np.ndarray  # bool per row
+    sum_tol: float | None = None
+
+
+def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
+    k = model.k(case.cols)
+    x = case.x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        dist = np.where(ref.y > 0, np.abs(x - ref.row_max), 0.0)
+        tol = ref.y * U * (model.rho * k + 10 + model.c_x * (dist + ref.stat)) + 2 * FLT_MIN
+    sum_tol = U * (model.rho * k + 10 + 7 * math.log(case.cols)) + 2 * case.cols * FLT_MIN
+    return Tolerance(tol, np.zeros(case.rows, bool), sum_tol)
+
+
+def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
+    k = model.k(case.cols)
+    g = np.abs(case.gamma.astype(np.float64))[None, :]
+    ay = np.abs(ref.y)
+    with np.errstate(all="ignore"):
+        e1 = (k + 4) * U * ref.kappa
+        tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * U * ay) + 2 * U * np.abs(ref.z)
+               + 4 * FLT_MIN * (1 + g) * (1 + ay))
+    # Past e1 = 0.25 float32 has no accuracy left to ask for: only a finite output.
+    return Tolerance(tol, e1[:, 0] > 0.25)
+
+
+def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
+    k = model.k(case.cols)
+    g = np.abs(case.gamma.astype(np.float64))[None, :]
+    ay = np.abs(ref.y)
+    with np.errstate(all="ignore"):
+        # Squares below FLT_MIN may be flushed: up to FLT_MIN lost per term, FLT_MIN in the mean.
+        tol = ((k / 2 + 8) * U * np.abs(ref.z) + g * ay * FLT_MIN / (ref.stat + case.eps)
+               + 4 * FLT_MIN * (1 + g) * (1 + ay))
+    return Tolerance(tol, np.zeros(case.rows, bool))
+
+
+def _seed_policy(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
+    """The lesson's gate: atol + max(1e-5, 4 * 2^-23 * sqrt(C)) * |ref|, condition-blind."""
+    rtol = max(SEED_TABLE_RTOL, 4.0 * 2.0**-23 * math.sqrt(case.cols))
+    with np.errstate(all="ignore"):
+        tol = SEED_ATOL + rtol * np.abs(ref.z)
+    sum_tol = SEED_ATOL * case.cols + rtol if case.op == "softmax" else None
+    return Tolerance(tol, np.zeros(case.rows, bool), sum_tol)
+
+
+_DEFAULT: dict[str, Callable[[Case, Reference, ErrorModel], Tolerance]] = {
+    "softmax": _default_softmax,
+    "layernorm": _default_layernorm,
+    "rmsnorm": _default_rmsnorm,
+}
+
+
+def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "default") -> Tolerance:
+    if policy == "default":
+        return _DEFAULT[case.op](case, ref, model)
+    if policy == "seed":
+        return _seed_policy(case, ref, model)
+    raise ValueError(f"policy must be one of {POLICIES} but was {policy!r}")

@@ -1,0 +1,158 @@
+"""One example, every property: strategy output -> target -> oracle -> judge -> verdicts.
+
+``evaluate`` runs the target once and judges the output against the reference; only when that passes
+does it spend further calls on the metamorphic properties (determinism, batch invariance, shift and
+scale invariance), each of which needs the target again on a transformed input.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from normprops.judge import PROPERTIES, Verdict, judge_bitwise, judge_close, judge_output
+from normprops.launch import ContractError, Target
+from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
+from normprops.strategies import Case
+
+__all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
+
+_ORDER = {name: i for i, name in enumerate(PROPERTIES)}
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    failures: tuple[Verdict, ...]
+    worst_ratio: float  # worst err/tol among judged elements (0 when nothing was judged)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+def _call(target: Target, case: Case) -> np.ndarray | Verdict:
+    try:
+        return target.run(case)
+    except ContractError as exc:
+        reason = str(exc)
+    except Exception as exc:  # a user's kernel may raise anything; that is a finding, not a crash
+        reason = f"raised {type(exc).__name__}: {exc}"
+    return Verdict(target.label, "contract", case.family, None, None, None, None, None, None,
+                   math.inf, f"{reason} (input shape {case.x.shape})")
+
+
+def _is_float32(values: np.ndarray) -> bool:
+    with np.errstate(all="ignore"):
+        as32 = values.astype(np.float32)
+    return bool(np.all(np.isfinite(as32)) and np.all(as32 == values))
+
+
+def exact_shift(x: np.ndarray) -> float | None:
+    """A power of two ``c`` such that ``x + c`` is exact in float32 for every finite entry, chosen
+    near the row magnitude so the shift is not trivial; None when no such ``c`` is found."""
+    finite = x[np.isfinite(x)].astype(np.float64)
+    if finite.size == 0:
+        return None
+    top = float(np.max(np.abs(finite)))
+    exponent = math.floor(math.log2(top)) if top > 0 else 0
+    for e in range(exponent, exponent - 12, -1):
+        c = 2.0**e
+        if c < 2.0**-149:
+            break
+        shifted = finite + c
+        # Exact in float64 (undoing the shift gives x back) and representable in float32.
+        if np.all(shifted - c == finite) and _is_float32(shifted):
+            return c
+    return None
+
+
+def exact_scale(case: Case) -> int | None:
+    """A power ``k`` such that ``2^k x`` and ``4^k eps`` are exact normal-range float32 values."""
+    finite = case.x[np.isfinite(case.x)].astype(np.float64)
+    for k in (3, -3, 1, -1):
+        eps = case.eps * 4.0**k
+        if not (2.0**-126 <= eps <= FLT_MAX) or not _is_float32(np.array([eps])):
+            continue
+        scaled = finite * 2.0**k
+        if _is_float32(scaled) and (scaled.size == 0 or np.all((scaled == 0) | (np.abs(scaled) >= 2.0**-126))):
+            return k
+    return None
+
+
+def _comparable_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
+    return ref.judged_rows & ref.in_domain & ~tol.finite_only
+
+
+def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
+                 policy: str, oracle: str) -> Verdict | None:
+    label = target.label
+    again = _call(target, case)
+    if isinstance(again, Verdict):
+        return again
+    found = judge_bitwise("determinism", out, again, case=case, label=label,
+                          what="second call on the same input")
+    if found:
+        return found
+
+    # Row alone, and the batch reversed plus one repeated row (another size, other positions).
+    r = case.rows // 2
+    alone = _call(target, case.replace(x=np.ascontiguousarray(case.x[r : r + 1])))
+    if isinstance(alone, Verdict):
+        return alone
+    found = judge_bitwise("batch_invariance", out, alone, case=case, label=label,
+                          rows=np.array([r]), what=f"row {r} computed alone")
+    if found:
+        return found
+    order = np.concatenate([np.arange(case.rows)[::-1], [r]])
+    shuffled = _call(target, case.replace(x=np.ascontiguousarray(case.x[order])))
+    if isinstance(shuffled, Verdict):
+        return shuffled
+    found = judge_bitwise("batch_invariance", out, shuffled, case=case, label=label, rows=order,
+                          what=f"rows reversed in a batch of {len(order)}")
+    if found:
+        return found
+
+    transformed: list[tuple[str, Case, str]] = []
+    if case.op in ("softmax", "layernorm"):
+        c = exact_shift(case.x)
+        if c is not None:
+            with np.errstate(all="ignore"):
+                shifted = (case.x.astype(np.float64) + c).astype(np.float32)
+            transformed.append(("shift_invariance", case.replace(x=shifted), f"x + {c:g} (exact)"))
+    if case.op in ("layernorm", "rmsnorm"):
+        k = exact_scale(case)
+        if k is not None:
+            scaled = (case.x.astype(np.float64) * 2.0**k).astype(np.float32)
+            transformed.append(("scale_invariance", case.replace(x=scaled, eps=case.eps * 4.0**k),
+                                f"x * 2^{k}, eps * 4^{k}"))
+    for prop, other_case, what in transformed:
+        other = _call(target, other_case)
+        if isinstance(other, Verdict):
+            return other
+        other_ref = reference(other_case, oracle=oracle)
+        other_tol = tolerance(other_case, other_ref, model=target.error_model, policy=policy)
+        rows = _comparable_rows(ref, tol) & _comparable_rows(other_ref, other_tol)
+        found = judge_close(prop, out, other, tol.tol + other_tol.tol, case=case, label=label,
+                            rows=rows, what=f"output of {what} vs the original")
+        if found:
+            return found
+    return None
+
+
+def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str = "float64",
+             metamorphic: bool = True) -> Evaluation:
+    """Judge ``target`` on ``case``: every failure found, worst first by property order."""
+    out = _call(target, case)
+    if isinstance(out, Verdict):
+        return Evaluation((out,), math.inf)
+    ref = reference(case, oracle=oracle)
+    tol = tolerance(case, ref, model=target.error_model, policy=policy)
+    failures, worst = judge_output(case, out, ref, tol, label=target.label)
+    if not failures and metamorphic:
+        found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle)
+        if found:
+            failures = [found]
+    failures.sort(key=lambda v: _ORDER[v.property])
+    return Evaluation(tuple(failures), worst)

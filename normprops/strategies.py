@@ -1,0 +1,566 @@
+"""Hypothesis strategies: one named family of adversarial rows per bug class.
+
+Drawing thousands of floats one by one is slow and shrinks badly, so every family draws a handful of
+parameters (column count, a scale, a spread, a seed, zero to three exact spike values) and builds the
+rows with numpy. Shrinking then acts on those parameters, which keeps counterexamples readable: "cols
+3, mean 1e4, ratio 1e5" rather than three thousand floats.
+
+Every family draws ragged column counts and several rows per case (so a bug that leaks between rows
+shows), and draws gamma, beta and eps for the norms.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from hypothesis import strategies as st
+
+from normprops.specs import FLOAT32_EPS, get_op
+
+__all__ = [
+    "Case",
+    "Family",
+    "FAMILIES",
+    "EDGE_COLS",
+    "families_for",
+    "get_family",
+    "cases",
+    "make_case",
+]
+
+F32 = np.float32
+FLT_MAX = float(np.finfo(F32).max)
+MAX_COLS = 16385
+
+# Column counts where kernels break: tails of 4-wide vector loads, warp (32) and block (256) edges,
+# powers of two and their neighbours, primes. Smallest first, so shrinking walks towards 1.
+EDGE_COLS: tuple[int, ...] = (
+    1, 2, 3, 4, 5, 7, 8, 9, 13, 31, 32, 33, 63, 64, 65, 97, 127, 128, 129, 251, 255, 256, 257, 509,
+    511, 512, 513, 1021, 1023, 1024, 1025, 2039, 2047, 2048, 2049, 4093, 4095, 4096, 4097, 8191,
+    8192, 8193, 16383, 16384, 16385,
+)
+
+EPS_CHOICES: tuple[float, ...] = (1e-5, 1e-6, FLOAT32_EPS, 1e-12, 1e-3)
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """One example: a batch of rows and the op's parameters, exactly as the kernel receives them."""
+
+    op: str
+    family: str
+    x: np.ndarray  # float32, (rows, cols), C-contiguous
+    gamma: np.ndarray | None = None  # float32, (cols,)
+    beta: np.ndarray | None = None  # float32, (cols,)
+    eps: float | None = None  # the exact value of a float32
+    params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
+
+    @property
+    def rows(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def cols(self) -> int:
+        return int(self.x.shape[1])
+
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments of the op's user signature."""
+        op = get_op(self.op)
+        return tuple({"x": self.x, "gamma": self.gamma, "beta": self.beta, "eps": self.eps}[p]
+                     for p in op.params)
+
+    def replace(self, **changes: Any) -> Case:
+        fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
+                  "beta": self.beta, "eps": self.eps, "params": self.params}
+        fields.update(changes)
+        return Case(**fields)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        eps = "" if self.eps is None else f", eps={self.eps!r}"
+        return f"Case({self.op}, {self.family}, shape={self.x.shape}{eps}; {shown})"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What a family's builder needs to know besides its parameters."""
+
+    rows: int
+    cols: int
+    op: str
+    eps: float | None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A named generator of adversarial rows, and the promise its name makes (for meta tests)."""
+
+    name: str
+    summary: str
+    ops: frozenset[str]
+    params: Callable[[str], st.SearchStrategy[dict[str, Any]]]
+    build: Callable[[np.random.Generator, Shape, dict[str, Any]], np.ndarray]
+    promise: Callable[[Case], bool]
+    edge_cols_only: bool = False
+    min_rows: int = 1
+
+
+def _f32(values: np.ndarray) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        return np.clip(values, -FLT_MAX, FLT_MAX).astype(F32)
+
+
+def _place(x: np.ndarray, position: int, value: float, rows: slice | None = None) -> None:
+    cols = x.shape[1]
+    for r in range(x.shape[0]) if rows is None else range(x.shape[0])[rows]:
+        x[r, (position + 7919 * r) % cols] = value  # a different column in each row
+
+
+def _log_uniform(lo: float, hi: float) -> st.SearchStrategy[float]:
+    return st.floats(lo, hi).map(lambda e: 10.0**e)
+
+
+def _spikes(lo: float, hi: float, max_size: int = 3) -> st.SearchStrategy[list[tuple[int, float]]]:
+    return st.lists(
+        st.tuples(st.integers(0, 2**20), st.floats(lo, hi, width=32, allow_subnormal=False)),
+        max_size=max_size,
+    )
+
+
+# --- the families ------------------------------------------------------------------------------
+
+
+def _ordinary_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "loc": st.floats(-3, 3, width=32),
+        "scale": st.sampled_from([1.0, 0.1, 3.0, 10.0]),
+        "spikes": _spikes(-50, 50),
+    })
+
+
+def _ordinary_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    x = _f32(p["loc"] + p["scale"] * rng.standard_normal((rows, cols)))
+    for pos, value in p["spikes"]:
+        _place(x, pos, value)
+    return x
+
+
+def _all_finite_moderate(case: Case) -> bool:
+    return bool(np.all(np.isfinite(case.x)) and np.max(np.abs(case.x)) < 1e3)
+
+
+def _overflow_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "peak": st.one_of(st.floats(88.75, 1e4, width=32), st.floats(1e4, FLT_MAX, width=32)),
+        "position": st.integers(0, 2**20),
+        "offset": st.sampled_from([0.0, 50.0, 100.0, 1000.0]),
+        "scale": st.sampled_from([1.0, 10.0, 0.1]),
+    })
+
+
+def _overflow_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    x = _f32(p["offset"] + p["scale"] * rng.standard_normal((rows, cols)))
+    x = np.minimum(x, F32(p["peak"]))
+    _place(x, p["position"], p["peak"])
+    return x
+
+
+def _wide_span_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "top": st.floats(-50, 50, width=32),
+        "span": st.floats(100, 1e4, width=32),
+        "position": st.integers(0, 2**20),
+    })
+
+
+def _wide_span_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    # Uniform over [top - span, top]: with span >= 100 a shifted softmax meets normal, subnormal
+    # (below -87.3) and zero (below -103.3) exponentials in one row.
+    x = _f32(p["top"] - p["span"] * rng.random((rows, cols)))
+    _place(x, p["position"], p["top"])
+    if cols > 1:
+        _place(x, p["position"] + 1, F32(p["top"] - p["span"]))
+    return x
+
+
+def _wide_span_promise(case: Case) -> bool:
+    if case.cols < 2:
+        return True
+    spread = np.max(case.x, axis=1) - np.min(case.x, axis=1)
+    return bool(np.all((spread >= 99.0) & (spread <= 1.001e4)))
+
+
+def _large_mean_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "mean": st.floats(0, 7).map(lambda e: float(F32(10.0**e))),
+        "sign": st.sampled_from([1.0, -1.0]),
+        "ratio": _log_uniform(2, 7),  # |mean| / std
+    })
+
+
+def _large_mean_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    mean = p["sign"] * p["mean"]
+    std = p["mean"] / p["ratio"]
+    return _f32(mean + std * rng.standard_normal((rows, cols)))
+
+
+def _large_mean_promise(case: Case) -> bool:
+    x = case.x.astype(np.float64)
+    std = x.std(axis=1)
+    mean = np.abs(x.mean(axis=1))
+    return bool(np.all((std == 0) | (mean >= 50 * std)))
+
+
+def _huge_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "magnitude": st.floats(17, math.log10(FLT_MAX)).map(lambda e: float(_f32(np.array(10.0**e)))),
+        "pattern": st.sampled_from(["constant", "normal", "positive", "one_big"]),
+        "sign": st.sampled_from([1.0, -1.0]),
+    })
+
+
+def _huge_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    m = p["sign"] * p["magnitude"]
+    shape = (rows, cols)
+    if p["pattern"] == "constant":
+        return _f32(np.full(shape, m))  # e.g. a row of 3e19: x*x overflows, the answer is 1
+    if p["pattern"] == "normal":
+        return _f32(m * rng.standard_normal(shape) / 4.0)
+    if p["pattern"] == "positive":
+        return _f32(m * (0.5 + 0.5 * rng.random(shape)))
+    x = _f32(rng.standard_normal(shape))
+    x[:, 0] = F32(m)
+    return x
+
+
+def _huge_promise(case: Case) -> bool:
+    return bool(np.all(np.isfinite(case.x)) and np.all(np.max(np.abs(case.x), axis=1) >= 1e16))
+
+
+def _tiny_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "magnitude": st.floats(-45.5, -20).map(lambda e: 10.0**e),
+        "pattern": st.sampled_from(["normal", "constant", "positive", "one_hot"]),
+    })
+
+
+def _tiny_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    m = p["magnitude"]
+    shape = (rows, cols)
+    if p["pattern"] == "constant":
+        return _f32(np.full(shape, m))
+    if p["pattern"] == "positive":
+        return _f32(m * rng.random(shape))
+    if p["pattern"] == "one_hot":
+        x = np.zeros(shape, dtype=F32)
+        x[:, 0] = F32(max(m, 2.0**-149))
+        return x
+    return _f32(m * np.clip(rng.standard_normal(shape), -4, 4))
+
+
+def _tiny_promise(case: Case) -> bool:
+    # Every square underflows below FLT_MIN = 2^-126.
+    return bool(np.max(np.abs(case.x)) < 2.0**-63)
+
+
+def _eps_scale_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "ratio": _log_uniform(-3, 3),  # mean square (RMS) or variance (LayerNorm) over eps
+        "centre": st.floats(-3, 3),  # LayerNorm mean, in units of the target std
+    })
+
+
+def _eps_scale_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols, eps, centred = shape.rows, shape.cols, shape.eps, shape.op == "layernorm"
+    z = rng.standard_normal((rows, cols))
+    if centred:
+        z = z - z.mean(axis=1, keepdims=True) if cols > 1 else z
+        spread = np.sqrt(np.mean(z**2, axis=1, keepdims=True))
+        spread[spread == 0] = 1.0
+        target = math.sqrt(p["ratio"] * eps)
+        return _f32(p["centre"] * target + z / spread * target)
+    spread = np.sqrt(np.mean(z**2, axis=1, keepdims=True))
+    return _f32(z / spread * math.sqrt(p["ratio"] * eps))
+
+
+def _eps_scale_promise(case: Case) -> bool:
+    x = case.x.astype(np.float64)
+    stat = x.var(axis=1) if case.op == "layernorm" else np.mean(x**2, axis=1)
+    if case.op == "layernorm" and case.cols == 1:
+        return True
+    return bool(np.all((stat >= 2e-4 * case.eps) & (stat <= 5e3 * case.eps)))
+
+
+def _constant_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "pattern": st.sampled_from(["zeros", "constant", "one_hot", "spike"]),
+        "value": st.floats(-1e4, 1e4, width=32),
+        "spike": st.floats(-1e3, 1e3, width=32),
+        "position": st.integers(0, 2**20),
+    })
+
+
+def _constant_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    shape = (rows, cols)
+    if p["pattern"] == "zeros":
+        return np.zeros(shape, dtype=F32)
+    if p["pattern"] == "constant":
+        return np.full(shape, p["value"], dtype=F32)
+    if p["pattern"] == "one_hot":
+        x = np.zeros(shape, dtype=F32)
+        _place(x, p["position"], 1.0)
+        return x
+    x = np.full(shape, p["value"], dtype=F32)
+    _place(x, p["position"], F32(p["value"] + p["spike"]))
+    return x
+
+
+def _constant_promise(case: Case) -> bool:
+    # Each row takes at most two distinct values, one of them at most once.
+    for row in case.x:
+        values, counts = np.unique(row, return_counts=True)
+        if len(values) > 2 or (len(values) == 2 and min(counts) > 1):
+            return False
+    return True
+
+
+def _ragged_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({"scale": st.sampled_from([1.0, 3.0, 0.3])})
+
+
+def _ragged_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    return _f32(p["scale"] * rng.standard_normal((rows, cols)))
+
+
+MASK_PATTERNS = ("random", "full", "thread_share", "lane_share", "chunk", "all_but_one", "none")
+
+
+def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        # The first row always carries a mask; the others may be clean.
+        "patterns": st.tuples(st.sampled_from(MASK_PATTERNS[:-1]),
+                              st.lists(st.sampled_from(MASK_PATTERNS), max_size=3))
+        .map(lambda t: [t[0], *t[1]]),
+        "thread": st.integers(0, 255),
+        "fraction": st.floats(0.05, 0.95),
+        "scale": st.sampled_from([1.0, 10.0]),
+    })
+
+
+def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    x = _f32(p["scale"] * rng.standard_normal((rows, cols)))
+    col = np.arange(cols)
+    for r in range(rows):
+        pattern = p["patterns"][r % len(p["patterns"])]
+        if pattern == "random":
+            mask = rng.random(cols) < p["fraction"]
+        elif pattern == "full":
+            mask = np.ones(cols, dtype=bool)
+        elif pattern == "thread_share":  # all of one thread's columns in a 256-thread block
+            mask = col % 256 == p["thread"] % min(cols, 256)
+        elif pattern == "lane_share":  # one lane's columns when a warp of 32 owns the row
+            mask = col % 32 == p["thread"] % min(cols, 32)
+        elif pattern == "chunk":  # a contiguous chunk, for kernels that split rows into blocks
+            length = max(1, int(p["fraction"] * cols))
+            start = p["thread"] % max(1, cols - length + 1)
+            mask = (col >= start) & (col < start + length)
+        elif pattern == "all_but_one":
+            mask = col != p["thread"] % cols
+        else:
+            mask = np.zeros(cols, dtype=bool)
+        x[r, mask] = -np.inf
+    return x
+
+
+def _masked_promise(case: Case) -> bool:
+    return bool(np.any(np.isneginf(case.x)) and not np.any(np.isnan(case.x) | np.isposinf(case.x)))
+
+
+NONFINITE_VALUES = (float("nan"), float("inf"), float("-inf"))
+
+
+def _nonfinite_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    return st.fixed_dictionaries({
+        "poisoned_row": st.integers(0, 2**10),
+        "values": st.lists(st.tuples(st.integers(0, 2**20), st.sampled_from(NONFINITE_VALUES)),
+                           min_size=1, max_size=3),
+        "scale": st.sampled_from([1.0, 10.0]),
+    })
+
+
+def _nonfinite_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    rows, cols = shape.rows, shape.cols
+    x = _f32(p["scale"] * rng.standard_normal((rows, cols)))
+    r = p["poisoned_row"] % rows
+    for pos, value in p["values"]:
+        x[r, pos % cols] = value
+    return x
+
+
+def _nonfinite_promise(case: Case) -> bool:
+    finite_rows = np.all(np.isfinite(case.x), axis=1)
+    return bool(finite_rows.any() and not finite_rows.all())
+
+
+_ALL = frozenset({"softmax", "layernorm", "rmsnorm"})
+_NORMS = frozenset({"layernorm", "rmsnorm"})
+
+FAMILIES: dict[str, Family] = {
+    f.name: f
+    for f in (
+        Family("ordinary", "activations as models produce them", _ALL, _ordinary_params,
+               _ordinary_build, _all_finite_moderate),
+        Family("overflow_logits", "row max above 88.7 (expf overflows), anywhere in the row",
+               frozenset({"softmax"}), _overflow_params, _overflow_build,
+               lambda c: bool(np.all(np.max(c.x, axis=1) > 88.7))),
+        Family("wide_span", "spreads of 100 to 1e4 inside a row", _ALL, _wide_span_params,
+               _wide_span_build, _wide_span_promise),
+        Family("large_mean", "|mean|/std from 1e2 to 1e7 (variance cancellation)", _ALL,
+               _large_mean_params, _large_mean_build, _large_mean_promise),
+        Family("huge", "magnitudes up to float32 max (squares and sums overflow)", _ALL,
+               _huge_params, _huge_build, _huge_promise),
+        Family("tiny", "magnitudes down to subnormals (squares underflow)", _ALL, _tiny_params,
+               _tiny_build, _tiny_promise),
+        Family("eps_scale", "mean square or variance near eps", _NORMS, _eps_scale_params,
+               _eps_scale_build, _eps_scale_promise),
+        Family("constant", "zero-variance rows, one-hot rows, single spikes", _ALL,
+               _constant_params, _constant_build, _constant_promise),
+        Family("ragged", "shape edge cases with ordinary values", _ALL, _ragged_params,
+               _ragged_build, lambda c: c.cols in EDGE_COLS, edge_cols_only=True),
+        Family("masked", "-inf entries: fully masked rows, one thread's share masked",
+               frozenset({"softmax"}), _masked_params, _masked_build, _masked_promise, min_rows=2),
+        Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)", _ALL,
+               _nonfinite_params, _nonfinite_build, _nonfinite_promise, min_rows=2),
+    )
+}
+
+
+def get_family(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise ValueError(
+            f"family must be one of {', '.join(FAMILIES)} but was {name!r}"
+        ) from None
+
+
+def families_for(op: str) -> tuple[str, ...]:
+    get_op(op)
+    return tuple(name for name, f in FAMILIES.items() if op in f.ops)
+
+
+GAMMA_KINDS = ("ones", "random", "negative", "zero", "large")
+BETA_KINDS = ("zeros", "random", "large")
+
+
+def _gamma(rng: np.random.Generator, kind: str, cols: int) -> np.ndarray:
+    if kind == "ones":
+        return np.ones(cols, dtype=F32)
+    if kind == "zero":
+        return np.zeros(cols, dtype=F32)
+    g = rng.standard_normal(cols)
+    if kind == "negative":
+        return _f32(-np.abs(g) - 0.1)
+    if kind == "large":
+        return _f32(1e4 * g)
+    return _f32(g)
+
+
+def _beta(rng: np.random.Generator, kind: str, cols: int) -> np.ndarray:
+    if kind == "zeros":
+        return np.zeros(cols, dtype=F32)
+    scale = 1e4 if kind == "large" else 1.0
+    return _f32(scale * rng.standard_normal(cols))
+
+
+def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: dict[str, Any],
+              gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None) -> Case:
+    """Build a case deterministically from drawn parameters (what the strategies call)."""
+    spec = get_op(op)
+    fam = get_family(family)
+    if op not in fam.ops:
+        raise ValueError(f"family {family!r} does not apply to op {op!r}; it applies to "
+                         f"{sorted(fam.ops)}")
+    if rows < 1 or cols < 1:
+        raise ValueError(f"rows and cols must be at least 1 but were rows={rows}, cols={cols}")
+    eps_value = None
+    if "eps" in spec.params:
+        eps_value = float(F32(spec.default_eps if eps is None else eps))
+        if not eps_value > 0:
+            raise ValueError(f"eps must be a positive float32 but was {eps!r}")
+    rng = np.random.default_rng(seed)
+    x = fam.build(rng, Shape(rows, cols, op, eps_value), params)
+    x = np.ascontiguousarray(x, dtype=F32)
+    gamma = _gamma(rng, gamma_kind, cols) if spec.has_gamma else None
+    beta = _beta(rng, beta_kind, cols) if spec.has_beta else None
+    shown = dict(params)
+    shown["seed"] = seed
+    if spec.has_gamma:
+        shown["gamma"] = gamma_kind
+    if spec.has_beta:
+        shown["beta"] = beta_kind
+    return Case(op=op, family=family, x=x, gamma=gamma, beta=beta, eps=eps_value, params=shown)
+
+
+def _check_positive(name: str, value: int, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer of at least {minimum} but was {value!r}")
+
+
+def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5,
+          max_cols: int = MAX_COLS) -> st.SearchStrategy[Case]:
+    """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
+
+    ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
+    row beside a poisoned one). Column counts come from :data:`EDGE_COLS` or anywhere up to
+    ``max_cols``; ``ragged`` draws only edge counts.
+    """
+    spec = get_op(op)
+    fam = get_family(family)
+    if op not in fam.ops:
+        raise ValueError(f"family {family!r} does not apply to op {op!r}; families for {op}: "
+                         f"{', '.join(families_for(op))}")
+    _check_positive("min_rows", min_rows)
+    _check_positive("max_rows", max_rows)
+    _check_positive("max_cols", max_cols)
+    if max_rows < min_rows:
+        raise ValueError(f"max_rows must be at least min_rows={min_rows} but was {max_rows}")
+    low_rows = max(min_rows, fam.min_rows)
+    if max_rows < low_rows:
+        raise ValueError(f"family {family!r} needs at least {fam.min_rows} rows but max_rows was "
+                         f"{max_rows}")
+    edges = [c for c in EDGE_COLS if c <= max_cols]
+    cols_strategy = st.sampled_from(edges)
+    if not fam.edge_cols_only:
+        cols_strategy = st.one_of(cols_strategy, st.integers(1, max_cols))
+    eps_strategy = st.none()
+    if "eps" in spec.params:
+        eps_strategy = st.sampled_from((spec.default_eps,) + EPS_CHOICES)
+
+    @st.composite
+    def draw_case(draw: st.DrawFn) -> Case:
+        return make_case(
+            op=op,
+            family=family,
+            rows=draw(st.integers(low_rows, max_rows), label="rows"),
+            cols=draw(cols_strategy, label="cols"),
+            seed=draw(st.integers(0, 2**32 - 1), label="seed"),
+            params=draw(fam.params(op), label="params"),
+            gamma_kind=draw(st.sampled_from(GAMMA_KINDS), label="gamma") if spec.has_gamma else "ones",
+            beta_kind=draw(st.sampled_from(BETA_KINDS), label="beta") if spec.has_beta else "zeros",
+            eps=draw(eps_strategy, label="eps"),
+        )
+
+    return draw_case()
