@@ -1,0 +1,96 @@
+"""pytest plugin (entry point ``pytest11``): markers, options, Hypothesis profiles, fixtures.
+
+Markers: ``numerics`` (hunts), ``perf`` (bandwidth gates on the GPU), ``gpu`` (needs a usable GPU;
+skipped with the reason otherwise). Options are parsed once into a frozen :class:`PluginOptions` kept
+in ``config.stash``. Nothing heavy is imported until a hook or fixture needs it.
+
+Hypothesis profiles: ``ci`` (derandomized, 100 examples, no database; Hypothesis loads it by itself
+when ``CI`` is set), ``dev`` (300 examples), ``deep`` (10,000 examples; ``hypothesis.target`` steers
+the search towards the worst err/tol). Select with ``--hypothesis-profile NAME``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import settings
+
+__all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY"]
+
+PROFILES = {
+    "ci": dict(max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True),
+    "dev": dict(max_examples=300, deadline=None),
+    "deep": dict(max_examples=10_000, deadline=None),
+}
+
+
+def register_profiles() -> None:
+    for name, kwargs in PROFILES.items():
+        settings.register_profile(name, **kwargs)
+
+
+# Profiles must exist before Hypothesis' own plugin loads --hypothesis-profile in pytest_configure.
+register_profiles()
+
+
+@dataclass(frozen=True)
+class PluginOptions:
+    policy: str
+    oracle: str
+    fixtures_dir: Path | None
+    backends: tuple[str, ...] | None
+
+
+OPTIONS_KEY = pytest.StashKey[PluginOptions]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("normprops", "normprops numerical-robustness hunts")
+    group.addoption("--normprops-policy", default="default", choices=("default", "seed"),
+                    help="tolerance policy for numerics tests (default: condition-aware)")
+    group.addoption("--normprops-oracle", default="float64", choices=("float64", "mpmath"),
+                    help="reference precision for numerics tests")
+    group.addoption("--normprops-fixtures-dir", type=Path, default=None, metavar="DIR",
+                    help="save counterexamples found by numerics tests under DIR/<op>/")
+    group.addoption("--normprops-backend", action="append", default=None, metavar="NAME",
+                    help="hunt only kernels of this backend (repeatable; default: all usable)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "numerics: hunts kernels for numerical bugs (Hypothesis)")
+    config.addinivalue_line("markers", "perf: bandwidth gates; needs a GPU, skipped under xdist")
+    config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU; skipped with the reason otherwise")
+    backends = config.getoption("--normprops-backend")
+    config.stash[OPTIONS_KEY] = PluginOptions(
+        policy=config.getoption("--normprops-policy"),
+        oracle=config.getoption("--normprops-oracle"),
+        fixtures_dir=config.getoption("--normprops-fixtures-dir"),
+        backends=tuple(backends) if backends else None,
+    )
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.get_closest_marker("gpu") is not None:
+        from normprops.specs import backend_status
+
+        ok, why = backend_status("cuda")
+        if not ok:
+            pytest.skip(f"needs a usable CUDA GPU: {why}")
+
+
+@pytest.fixture
+def normprops_options(request: pytest.FixtureRequest) -> PluginOptions:
+    return request.config.stash[OPTIONS_KEY]
+
+
+@pytest.fixture
+def hunt_config(normprops_options: PluginOptions):
+    """A :class:`normprops.hunt.HuntConfig` from the options and the active Hypothesis profile."""
+    from normprops.hunt import HuntConfig
+
+    current = settings()
+    return HuntConfig(max_examples=current.max_examples, derandomize=current.derandomize,
+                      policy=normprops_options.policy, oracle=normprops_options.oracle,
+                      fixtures_dir=normprops_options.fixtures_dir, parent=current)

@@ -1,0 +1,144 @@
+"""The CLI contract: exit codes 0 / 1 / 2, the --json report, fixtures, replay, kernels."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from normprops.cli import main
+
+USER_MODULE = textwrap.dedent('''
+    import numpy as np
+
+    def softmax_good(x):
+        z = x.astype(np.float64)
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def softmax_bad(x):
+        with np.errstate(all="ignore"):
+            e = np.exp(x)
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def softmax_float64_out(x):
+        return softmax_good(x).astype(np.float64)
+
+    def softmax_raises(x):
+        raise RuntimeError("kernel launch failed")
+
+    NOT_CALLABLE = 3
+''')
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "userkernels_cli.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "userkernels_cli"
+
+
+def test_clean_impl_exits_0_with_empty_failures(user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                       "--families", "ordinary,overflow_logits", "--max-examples", "20",
+                       "--seed", "0", "--json", str(report))
+    assert code == 0, out
+    doc = json.loads(report.read_text())
+    assert doc["failures"] == [] and [r["family"] for r in doc["results"]] == ["ordinary", "overflow_logits"]
+    assert "clean: 2 families" in out
+    assert not (tmp_path / "tests").exists()  # nothing found, nothing written
+
+
+def test_buggy_impl_exits_1_and_saves_a_fixture(user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                       "--families", "overflow_logits", "--max-examples", "50", "--seed", "0",
+                       "--json", str(report))
+    assert code == 1
+    (failure,) = json.loads(report.read_text())["failures"]
+    assert failure["property"] == "finite" and failure["family"] == "overflow_logits"
+    assert failure["label"] == "softmax[softmax_bad]"
+    fixture = Path(failure["fixture"])
+    assert fixture.parent == Path("tests/regressions/softmax") and fixture.exists()
+    assert "non-finite output" in out and "x[0] = [" in out
+    code, out, _ = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_bad")
+    assert code == 1 and "FAIL" in out
+    code, out, _ = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good")
+    assert code == 0 and "all 1 fixtures pass" in out
+
+
+def test_no_fixtures_flag(user_module: str, tmp_path: Path) -> None:
+    code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                     "--families", "overflow_logits", "--max-examples", "20", "--no-fixtures")
+    assert code == 1 and not (tmp_path / "tests").exists()
+
+
+@pytest.mark.parametrize("func, reason", [
+    ("softmax_float64_out", "returned dtype float64; expected float32"),
+    ("softmax_raises", "raised RuntimeError: kernel launch failed"),
+])
+def test_broken_impls_are_findings_not_crashes(user_module: str, func: str, reason: str) -> None:
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:{func}",
+                       "--families", "ordinary", "--max-examples", "5", "--no-fixtures")
+    assert code == 1 and "contract" in out and reason in out
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["hunt", "--impl", "m:f"], "--impl needs --op"),
+    (["hunt", "--op", "softmax", "--impl", "nodots"], "--impl must look like MODULE:FUNC"),
+    (["hunt", "--op", "softmax", "--impl", "no_such_module_xyz:f"],
+     "cannot import module 'no_such_module_xyz'"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:missing"], "has no attribute 'missing'"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:NOT_CALLABLE"], "names a int, not a function"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "eps_scale"],
+     "eps_scale not a family of softmax"),
+    (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
+])
+def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str], message: str) -> None:
+    code, out, err = run(*argv)
+    assert code == 2
+    assert message in err
+
+
+def test_argparse_errors_exit_2() -> None:
+    assert run("hunt", "--max-examples", "0")[0] == 2
+    assert run("hunt", "--op", "gelu")[0] == 2
+    assert run("frobnicate")[0] == 2
+
+
+def test_kernels_lists_registry_and_backends() -> None:
+    code, out, _ = run("kernels")
+    assert code == 0
+    assert "backend numpy: available" in out
+    assert "layerNormRowOnePass" in out and "BUG in large_mean" in out
+
+
+def test_registry_hunt_prints_the_matrix(tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = run("hunt", "--op", "layernorm", "--families", "ordinary,large_mean",
+                         "--max-examples", "60", "--seed", "0", "--no-fixtures", "--json", str(report))
+    assert code == 0, out
+    assert "layerNormRowOnePass" in out and "caught" in out
+    assert "every kernel behaved as its registry entry declares" in out
+    assert "[1/6]" in err  # progress
+    doc = json.loads(report.read_text())
+    assert doc["not_as_declared"] == []
+    assert [f["label"] for f in doc["failures"]] == ["layernorm[layerNormRowOnePass]"]
+
+
+def test_python_dash_m_runs_the_cli() -> None:
+    proc = subprocess.run([sys.executable, "-m", "normprops", "kernels"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "rmsNormRow" in proc.stdout

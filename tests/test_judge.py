@@ -1,0 +1,147 @@
+"""Meta tests of the judge: hand-made outputs that must pass, and ones that must fail, with the
+property, row, column and message the failure must carry."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from normprops.judge import Verdict, bits_equal, judge_output
+from normprops.oracles import reference, tolerance
+from normprops.specs import FOREIGN_ERROR_MODEL
+from normprops.strategies import Case
+
+F32 = np.float32
+
+
+def _case(op: str, x, *, family: str = "ordinary", eps: float = 1e-5) -> Case:
+    x = np.ascontiguousarray(np.array(x, dtype=F32))
+    cols = x.shape[1]
+    gamma = np.ones(cols, F32) if op != "softmax" else None
+    beta = np.zeros(cols, F32) if op == "layernorm" else None
+    return Case(op, family, x, gamma, beta, None if op == "softmax" else float(F32(eps)))
+
+
+def _judge(case: Case, out: np.ndarray) -> tuple[list[Verdict], float]:
+    ref = reference(case)
+    tol = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    return judge_output(case, out, ref, tol, label=f"{case.op}[hand]")
+
+
+def _exact(case: Case) -> np.ndarray:
+    return reference(case).z.astype(F32)
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
+def test_correctly_rounded_output_passes(op: str) -> None:
+    rng = np.random.default_rng(1)
+    case = _case(op, rng.standard_normal((3, 37)))
+    failures, worst = _judge(case, _exact(case))
+    assert failures == []
+    assert 0 <= worst < 0.1
+
+
+def test_layernorm_error_is_located_and_formatted() -> None:
+    case = _case("layernorm", [[1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0]])
+    out = _exact(case)
+    out[1, 3] += F32(1e-3)
+    failures, worst = _judge(case, out)
+    (v,) = failures
+    assert (v.property, v.row, v.col) == ("accuracy", 1, 3)
+    assert v.ratio > 1 and worst == pytest.approx(v.ratio)
+    assert re.fullmatch(
+        r"layernorm\[hand\] ordinary: row 1 col 3 got -1\.3\d+ expected -1\.3416 \|err\| 0\.001\d* "
+        r"> tol \S+ \(x\d\.?\d*e?\d*\)", v.message()), v.message()
+
+
+def test_non_finite_output_fails_outright() -> None:
+    case = _case("rmsnorm", [[1.0, 2.0, 3.0]])
+    out = _exact(case)
+    out[0, 2] = np.inf
+    (v,) = _judge(case, out)[0]
+    assert (v.property, v.row, v.col) == ("finite", 0, 2)
+    assert "non-finite output" in v.message()
+
+
+def test_huge_family_failures_are_range_safety() -> None:
+    case = _case("rmsnorm", [[3e19] * 1024], family="huge")
+    out = np.zeros((1, 1024), F32)  # what F.rms_norm returns on the H200
+    (v,) = _judge(case, out)[0]
+    assert v.property == "range_safety"
+    assert v.expected == pytest.approx(1.0)
+
+
+def test_layernorm_past_accuracy_only_asks_for_finite() -> None:
+    # kappa ~ 1e7 * sqrt(...): e1 > 0.25, so any finite output is accepted, a NaN is not.
+    x = np.full((1, 4), 1e7, F32)
+    x[0, 0] = F32(1e7 + 1)
+    case = _case("layernorm", x, family="large_mean", eps=1e-12)
+    ref = reference(case)
+    tol = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    assert tol.finite_only.all()
+    assert judge_output(case, np.full_like(x, 5.0), ref, tol, label="ln")[0] == []
+    out = np.full_like(x, np.nan)
+    assert judge_output(case, out, ref, tol, label="ln")[0][0].property == "finite"
+
+
+def test_nan_row_must_stay_nan_and_other_rows_are_judged() -> None:
+    case = _case("softmax", [[0.0, np.nan, 1.0], [0.0, 1.0, 2.0]], family="nonfinite")
+    good = _exact(case)
+    good[0] = np.nan
+    assert _judge(case, good)[0] == []
+    leaked = good.copy()
+    leaked[0, 0] = 0.25
+    (v,) = _judge(case, leaked)[0]
+    assert (v.property, v.row, v.col) == ("nan_propagation", 0, 0)
+
+
+def test_rmsnorm_inf_row_accepts_ieee_limit() -> None:
+    case = _case("rmsnorm", [[1.0, np.inf, -2.0], [1.0, 1.0, 1.0]], family="nonfinite")
+    out = _exact(case)
+    out[0] = [0.0, np.nan, -0.0]
+    assert _judge(case, out)[0] == []
+    out[0, 0] = 0.5
+    assert _judge(case, out)[0][0].property == "nan_propagation"
+
+
+@pytest.mark.parametrize("fill, ok", [(np.nan, True), (0.0, True), (0.5, False)])
+def test_fully_masked_row_policy(fill: float, ok: bool) -> None:
+    case = _case("softmax", [[-np.inf] * 4, [0.0, -np.inf, 1.0, 2.0]], family="masked")
+    out = _exact(case)
+    out[0] = fill
+    if fill == 0.5:
+        out[0, :2] = np.nan  # a mixture
+    failures = _judge(case, out)[0]
+    assert (failures == []) == ok
+    if not ok:
+        assert failures[0].property == "masked_rows"
+
+
+def test_softmax_shape_properties() -> None:
+    case = _case("softmax", [[0.0, 1.0, 2.0, 3.0]])
+    out = _exact(case)
+    swapped = out[:, ::-1].copy()
+    props = {v.property for v in _judge(case, swapped)[0]}
+    assert {"accuracy", "argmax"} <= props
+    scaled = (out * F32(1.01)).astype(F32)
+    assert "sum_to_one" in {v.property for v in _judge(case, scaled)[0]}
+    negative = out.copy()
+    negative[0, 0] = -1e-3
+    assert "bounds" in {v.property for v in _judge(case, negative)[0]}
+
+
+def test_subnormal_flush_is_accepted() -> None:
+    # expf flushes results below FLT_MIN on the GPU: a zero where the exact value is subnormal passes.
+    case = _case("softmax", [[0.0, -95.0, -200.0]])
+    out = _exact(case)
+    assert 0 < reference(case).z[0, 1] < 2.0**-126
+    out[0, 1] = 0.0
+    assert _judge(case, out)[0] == []
+
+
+def test_bits_equal_treats_nans_alike_and_zeros_apart() -> None:
+    a = np.array([np.nan, 0.0, 1.0], F32)
+    b = np.array([np.float32(np.nan) * -1, -0.0, 1.0], F32)
+    assert bits_equal(a, b).tolist() == [True, False, True]

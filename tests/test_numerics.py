@@ -1,0 +1,65 @@
+"""``pytest -m numerics``: hunt every registered kernel. Claimed families must come back clean; every
+kept-bad kernel must be caught in the family that shows its bug, within 300 examples."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from normprops.hunt import HuntResult, hunt
+from normprops.launch import target_from_spec
+from normprops.specs import KERNELS, KernelSpec
+from normprops.strategies import families_for
+
+pytestmark = pytest.mark.numerics
+
+CAUGHT_WITHIN = 300
+
+
+def _marks(spec: KernelSpec) -> list[pytest.MarkDecorator]:
+    return [pytest.mark.gpu] if spec.backend == "cuda" else []
+
+
+CLAIMS = [
+    pytest.param(spec, family, id=f"{spec.backend}-{spec.name}-{family}", marks=_marks(spec))
+    for spec in KERNELS
+    for family in families_for(spec.op)
+    if family in spec.claims
+]
+BUGS = [
+    pytest.param(spec, id=f"{spec.backend}-{spec.name}-{spec.bug.family}", marks=_marks(spec))
+    for spec in KERNELS
+    if spec.bug is not None
+]
+
+
+def _report(result: HuntResult) -> str:
+    from normprops.cli import describe_case
+
+    if result.failure is None or result.minimal is None:
+        return f"{result.label} {result.family}: no failure"
+    return f"{result.failure.message()}\n{describe_case(result.minimal, result.failure.row, result.failure.col)}"
+
+
+def _skip_unselected(spec: KernelSpec, normprops_options) -> None:
+    if normprops_options.backends is not None and spec.backend not in normprops_options.backends:
+        pytest.skip(f"backend {spec.backend} not selected by --normprops-backend")
+
+
+@pytest.mark.parametrize("spec, family", CLAIMS)
+def test_claimed_family_is_clean(spec: KernelSpec, family: str, hunt_config, normprops_options) -> None:
+    _skip_unselected(spec, normprops_options)
+    result = hunt(target_from_spec(spec), family=family, config=hunt_config)
+    assert result.passed, _report(result)
+
+
+@pytest.mark.parametrize("spec", BUGS)
+def test_known_bug_is_caught(spec: KernelSpec, hunt_config, normprops_options) -> None:
+    _skip_unselected(spec, normprops_options)
+    config = replace(hunt_config, max_examples=CAUGHT_WITHIN)
+    result = hunt(target_from_spec(spec), family=spec.bug.family, config=config)
+    assert not result.passed, f"{spec.label}: {spec.bug.summary} not caught in {result.examples} examples"
+    assert result.minimal is not None and result.minimal.family == spec.bug.family
+    # A readable counterexample: shrinking must have taken it down to a few columns or rows.
+    assert result.minimal.x.size <= result.worst.x.size

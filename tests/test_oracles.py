@@ -1,0 +1,116 @@
+"""The oracles: float64 agrees with mpmath, sums are exact where it matters, NEP 50 cannot demote the
+reference to float32, and the tolerances behave as the error analysis says."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+from normprops.oracles import U, mp_reference, reference, row_sum, tolerance
+from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel
+from normprops.strategies import Case, cases
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize("op, family", [
+    ("softmax", "ordinary"), ("softmax", "wide_span"), ("softmax", "overflow_logits"),
+    ("softmax", "masked"), ("layernorm", "large_mean"), ("layernorm", "eps_scale"),
+    ("layernorm", "huge"), ("rmsnorm", "huge"), ("rmsnorm", "tiny"), ("rmsnorm", "ordinary"),
+])
+def test_float64_agrees_with_mpmath(op: str, family: str) -> None:
+    @settings(max_examples=15, deadline=None, database=None)
+    @given(cases(op=op, family=family, max_cols=300))
+    def check(case: Case) -> None:
+        ref = reference(case)
+        exact = mp_reference(case, rows=ref.judged_rows)
+        rows = ref.judged_rows
+        z, e = ref.z[rows], exact[rows]
+        # float64's own error, relative to the scale the float32 tolerance lives on.
+        g = 1.0 if case.gamma is None else np.abs(case.gamma.astype(np.float64))
+        cond = ref.kappa[rows] * (1 + np.abs(ref.y[rows])) if op == "layernorm" else 0.0
+        scale = np.abs(e) + g * cond + 2.0**-1000
+        assert np.all(np.abs(z - e) <= 1e-12 * scale), np.max(np.abs(z - e) / scale)
+
+    check()
+
+
+def test_mpmath_oracle_can_be_selected() -> None:
+    x = np.array([[1e4 + 0.5, 1e4 - 0.5, 1e4, 1e4 + 0.25]], F32)
+    case = Case("layernorm", "large_mean", x, np.ones(4, F32), np.zeros(4, F32), float(F32(1e-5)))
+    a = reference(case)
+    b = reference(case, oracle="mpmath")
+    assert b.oracle == "mpmath"
+    np.testing.assert_allclose(a.z, b.z, rtol=1e-13)
+
+
+def test_row_sum_is_exact_under_cancellation() -> None:
+    a = np.array([[1e16, 1.0, -1e16, 1.0, 3.0], [1.0, 2.0, 3.0, 4.0, 5.0]])
+    s = row_sum(a)
+    assert s.tolist() == [5.0, 15.0]
+    assert a.sum(axis=1)[0] != 5.0  # the naive float64 sum is not exact here
+
+
+def test_nep50_cannot_demote_the_reference() -> None:
+    # ms = 3.4e38^2: a float32 eps would make "ms + eps" a float32 overflow under NumPy 2.
+    x = np.full((1, 8), 3.4e38, F32)
+    case = Case("rmsnorm", "huge", x, np.ones(8, F32), None, np.float32(1e-5))
+    ref = reference(case)
+    assert np.allclose(ref.z, 1.0)
+    case = Case("layernorm", "huge", np.array([[3.4e38, -3.4e38]], F32), np.ones(2, F32),
+                np.zeros(2, F32), np.float32(1e-5))
+    assert np.allclose(reference(case).z, [[1.0, -1.0]])
+
+
+def test_seed_part0_rmsnorm_values() -> None:
+    # The lesson's part 0: eight values, RMS norm with eps 1e-5 (torch's formula, float64).
+    x = np.array([[-1.25, -0.75, -0.25, 0.25, 0.75, 1.25, 1.75, 2.25]], F32)
+    case = Case("rmsnorm", "ordinary", x, np.ones(8, F32), None, float(F32(1e-5)))
+    ms = float(np.mean(x.astype(np.float64) ** 2))
+    assert ms == 1.5625  # 12.5 / 8
+    np.testing.assert_allclose(reference(case).z, x.astype(np.float64) / math.sqrt(ms + float(F32(1e-5))),
+                               rtol=1e-15)
+
+
+def test_softmax_reference_of_overflowing_row() -> None:
+    x = np.array([[120.0, 0.0, -30.0]], F32)
+    ref = reference(Case("softmax", "overflow_logits", x))
+    assert ref.z[0, 0] == pytest.approx(1.0) and ref.z[0, 1] == pytest.approx(math.exp(-120))
+
+
+def test_layernorm_tolerance_grows_with_kappa() -> None:
+    rng = np.random.default_rng(3)
+    z = rng.standard_normal((1, 512))
+    tols = []
+    for mean in (0.0, 1e3, 1e5):
+        x = (mean + z).astype(F32)
+        case = Case("layernorm", "large_mean", x, np.ones(512, F32), np.zeros(512, F32), 1e-5)
+        ref = reference(case)
+        tols.append(float(np.median(tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol)))
+    assert tols[0] < tols[1] < tols[2]
+    assert tols[2] / tols[1] == pytest.approx(100, rel=0.2)  # linear in kappa, not quadratic
+
+
+def test_depth_k_matches_the_reduction_shape() -> None:
+    assert ErrorModel(threads=256, tree_depth=12).k(1024) == 3 + 12
+    assert ErrorModel(threads=32).k(1024) == 31 + 5
+    assert ErrorModel(threads=1).k(10) == 9
+    seed_like = tolerance(
+        Case("rmsnorm", "ordinary", np.ones((1, 4096), F32), np.ones(4096, F32), None, 1e-5),
+        reference(Case("rmsnorm", "ordinary", np.ones((1, 4096), F32), np.ones(4096, F32), None, 1e-5)),
+        model=ErrorModel(threads=256, tree_depth=12))
+    assert seed_like.tol[0, 0] == pytest.approx((27 / 2 + 8) * U, rel=1e-3)
+
+
+def test_seed_policy_is_condition_blind() -> None:
+    x = (1e4 + np.random.default_rng(0).standard_normal((1, 1024)) * 1e-2).astype(F32)
+    case = Case("layernorm", "large_mean", x, np.ones(1024, F32), np.zeros(1024, F32), 1e-5)
+    ref = reference(case)
+    seed = tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="seed")
+    default = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    assert np.all(seed.tol < default.tol)
+    with pytest.raises(ValueError, match="policy must be one of"):
+        tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="loose")

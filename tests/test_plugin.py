@@ -1,0 +1,59 @@
+"""The pytest plugin, exercised in a throwaway pytest run (pytester)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_markers_are_registered_under_strict_markers(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.numerics
+        def test_a(): pass
+
+        @pytest.mark.perf
+        def test_b(): pass
+    """)
+    result = pytester.runpytest("--strict-markers", "-m", "numerics")
+    result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_gpu_marker_skips_with_a_reason(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import pytest
+
+        @pytest.mark.gpu
+        def test_needs_gpu(): pass
+    """)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a usable CUDA GPU*"])
+
+
+def test_options_reach_the_hunt_config(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_config(hunt_config, normprops_options):
+            assert normprops_options.policy == "seed"
+            assert hunt_config.policy == "seed"
+            assert hunt_config.max_examples == 10_000
+            assert str(hunt_config.fixtures_dir).endswith("fx")
+    """)
+    # A subprocess: numpy cannot be imported twice into one process.
+    result = pytester.runpytest_subprocess("--normprops-policy", "seed", "--hypothesis-profile",
+                                           "deep", "--normprops-fixtures-dir", "fx")
+    result.assert_outcomes(passed=1)
+
+
+def test_ci_profile_is_derandomized(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        def test_config(hunt_config):
+            assert hunt_config.derandomize and hunt_config.max_examples == 100
+    """)
+    pytester.runpytest_subprocess("--hypothesis-profile", "ci").assert_outcomes(passed=1)
+
+
+def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--normprops-policy", "loose")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid choice: 'loose'*"])

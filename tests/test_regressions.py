@@ -1,0 +1,86 @@
+"""Fixtures: exact round trips, atomic deduplicated writes, and replay of every committed fixture
+against every kernel of its op that claims its family (and against the kernel that failed it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normprops.hunt import HuntConfig, hunt
+from normprops.launch import target_from_spec
+from normprops.regressions import (decode_array, encode_array, iter_fixtures, load_fixture, replay,
+                                   save_fixture)
+from normprops.specs import KERNELS
+
+COMMITTED = Path(__file__).parent / "regressions"
+SPECS = {spec.name: spec for spec in KERNELS}
+
+
+@pytest.mark.parametrize("size", [1, 7, 256, 257, 5000])
+def test_arrays_round_trip_exactly(size: int) -> None:
+    rng = np.random.default_rng(size)
+    a = rng.standard_normal(size).astype(np.float32) * np.float32(1e30)
+    specials = np.array([np.nan, np.inf, -np.inf, -0.0, 1e-45, 3.4028235e38], np.float32)
+    a[: min(size, 6)] = specials[: min(size, 6)]
+    b = decode_array(json.loads(json.dumps(encode_array(a))))
+    assert b.dtype == np.float32 and b.shape == a.shape
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+def test_small_arrays_are_readable_hex() -> None:
+    blob = encode_array(np.array([1.5, -0.25], np.float32))
+    assert blob == {"shape": [2], "hex": ["0x1.8000000000000p+0", "-0x1.0000000000000p-2"]}
+
+
+def test_save_is_deduplicated_and_loads_back(tmp_path: Path) -> None:
+    spec = SPECS["softmaxRowNaive"]
+    target = target_from_spec(spec)
+    config = HuntConfig(max_examples=50, seed=1, fixtures_dir=tmp_path)
+    first = hunt(target, family="overflow_logits", config=config)
+    second = hunt(target, family="overflow_logits", config=config)
+    assert first.fixture == second.fixture and first.fixture.exists()
+    assert iter_fixtures(tmp_path) == [first.fixture]
+    assert not list(tmp_path.rglob(".*"))  # no temporary files left behind
+    fixture = load_fixture(first.fixture)
+    assert fixture.op == "softmax" and fixture.family == "overflow_logits"
+    assert np.array_equal(fixture.minimal.x, first.minimal.x)
+    doc = json.loads(first.fixture.read_text())
+    assert {"numpy", "hypothesis", "normprops", "python"} <= set(doc["versions"])
+    assert doc["impl"] == "softmaxRowNaive" and doc["property"] == first.failure.property
+    assert replay(target, fixture)  # the bug is still there
+    assert not replay(target_from_spec(SPECS["softmaxRowSafe"]), fixture)
+
+
+def test_load_rejects_non_fixtures(tmp_path: Path) -> None:
+    path = tmp_path / "x.json"
+    path.write_text(json.dumps({"format": "something-else"}))
+    with pytest.raises(ValueError, match="is not a normprops fixture"):
+        load_fixture(path)
+
+
+def test_every_known_bad_kernel_has_a_committed_fixture() -> None:
+    impls = {fixture.impl for fixture in FIXTURES}
+    missing = [k.name for k in KERNELS if k.bug is not None and k.name not in impls]
+    assert not missing, f"known-bad kernels without a committed fixture: {missing}"
+
+
+FIXTURES = [load_fixture(path) for path in iter_fixtures(COMMITTED)]
+REPLAYS = [
+    pytest.param(fixture, spec, id=f"{fixture.path.stem}-{spec.name}",
+                 marks=[pytest.mark.gpu] if spec.backend == "cuda" else [])
+    for fixture in FIXTURES
+    for spec in KERNELS
+    if spec.op == fixture.op and (fixture.family in spec.claims or fixture.impl == spec.name)
+]
+
+
+@pytest.mark.parametrize("fixture, spec", REPLAYS)
+def test_committed_fixture_replays(fixture, spec) -> None:
+    found = replay(target_from_spec(spec), fixture)
+    if fixture.impl == spec.name and fixture.family not in spec.claims:
+        assert found, f"{spec.label} no longer fails {fixture.path.name}: was the bug fixed?"
+    else:
+        assert not found, found[0].message()

@@ -1,0 +1,119 @@
+"""Each family produces what its name promises, and strategy arguments are validated up front."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from normprops.strategies import EDGE_COLS, FAMILIES, Case, cases, families_for, make_case
+
+FAMILY_OPS = [
+    pytest.param(family, op, id=f"{family}-{op}")
+    for family, spec in FAMILIES.items()
+    for op in ("softmax", "layernorm", "rmsnorm")
+    if op in spec.ops
+]
+
+
+@pytest.mark.parametrize("family, op", FAMILY_OPS)
+def test_family_keeps_its_promise(family: str, op: str) -> None:
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(cases(op=op, family=family))
+    def check(case: Case) -> None:
+        assert case.x.dtype == np.float32 and case.x.flags.c_contiguous and case.x.ndim == 2
+        assert case.family == family and case.op == op
+        assert case.rows >= FAMILIES[family].min_rows
+        assert FAMILIES[family].promise(case), f"{family} broke its promise: {case!r}"
+        if op != "softmax":
+            assert case.gamma.shape == (case.cols,) and case.gamma.dtype == np.float32
+            assert case.eps > 0 and np.float32(case.eps) == case.eps
+        if op == "layernorm":
+            assert case.beta.shape == (case.cols,)
+
+    check()
+
+
+def test_overflow_logits_really_exceed_expf_range() -> None:
+    case = make_case(op="softmax", family="overflow_logits", rows=3, cols=1025, seed=7,
+                     params={"peak": 120.0, "position": 1000, "offset": 0.0, "scale": 1.0})
+    assert (case.x.max(axis=1) == np.float32(120.0)).all()
+    with np.errstate(over="ignore"):
+        assert np.isinf(np.exp(case.x.max(axis=1))).all()
+    # the peak sits at a different column in each row
+    assert len(set(np.argmax(case.x, axis=1).tolist())) == 3
+
+
+def test_masked_family_masks_one_threads_share() -> None:
+    case = make_case(op="softmax", family="masked", rows=2, cols=1000, seed=1,
+                     params={"patterns": ["thread_share"], "thread": 5, "fraction": 0.5, "scale": 1.0})
+    masked = np.isneginf(case.x[0])
+    assert np.array_equal(np.nonzero(masked)[0], np.arange(5, 1000, 256))
+
+
+def test_ragged_draws_edge_column_counts_only() -> None:
+    @settings(max_examples=30, deadline=None, database=None)
+    @given(cases(op="rmsnorm", family="ragged"))
+    def check(case: Case) -> None:
+        assert case.cols in EDGE_COLS
+
+    check()
+
+
+def test_column_counts_cover_the_edges() -> None:
+    seen: set[int] = set()
+
+    @settings(max_examples=300, deadline=None, database=None)
+    @given(cases(op="softmax", family="ordinary", max_cols=300))
+    def check(case: Case) -> None:
+        seen.add(case.cols)
+
+    check()
+    assert {1, 2, 3, 31, 32, 33, 255, 256, 257} & seen, sorted(seen)
+    assert max(seen) <= 300
+
+
+def test_families_for_each_op() -> None:
+    assert "overflow_logits" in families_for("softmax")
+    assert "eps_scale" not in families_for("softmax")
+    assert "masked" not in families_for("rmsnorm")
+    assert families_for("layernorm") == families_for("rmsnorm")
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        pytest.param(dict(op="gelu", family="ordinary"), "op must be one of", id="unknown-op"),
+        pytest.param(dict(op="softmax", family="bogus"), "family must be one of", id="unknown-family"),
+        pytest.param(dict(op="softmax", family="eps_scale"), "does not apply to op 'softmax'",
+                     id="family-not-for-op"),
+        pytest.param(dict(op="softmax", family="ordinary", min_rows=0),
+                     "min_rows must be an integer of at least 1 but was 0", id="min-rows-0"),
+        pytest.param(dict(op="softmax", family="ordinary", max_rows=1, min_rows=2),
+                     "max_rows must be at least min_rows=2 but was 1", id="rows-inverted"),
+        pytest.param(dict(op="softmax", family="nonfinite", min_rows=1, max_rows=1),
+                     "needs at least 2 rows", id="nonfinite-one-row"),
+        pytest.param(dict(op="softmax", family="ordinary", max_cols=0),
+                     "max_cols must be an integer of at least 1 but was 0", id="max-cols-0"),
+        pytest.param(dict(op="softmax", family="ordinary", max_cols=2.5),
+                     "max_cols must be an integer", id="max-cols-float"),
+    ],
+)
+def test_invalid_arguments_name_the_problem(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        cases(**kwargs)
+
+
+def test_make_case_rejects_bad_eps() -> None:
+    with pytest.raises(ValueError, match="eps must be a positive float32 but was 0.0"):
+        make_case(op="rmsnorm", family="ordinary", rows=2, cols=3, seed=0,
+                  params={"loc": 0.0, "scale": 1.0, "spikes": []}, eps=0.0)
+
+
+def test_cases_are_deterministic_in_their_parameters() -> None:
+    kw = dict(op="layernorm", family="large_mean", rows=3, cols=100, seed=42,
+              params={"mean": 1e4, "sign": -1.0, "ratio": 1e5}, gamma_kind="random",
+              beta_kind="large", eps=1e-6)
+    a, b = make_case(**kw), make_case(**kw)
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.gamma, b.gamma)
+    assert a.eps == float(np.float32(1e-6))
