@@ -10,7 +10,7 @@ import argparse
 import json
 import math
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -98,10 +98,24 @@ def _families(text: str | None, op: str) -> tuple[str, ...]:
     return chosen
 
 
+def _registry_families(text: str | None, op: str) -> tuple[str, ...]:
+    """--families in registry mode: each op hunts the named families that apply to it."""
+    if text is None:
+        return families_for(op)
+    chosen = [f.strip() for f in text.split(",") if f.strip()]
+    everywhere = {f for o in OPS for f in families_for(o)}
+    unknown = [f for f in chosen if f not in everywhere]
+    if unknown or not chosen:
+        raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not a family; choose from "
+                         f"{', '.join(sorted(everywhere))}")
+    return tuple(f for f in chosen if f in families_for(op))
+
+
 def describe_case(case: Case, row: int | None = None, col: int | None = None) -> str:
     """A few lines a person can read: shape, parameters, and the failing row."""
     lines = [f"input: {case.rows} x {case.cols} float32"
-             + ("" if case.eps is None else f", eps={np.float32(case.eps)}")
+             + ("" if case.eps is None else
+                f", eps={np.format_float_positional(np.float32(case.eps), unique=True, trim='-')}")
              + f"; drawn with {', '.join(f'{k}={v!r}' for k, v in case.params.items())}"]
     r = 0 if row is None else row
     values = case.x[r]
@@ -252,12 +266,16 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     backend = _best_backend(args.backend)
     config = _config(args)
     specs = [k for k in KERNELS if k.backend == backend and (args.op is None or k.op == args.op)]
-    plan = [(spec, family) for spec in specs for family in _families(args.families, spec.op)]
+    plan = [(spec, family) for spec in specs for family in _registry_families(args.families, spec.op)]
     print(f"normprops hunt: {len(specs)} {backend} kernels, {len(plan)} hunts of "
           f"{config.max_examples} examples, policy {config.policy}", file=out)
     cells: list[_Cell] = []
     for i, (spec, family) in enumerate(plan, 1):
-        result = hunt(target_from_spec(spec), family=family, config=config)
+        # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
+        # claim is hunted for the matrix, not saved.
+        declared = family in spec.claims or (spec.bug is not None and spec.bug.family == family)
+        run_config = config if declared else replace(config, fixtures_dir=None)
+        result = hunt(target_from_spec(spec), family=family, config=run_config)
         cell = _Cell(spec, result)
         cells.append(cell)
         print(f"  [{i}/{len(plan)}] {spec.name} x {family}: {cell.text()} "

@@ -45,6 +45,7 @@ class HuntConfig:
     oracle: str = "float64"
     min_rows: int = 2
     max_rows: int = 5
+    min_cols: int = 1
     max_cols: int = MAX_COLS
     fixtures_dir: Path | None = None
     parent: settings | None = None  # a Hypothesis profile to start from (pytest's current one)
@@ -123,7 +124,7 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
             raise Counterexample(verdict)
 
     strategy = cases(op=target.op, family=family, min_rows=config.min_rows,
-                     max_rows=config.max_rows, max_cols=config.max_cols)
+                     max_rows=config.max_rows, min_cols=config.min_cols, max_cols=config.max_cols)
     test = settings(config.hypothesis_settings())(given(strategy)(body))
     if config.seed is not None:
         test = hypothesis_seed(config.seed)(test)

@@ -182,7 +182,8 @@ KERNELS: tuple[KernelSpec, ...] = (
     ),
     KernelSpec(
         "layerNormRowOnePass", "layernorm", "numpy", f"{_NP}:layerNormRowOnePass", 3, SEED_BLOCK,
-        frozenset({"ordinary", "ragged", "tiny", "nonfinite"}),
+        # Its error grows like kappa^2 u: even ordinary rows with mean/std ~ 10 can show it.
+        frozenset({"ragged", "tiny", "nonfinite"}),
         "sum and sum of squares in one pass, var = E[x^2] - E[x]^2",
         bug=KnownBug("large_mean", "E[x^2] - E[x]^2 cancels when |mean| >> std"),
     ),

@@ -366,6 +366,7 @@ def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> 
         pattern = p["patterns"][r % len(p["patterns"])]
         if pattern == "random":
             mask = rng.random(cols) < p["fraction"]
+            mask[rng.integers(cols)] = True
         elif pattern == "full":
             mask = np.ones(cols, dtype=bool)
         elif pattern == "thread_share":  # all of one thread's columns in a 256-thread block
@@ -519,13 +520,13 @@ def _check_positive(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an integer of at least {minimum} but was {value!r}")
 
 
-def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5,
+def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
           max_cols: int = MAX_COLS) -> st.SearchStrategy[Case]:
     """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
 
     ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
     row beside a poisoned one). Column counts come from :data:`EDGE_COLS` or anywhere up to
-    ``max_cols``; ``ragged`` draws only edge counts.
+    ``max_cols`` (at least ``min_cols``); ``ragged`` draws only edge counts.
     """
     spec = get_op(op)
     fam = get_family(family)
@@ -534,17 +535,25 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5,
                          f"{', '.join(families_for(op))}")
     _check_positive("min_rows", min_rows)
     _check_positive("max_rows", max_rows)
+    _check_positive("min_cols", min_cols)
     _check_positive("max_cols", max_cols)
+    if max_cols < min_cols:
+        raise ValueError(f"max_cols must be at least min_cols={min_cols} but was {max_cols}")
     if max_rows < min_rows:
         raise ValueError(f"max_rows must be at least min_rows={min_rows} but was {max_rows}")
     low_rows = max(min_rows, fam.min_rows)
     if max_rows < low_rows:
         raise ValueError(f"family {family!r} needs at least {fam.min_rows} rows but max_rows was "
                          f"{max_rows}")
-    edges = [c for c in EDGE_COLS if c <= max_cols]
-    cols_strategy = st.sampled_from(edges)
-    if not fam.edge_cols_only:
-        cols_strategy = st.one_of(cols_strategy, st.integers(1, max_cols))
+    edges = [c for c in EDGE_COLS if min_cols <= c <= max_cols]
+    if fam.edge_cols_only and not edges:
+        raise ValueError(f"family {family!r} draws edge column counts only, and none lies in "
+                         f"[{min_cols}, {max_cols}]")
+    anywhere = st.integers(min_cols, max_cols)
+    if fam.edge_cols_only:
+        cols_strategy = st.sampled_from(edges)
+    else:
+        cols_strategy = st.one_of(st.sampled_from(edges), anywhere) if edges else anywhere
     eps_strategy = st.none()
     if "eps" in spec.params:
         eps_strategy = st.sampled_from((spec.default_eps,) + EPS_CHOICES)
