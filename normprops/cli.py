@@ -18,7 +18,8 @@ import numpy as np
 
 from normprops import __version__
 from normprops.hunt import HuntConfig, HuntResult, hunt
-from normprops.launch import ImplError, Target, target_from_impl, target_from_spec
+from normprops.launch import (ImplError, Target, target_from_cuda_source, target_from_impl,
+                              target_from_spec)
 from normprops.oracles import ORACLES, POLICIES
 from normprops.regressions import iter_fixtures, load_fixture, replay
 from normprops.specs import KERNELS, OPS, KernelSpec, backend_status
@@ -54,9 +55,16 @@ def _parser() -> argparse.ArgumentParser:
 
     h = sub.add_parser("hunt", help="hunt a kernel (or every registered kernel) for counterexamples")
     h.add_argument("--op", choices=sorted(OPS), help="the op (required with --impl)")
-    h.add_argument("--impl", metavar="MODULE:FUNC",
-                   help="a Python function with the op's signature: softmax fn(x), layernorm "
-                        "fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, eps)")
+    what = h.add_mutually_exclusive_group()
+    what.add_argument("--impl", metavar="MODULE:FUNC",
+                      help="a Python function with the op's signature: softmax fn(x), layernorm "
+                           "fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, eps)")
+    what.add_argument("--cuda-source", type=Path, metavar="FILE",
+                      help="a CUDA file holding an extern \"C\" kernel with the standard signature "
+                           "(softmax (const float* in, float* out, size_t cols); layernorm adds "
+                           "const float* gamma, const float* beta before cols and float eps after; "
+                           "rmsnorm adds gamma and eps), launched one block per row")
+    h.add_argument("--kernel", metavar="NAME", help="the kernel's name in --cuda-source")
     h.add_argument("--families", metavar="A,B,...", help="comma-separated families (default: all)")
     h.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
                    help="examples per family (default 100)")
@@ -70,8 +78,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="tolerance policy: condition-aware default, or the seed's rtol gate")
     h.add_argument("--oracle", choices=ORACLES, default="float64", help="reference precision")
     h.add_argument("--threads", type=_positive_int, metavar="T",
-                   help="threads cooperating on a row in --impl (sets the error bound's depth; "
-                        "default 32)")
+                   help="threads cooperating on a row: sets the error bound's depth for --impl "
+                        "(default 32) and the block size for --cuda-source (default 256)")
     h.add_argument("--backend", help="registry mode: hunt this backend's kernels (default: the "
                                      "best available)")
 
@@ -83,6 +91,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--threads", type=_positive_int, metavar="T")
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
+
+    c = sub.add_parser("census", help="the seed's worked numbers: part 0, part 1, the overflow row")
+    c.add_argument("--backend", choices=("cuda", "numpy"),
+                   help="default: the GPU when usable, else the numpy emulation")
     return parser
 
 
@@ -191,12 +203,23 @@ def _config(args: argparse.Namespace) -> HuntConfig:
 
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    flag = "--impl" if args.impl else "--cuda-source"
     if args.op is None:
-        raise UsageError("--impl needs --op {softmax,layernorm,rmsnorm}")
-    target = target_from_impl(args.impl, op=args.op, threads=args.threads)
+        raise UsageError(f"{flag} needs --op {{softmax,layernorm,rmsnorm}}")
+    if args.impl:
+        if args.kernel:
+            raise UsageError("--kernel goes with --cuda-source, not --impl")
+        target = target_from_impl(args.impl, op=args.op, threads=args.threads)
+        source = args.impl
+    else:
+        if not args.kernel:
+            raise UsageError("--cuda-source needs --kernel NAME")
+        target = target_from_cuda_source(str(args.cuda_source), op=args.op, kernel=args.kernel,
+                                         threads=args.threads or 256)
+        source = f"{args.cuda_source}:{args.kernel}"
     families = _families(args.families, args.op)
     config = _config(args)
-    print(f"normprops hunt: {target.label} from {args.impl}, {len(families)} families, "
+    print(f"normprops hunt: {target.label} from {source}, {len(families)} families, "
           f"{config.max_examples} examples each, policy {config.policy}", file=out)
     results = []
     for family in families:
@@ -207,11 +230,14 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               f"{result.max_ratio:.3g}  {result.elapsed_s:.1f}s", file=out)
         if not result.passed:
             _print_failure(result, out)
+        if result.fatal:
+            print("  stopped: the kernel faulted and the CUDA context cannot be used again", file=out)
+            break
     failed = [r for r in results if not r.passed]
     print(f"{len(failed)} of {len(results)} families failed." if failed
           else f"clean: {len(results)} families, no counterexample.", file=out)
     _write_json(args.json, {
-        "normprops": __version__, "command": "hunt", "op": args.op, "impl": args.impl,
+        "normprops": __version__, "command": "hunt", "op": args.op, "impl": source,
         "policy": config.policy, "oracle": config.oracle, "max_examples": config.max_examples,
         "seed": config.seed,
         "results": [_result_json(r) for r in results],
@@ -370,9 +396,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         return int(exc.code or 0)
     try:
         if args.command == "hunt":
-            return (_hunt_impl if args.impl else _hunt_registry)(args, out, err)
+            return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
         if args.command == "replay":
             return _replay(args, out, err)
+        if args.command == "census":
+            from normprops.census import census
+
+            census(backend=_best_backend(args.backend), out=out)
+            return 0
         return _kernels(args, out, err)
     except (UsageError, ImplError) as exc:
         print(f"normprops {args.command}: error: {exc}", file=err)

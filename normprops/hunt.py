@@ -17,13 +17,18 @@ from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
 from normprops.judge import Verdict
-from normprops.launch import Target
+from normprops.launch import FatalTargetError, Target
 from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate
 from normprops.regressions import save_fixture
 from normprops.strategies import MAX_COLS, Case, cases, families_for
 
 __all__ = ["HuntConfig", "HuntResult", "hunt", "Counterexample"]
+
+
+class _StopHunt(BaseException):
+    """Raised from the test body to end the hunt at once: Hypothesis catches Exceptions as failures
+    to shrink, but lets BaseExceptions through. Used when the target cannot run again."""
 
 
 class Counterexample(Exception):
@@ -87,6 +92,7 @@ class HuntResult:
     worst_verdict: Verdict | None = None
     fixture: Path | None = None
     flaky: bool = False
+    fatal: bool = False  # the target cannot run again in this process (a GPU fault)
 
     @property
     def passed(self) -> bool:
@@ -100,6 +106,8 @@ class _Seen:
     last: tuple[Case, Verdict] | None = None
     worst: tuple[Case, Verdict] | None = None
     failures: int = field(default=0)
+    current: Case | None = None
+    fatal: str | None = None
 
 
 def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> HuntResult:
@@ -111,7 +119,12 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
 
     def body(case: Case) -> None:
         seen.examples += 1
-        evaluation = evaluate(target, case, policy=config.policy, oracle=config.oracle)
+        seen.current = case
+        try:
+            evaluation = evaluate(target, case, policy=config.policy, oracle=config.oracle)
+        except FatalTargetError as exc:
+            seen.fatal = str(exc)
+            raise _StopHunt from exc
         if math.isfinite(evaluation.worst_ratio):
             seen.max_ratio = max(seen.max_ratio, evaluation.worst_ratio)
             hypothesis_target(min(evaluation.worst_ratio, 1e300), label="err/tol")
@@ -129,20 +142,26 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
     if config.seed is not None:
         test = hypothesis_seed(config.seed)(test)
     start = time.perf_counter()
-    flaky = False
+    flaky = fatal = False
     try:
         test()
     except Counterexample:
         pass
     except Flaky:
         flaky = True  # e.g. a nondeterministic kernel whose failure did not reproduce on replay
+    except _StopHunt:
+        # The target cannot run again (a GPU fault): the case that caused it is the counterexample.
+        fatal = True
+        verdict = Verdict(target.label, "contract", family, None, None, None, None, None, None,
+                          math.inf, f"{seen.fatal} (input shape {seen.current.x.shape}); hunt stopped")
+        seen.last = seen.worst = (seen.current, verdict)
     elapsed = time.perf_counter() - start
     if seen.last is None:
         return HuntResult(target.label, target.op, family, seen.examples, elapsed, seen.max_ratio)
     minimal, verdict = seen.last
     result = HuntResult(target.label, target.op, family, seen.examples, elapsed,
                         max(seen.max_ratio, 0.0), verdict, minimal, seen.worst[0], seen.worst[1],
-                        flaky=flaky)
+                        flaky=flaky, fatal=fatal)
     if config.fixtures_dir is not None:
         result = replace(result, fixture=save_fixture(result, target=target,
                                                       directory=config.fixtures_dir))

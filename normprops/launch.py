@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -19,11 +20,17 @@ import numpy as np
 from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec, get_op
 from normprops.strategies import Case
 
-__all__ = ["Target", "ContractError", "ImplError", "target_from_spec", "target_from_impl"]
+__all__ = ["Target", "ContractError", "ImplError", "FatalTargetError", "GPU_BACKENDS",
+           "target_from_spec", "target_from_impl", "target_from_cuda_source"]
 
 
 class ContractError(Exception):
     """The target broke the calling contract (wrong output type, shape, dtype; mutated input)."""
+
+
+class FatalTargetError(RuntimeError):
+    """The target cannot be called again in this process (a GPU fault poisons the CUDA context):
+    the hunt stops at the case that caused it and reports it."""
 
 
 class ImplError(ValueError):
@@ -38,6 +45,10 @@ class Target:
     fn: Callable[..., object]
     error_model: ErrorModel
     claims: frozenset[str] | None = None  # None: a foreign target claims nothing in advance
+    # GPU targets: determinism and row isolation are also checked on the case's rows tiled into a
+    # batch this large, launched twice, so a race has thousands of blocks to show itself in.
+    stress_rows: int = 0
+    exempt: frozenset[str] = frozenset()  # properties not judged (see KernelSpec.exempt)
 
     @property
     def label(self) -> str:
@@ -62,8 +73,14 @@ class Target:
         return out
 
 
+GPU_BACKENDS = frozenset({"cuda", "torch-cuda", "cuda-user"})
+GPU_STRESS_ROWS = 2048
+
+
 def target_from_spec(spec: KernelSpec) -> Target:
-    return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims)
+    stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS else 0
+    return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
+                  stress_rows=stress, exempt=spec.exempt)
 
 
 def target_from_impl(impl: str, *, op: str, threads: int | None = None) -> Target:
@@ -89,3 +106,28 @@ def target_from_impl(impl: str, *, op: str, threads: int | None = None) -> Targe
         raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
     model = FOREIGN_ERROR_MODEL if threads is None else ErrorModel(threads=threads)
     return Target(attr, op, "python", fn, model)
+
+
+def target_from_cuda_source(path: str, *, op: str, kernel: str, threads: int = 256) -> Target:
+    """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
+    get_op(op)
+    from normprops._cuda import KernelCompileError, cuda_status
+
+    ok, why = cuda_status()
+    if not ok:
+        raise ImplError(f"--cuda-source needs a usable CUDA GPU: {why}")
+    from normprops.backends.cuda_kernels import KernelFault, user_kernel
+
+    try:
+        fn = user_kernel(Path(path), name=kernel, op=op, threads=threads)
+    except (FileNotFoundError, LookupError, KernelCompileError) as exc:
+        raise ImplError(str(exc)) from exc
+
+    def guarded(*args: object) -> object:
+        try:
+            return fn(*args)
+        except KernelFault as exc:
+            raise FatalTargetError(str(exc)) from exc
+
+    return Target(kernel, op, "cuda-user", guarded, ErrorModel(threads=threads),
+                  stress_rows=GPU_STRESS_ROWS)

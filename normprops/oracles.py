@@ -263,8 +263,11 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         e1 = (k + 4) * U * ref.kappa
+        # Flush-to-zero (model.ftz): every operation on the mean's dependency chain (k of them)
+        # and x itself can lose up to FLT_MIN, which the scale 1/s then amplifies.
+        ftz = (k + 2) * FLT_MIN * g / np.sqrt(ref.stat + case.eps) if model.ftz else 0.0
         tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * U * ay) + 2 * U * np.abs(ref.z)
-               + 4 * FLT_MIN * (1 + g) * (1 + ay))
+               + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     # Past e1 = 0.25 float32 has no accuracy left to ask for: only a finite output.
     return Tolerance(tol, e1[:, 0] > 0.25)
 
@@ -275,8 +278,10 @@ def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         # Squares below FLT_MIN may be flushed: up to FLT_MIN lost per term, FLT_MIN in the mean.
+        # Flush-to-zero (model.ftz): a flushed subnormal x loses up to FLT_MIN, times the scale.
+        ftz = FLT_MIN * g / np.sqrt(ref.stat + case.eps) if model.ftz else 0.0
         tol = ((k / 2 + 8) * U * np.abs(ref.z) + g * ay * FLT_MIN / (ref.stat + case.eps)
-               + 4 * FLT_MIN * (1 + g) * (1 + ay))
+               + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     return Tolerance(tol, np.zeros(case.rows, bool))
 
 

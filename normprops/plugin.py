@@ -11,13 +11,14 @@ the search towards the worst err/tol). Select with ``--hypothesis-profile NAME``
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
-__all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY"]
+__all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY", "worker_device", "HUNT_PROPERTY"]
 
 PROFILES = {
     "ci": dict(max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True),
@@ -44,6 +45,8 @@ class PluginOptions:
 
 
 OPTIONS_KEY = pytest.StashKey[PluginOptions]()
+#: user_properties key under which numerics tests record each hunt's outcome for the matrix.
+HUNT_PROPERTY = "normprops_hunt"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,6 +65,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "numerics: hunts kernels for numerical bugs (Hypothesis)")
     config.addinivalue_line("markers", "perf: bandwidth gates; needs a GPU, skipped under xdist")
     config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU; skipped with the reason otherwise")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        _pin_worker_gpu(worker)
     backends = config.getoption("--normprops-backend")
     config.stash[OPTIONS_KEY] = PluginOptions(
         policy=config.getoption("--normprops-policy"),
@@ -69,6 +75,26 @@ def pytest_configure(config: pytest.Config) -> None:
         fixtures_dir=config.getoption("--normprops-fixtures-dir"),
         backends=tuple(backends) if backends else None,
     )
+
+
+def worker_device(worker_id: str, device_count: int) -> int | None:
+    """The GPU an xdist worker uses: ``gw<n>`` takes device ``n % device_count`` (one process per
+    GPU when ``-n`` equals the GPU count). None outside xdist or without GPUs."""
+    if device_count < 1 or not worker_id.startswith("gw") or not worker_id[2:].isdigit():
+        return None
+    return int(worker_id[2:]) % device_count
+
+
+def _pin_worker_gpu(worker_id: str) -> None:
+    try:
+        import cupy
+
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy or no GPU: nothing to pin
+        return
+    device = worker_device(worker_id, count)
+    if device is not None and count > 1:
+        cupy.cuda.runtime.setDevice(device)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
@@ -94,3 +120,29 @@ def hunt_config(normprops_options: PluginOptions):
     return HuntConfig(max_examples=current.max_examples, derandomize=current.derandomize,
                       policy=normprops_options.policy, oracle=normprops_options.oracle,
                       fixtures_dir=normprops_options.fixtures_dir, parent=current)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """The robustness matrix of the hunts this session ran, merged over xdist workers (each test
+    report carries its hunt's outcome in ``user_properties``)."""
+    cells: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
+    for outcome in ("passed", "failed"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if getattr(report, "when", None) != "call":
+                continue
+            for key, value in getattr(report, "user_properties", ()):
+                if key == HUNT_PROPERTY:
+                    table = cells.setdefault((value["backend"], value["op"]), {})
+                    table[(value["kernel"], value["family"])] = value["cell"]
+    if not cells:
+        return
+    terminalreporter.section("normprops robustness matrix")
+    for (backend, op), table in sorted(cells.items()):
+        families = sorted({f for _, f in table})
+        kernels = sorted({k for k, _ in table})
+        width = max(len(k) for k in kernels)
+        terminalreporter.write_line(f"{op} ({backend})")
+        terminalreporter.write_line(" " * (width + 2) + "  ".join(f"{f:>9s}"[-max(9, len(f)):] for f in families))
+        for k in kernels:
+            terminalreporter.write_line(
+                f"{k:{width}s}  " + "  ".join(f"{table.get((k, f), '-'):>{max(9, len(f))}s}" for f in families))

@@ -13,13 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from normprops.judge import PROPERTIES, Verdict, judge_bitwise, judge_close, judge_output
-from normprops.launch import ContractError, Target
+from normprops.launch import ContractError, FatalTargetError, Target
 from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
 from normprops.strategies import Case
 
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
 
 _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
+STRESS_ELEMENTS = 1 << 22
 
 
 @dataclass(frozen=True)
@@ -35,6 +36,8 @@ class Evaluation:
 def _call(target: Target, case: Case) -> np.ndarray | Verdict:
     try:
         return target.run(case)
+    except FatalTargetError:
+        raise
     except ContractError as exc:
         reason = str(exc)
     except Exception as exc:  # a user's kernel may raise anything; that is a finding, not a crash
@@ -85,6 +88,31 @@ def _comparable_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
     return ref.judged_rows & ref.in_domain & ~tol.finite_only
 
 
+def _stress(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
+    """The case's rows tiled into a batch of ``target.stress_rows``, launched twice: every copy of
+    row r must equal ``out[r]`` bitwise (races, leaks between blocks, position dependence)."""
+    # At most ~4M elements per stress launch: thousands of blocks, without copying gigabytes.
+    rows = max(case.rows, min(target.stress_rows, STRESS_ELEMENTS // case.cols))
+    reps = max(1, -(-rows // case.rows))
+    tiled = case.replace(x=np.ascontiguousarray(np.tile(case.x, (reps, 1))))
+    order = np.tile(np.arange(case.rows), reps)
+    first = _call(target, tiled)
+    if isinstance(first, Verdict):
+        return first
+    second = _call(target, tiled)
+    if isinstance(second, Verdict):
+        return second
+    # Copies of one row within one launch, and the same launch twice: a race shows in either.
+    found = judge_bitwise("determinism", first[: case.rows], first, case=case, label=target.label,
+                          rows=order, what=f"copies of a row in one launch of {len(order)} rows")
+    found = found or judge_bitwise("determinism", first, second, case=case, label=target.label,
+                                   what=f"two launches of the same {len(order)} rows")
+    if found or "batch_invariance" in target.exempt:
+        return found
+    return judge_bitwise("batch_invariance", out, first, case=case, label=target.label, rows=order,
+                         what=f"the rows tiled into a batch of {len(order)}")
+
+
 def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
                  policy: str, oracle: str) -> Verdict | None:
     label = target.label
@@ -95,6 +123,13 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
                           what="second call on the same input")
     if found:
         return found
+    if "batch_invariance" in target.exempt:
+        return None
+
+    if target.stress_rows:
+        found = _stress(target, case, out)
+        if found:
+            return found
 
     # Row alone, and the batch reversed plus one repeated row (another size, other positions).
     r = case.rows // 2
@@ -150,6 +185,7 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
     ref = reference(case, oracle=oracle)
     tol = tolerance(case, ref, model=target.error_model, policy=policy)
     failures, worst = judge_output(case, out, ref, tol, label=target.label)
+    failures = [v for v in failures if v.property not in target.exempt]
     if not failures and metamorphic:
         found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle)
         if found:

@@ -153,6 +153,7 @@ class Fixture:
     id: str
     op: str
     impl: str
+    backend: str
     family: str
     property: str
     message: str
@@ -174,7 +175,8 @@ def load_fixture(path: Path) -> Fixture:
                          f"expected {FORMAT!r})")
     op, family = doc["op"], doc["family"]
     worst = _decode_case(doc["worst"], op=op, family=family) if "worst" in doc else None
-    return Fixture(path, doc["id"], op, doc["impl"], family, doc["property"], doc["message"],
+    return Fixture(path, doc["id"], op, doc["impl"], doc["backend"], family, doc["property"],
+                   doc["message"],
                    _decode_case(doc["minimal"], op=op, family=family), worst)
 
 

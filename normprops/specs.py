@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -91,6 +91,9 @@ class ErrorModel:
     tree_depth: int | None = None
     rho: float = 6.0
     c_x: float = 3.5
+    # Flush-to-zero arithmetic: subnormal operands and results may become 0. Seen on the H200 for
+    # kernels.cu built through CuPy even with --ftz=false; assumed for code we did not write.
+    ftz: bool = False
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -108,7 +111,7 @@ class ErrorModel:
 
 #: A kernel we did not write (a user's function, PyTorch's): NUMERICS.md's T = 32 and the looser
 #: softmax constants, so any correct algorithm (online softmax, fast-math exp) passes.
-FOREIGN_ERROR_MODEL = ErrorModel(threads=32, rho=6.0, c_x=3.5)
+FOREIGN_ERROR_MODEL = ErrorModel(threads=32, rho=6.0, c_x=3.5, ftz=True)
 
 #: The seed's block reduction: 256 threads stride over the row, five shuffle steps collapse each
 #: warp, and every thread folds the eight warp totals sequentially (seven more additions).
@@ -117,10 +120,15 @@ SEED_BLOCK = ErrorModel(threads=256, tree_depth=5 + 7, rho=2.0, c_x=1.0)
 
 @dataclass(frozen=True)
 class KnownBug:
-    """The bug a kept-bad kernel demonstrates, and the family that must catch it."""
+    """The bug a kept-bad kernel demonstrates, the family that must catch it, and (when one property
+    shows it) that property."""
 
     family: str
     summary: str
+    property: str | None = None
+    # "hunt": the hunt catches it within 300 examples; "racecheck": a race the hunt may never see
+    # on a given GPU, caught by compute-sanitizer --tool racecheck (tests/test_gpu.py).
+    detector: str = "hunt"
 
 
 @dataclass(frozen=True)
@@ -135,6 +143,9 @@ class KernelSpec:
     summary: str
     bug: KnownBug | None = None
     range_safe: bool = field(default=False)
+    # Properties the kernel does not promise on its claimed families (a known bug in them is
+    # hunted separately, as ``bug``): e.g. PyTorch's CUDA softmax is not batch-invariant.
+    exempt: frozenset[str] = frozenset()
 
     @property
     def label(self) -> str:
@@ -149,8 +160,6 @@ class KernelSpec:
         return getattr(importlib.import_module(module_name), attr)
 
 
-_NP = "normprops.backends.numpy_kernels"
-
 # Families each op's correct kernels claim; a kernel drops the ones its algorithm cannot honour.
 _SOFTMAX_ALL = frozenset(
     {"ordinary", "overflow_logits", "wide_span", "large_mean", "huge", "tiny", "constant", "ragged",
@@ -161,36 +170,93 @@ _NORM_ALL = frozenset(
      "nonfinite"}
 )
 
-KERNELS: tuple[KernelSpec, ...] = (
+#: Where each backend's callables live; a kernel's entry is ``<module>:<name>``.
+BACKEND_MODULES = {
+    "numpy": "normprops.backends.numpy_kernels",
+    "cuda": "normprops.backends.cuda_kernels",
+    "torch-cuda": "normprops.backends.torch_kernels",
+    "torch-cpu": "normprops.backends.torch_kernels",
+}
+
+# The seed's kernels, identical on the numpy emulation and on the GPU (kernels.cu).
+_SEED_KERNELS: tuple[KernelSpec, ...] = (
     KernelSpec(
-        "softmaxRowNaive", "softmax", "numpy", f"{_NP}:softmaxRowNaive", 3, SEED_BLOCK,
+        "softmaxRowNaive", "softmax", "", "", 3, SEED_BLOCK,
         frozenset({"ordinary", "tiny", "ragged", "masked"}),
         "sum of expf(x) then expf(x)/sum; no max shift",
         bug=KnownBug("overflow_logits", "expf(x) overflows above 88.7: inf/inf gives NaN"),
     ),
     KernelSpec(
-        "softmaxRowSafe", "softmax", "numpy", f"{_NP}:softmaxRowSafe", 4, SEED_BLOCK,
+        "softmaxRowSafe", "softmax", "", "", 4, SEED_BLOCK,
         _SOFTMAX_ALL, "max pass, sum of expf(x - max), write expf(x - max)/sum", range_safe=True,
     ),
     KernelSpec(
-        "layerNormRowTwoPass", "layernorm", "numpy", f"{_NP}:layerNormRowTwoPass", 4, SEED_BLOCK,
+        "layerNormRowTwoPass", "layernorm", "", "", 4, SEED_BLOCK,
         _NORM_ALL - {"huge"}, "mean pass, centred sum of squares pass, write",
     ),
     KernelSpec(
-        "layerNormRowWelford", "layernorm", "numpy", f"{_NP}:layerNormRowWelford", 3, SEED_BLOCK,
+        "layerNormRowWelford", "layernorm", "", "", 3, SEED_BLOCK,
         _NORM_ALL - {"huge"}, "per-thread Welford, shuffle and block merges (Chan et al.), write",
     ),
     KernelSpec(
-        "layerNormRowOnePass", "layernorm", "numpy", f"{_NP}:layerNormRowOnePass", 3, SEED_BLOCK,
-        # Its error grows like kappa^2 u: even ordinary rows with mean/std ~ 10 can show it.
-        frozenset({"ragged", "tiny", "nonfinite"}),
+        "layerNormRowOnePass", "layernorm", "", "", 3, SEED_BLOCK,
+        # Its error grows like kappa^2 u: ordinary rows with mean/std ~ 10 show it, and a single
+        # column with eps 1e-12 gets a negative variance (NaN). Only underflowing rows are safe.
+        frozenset({"tiny"}),
         "sum and sum of squares in one pass, var = E[x^2] - E[x]^2",
         bug=KnownBug("large_mean", "E[x^2] - E[x]^2 cancels when |mean| >> std"),
     ),
     KernelSpec(
-        "rmsNormRow", "rmsnorm", "numpy", f"{_NP}:rmsNormRow", 3, SEED_BLOCK,
+        "rmsNormRow", "rmsnorm", "", "", 3, SEED_BLOCK,
         _NORM_ALL - {"huge"}, "sum of squares pass, write x * rsqrtf(ms + eps) * gamma",
     ),
+)
+
+#: Kept-bad kernels that only exist on the GPU (a race has no numpy emulation).
+_CUDA_ONLY: tuple[KernelSpec, ...] = (
+    KernelSpec(
+        "softmaxRowNoBarrier", "softmax", "cuda", f"{BACKEND_MODULES['cuda']}:softmaxRowNoBarrier",
+        4, replace(SEED_BLOCK, ftz=True), frozenset(),
+        "softmaxRowSafe without the barrier between the max and the sum reductions",
+        bug=KnownBug("ordinary", "shared-memory race: the sum reduction overwrites maxima still "
+                                 "being read", property="determinism", detector="racecheck"),
+    ),
+)
+
+
+def _on(backend: str, spec: KernelSpec) -> KernelSpec:
+    return replace(spec, backend=backend, entry=f"{BACKEND_MODULES[backend]}:{spec.name}",
+                   error_model=replace(spec.error_model, ftz=backend == "cuda"))
+
+
+# PyTorch's kernels, hunted as foreign code (NUMERICS.md's T = 32 error model). F.rms_norm is known
+# not to be range-safe (a float32 row of 3e19 gives 0); nothing here claims 'huge' for the norms.
+_TORCH = (
+    ("torch.softmax", "softmax", "softmax", _SOFTMAX_ALL),
+    ("F.layer_norm", "layernorm", "layer_norm", _NORM_ALL - {"huge"}),
+    ("F.rms_norm", "rmsnorm", "rms_norm", _NORM_ALL - {"huge"}),
+)
+_TORCH_KERNELS: tuple[KernelSpec, ...] = tuple(
+    KernelSpec(name, op, f"torch-{device}", f"{BACKEND_MODULES['torch-' + device]}:{attr}_{device}",
+               2, FOREIGN_ERROR_MODEL, claims, f"PyTorch's {name} on the {device.upper()}")
+    for device in ("cuda", "cpu")
+    for name, op, attr, claims in _TORCH
+)
+# Found by the hunt on the H200 (docs/results.md): torch.softmax on CUDA picks its reduction by
+# shape, so a row's result changes with the number of rows beside it (2 rows vs 3, at 16383 cols).
+_TORCH_KERNELS = tuple(
+    replace(k, exempt=frozenset({"batch_invariance"}),
+            bug=KnownBug("ragged", "batch-variant: a row's bits depend on the batch size",
+                         property="batch_invariance"))
+    if (k.name, k.backend) == ("torch.softmax", "torch-cuda") else k
+    for k in _TORCH_KERNELS
+)
+
+KERNELS: tuple[KernelSpec, ...] = (
+    *(_on("numpy", k) for k in _SEED_KERNELS),
+    *(_on("cuda", k) for k in _SEED_KERNELS),
+    *_CUDA_ONLY,
+    *_TORCH_KERNELS,
 )
 
 
@@ -206,4 +272,12 @@ def backend_status(backend: str) -> tuple[bool, str]:
     """Whether ``backend`` can run here, and why not when it cannot."""
     if backend == "numpy":
         return True, f"numpy {np.__version__}"
-    return False, f"unknown backend {backend!r}"
+    if backend == "cuda":
+        from normprops._cuda import cuda_status
+
+        return cuda_status()
+    if backend in ("torch-cuda", "torch-cpu"):
+        from normprops.backends.torch_kernels import torch_status
+
+        return torch_status(device=backend.removeprefix("torch-"))
+    return False, f"unknown backend {backend!r}; known: {', '.join(BACKEND_MODULES)}"

@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from normprops.hunt import HuntResult, hunt
-from normprops.launch import target_from_spec
-from normprops.specs import KERNELS, KernelSpec
+from normprops.plugin import HUNT_PROPERTY
+from normprops.launch import GPU_BACKENDS, target_from_spec
+from normprops.specs import KERNELS, KernelSpec, backend_status
 from normprops.strategies import families_for
 
 pytestmark = pytest.mark.numerics
@@ -18,7 +19,7 @@ CAUGHT_WITHIN = 300
 
 
 def _marks(spec: KernelSpec) -> list[pytest.MarkDecorator]:
-    return [pytest.mark.gpu] if spec.backend == "cuda" else []
+    return [pytest.mark.gpu] if spec.backend in GPU_BACKENDS else []
 
 
 CLAIMS = [
@@ -30,7 +31,7 @@ CLAIMS = [
 BUGS = [
     pytest.param(spec, id=f"{spec.backend}-{spec.name}-{spec.bug.family}", marks=_marks(spec))
     for spec in KERNELS
-    if spec.bug is not None
+    if spec.bug is not None and spec.bug.detector == "hunt"
 ]
 
 
@@ -45,21 +46,38 @@ def _report(result: HuntResult) -> str:
 def _skip_unselected(spec: KernelSpec, normprops_options) -> None:
     if normprops_options.backends is not None and spec.backend not in normprops_options.backends:
         pytest.skip(f"backend {spec.backend} not selected by --normprops-backend")
+    usable, why = backend_status(spec.backend)
+    if not usable:
+        pytest.skip(f"backend {spec.backend} unusable here: {why}")
+
+
+def _record(request: pytest.FixtureRequest, spec: KernelSpec, result: HuntResult, cell: str) -> None:
+    request.node.user_properties.append((HUNT_PROPERTY, {
+        "backend": spec.backend, "op": spec.op, "kernel": spec.name, "family": result.family,
+        "cell": cell}))
 
 
 @pytest.mark.parametrize("spec, family", CLAIMS)
-def test_claimed_family_is_clean(spec: KernelSpec, family: str, hunt_config, normprops_options) -> None:
+def test_claimed_family_is_clean(spec: KernelSpec, family: str, hunt_config, normprops_options,
+                                 request: pytest.FixtureRequest) -> None:
     _skip_unselected(spec, normprops_options)
     result = hunt(target_from_spec(spec), family=family, config=hunt_config)
+    _record(request, spec, result, "pass" if result.passed else "FAIL")
     assert result.passed, _report(result)
 
 
 @pytest.mark.parametrize("spec", BUGS)
-def test_known_bug_is_caught(spec: KernelSpec, hunt_config, normprops_options) -> None:
+def test_known_bug_is_caught(spec: KernelSpec, hunt_config, normprops_options,
+                             request: pytest.FixtureRequest) -> None:
     _skip_unselected(spec, normprops_options)
     config = replace(hunt_config, max_examples=CAUGHT_WITHIN)
-    result = hunt(target_from_spec(spec), family=spec.bug.family, config=config)
+    # The bug is hunted with every property judged, including any the kernel is exempt from.
+    target = replace(target_from_spec(spec), exempt=frozenset())
+    result = hunt(target, family=spec.bug.family, config=config)
+    _record(request, spec, result, "MISSED" if result.passed else "caught")
     assert not result.passed, f"{spec.label}: {spec.bug.summary} not caught in {result.examples} examples"
     assert result.minimal is not None and result.minimal.family == spec.bug.family
+    if spec.bug.property is not None:
+        assert result.failure.property == spec.bug.property, result.failure.message()
     # A readable counterexample: shrinking must have taken it down to a few columns or rows.
     assert result.minimal.x.size <= result.worst.x.size

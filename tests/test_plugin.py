@@ -57,3 +57,12 @@ def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--normprops-policy", "loose")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*invalid choice: 'loose'*"])
+
+
+@pytest.mark.parametrize("worker, count, device", [
+    ("gw0", 2, 0), ("gw1", 2, 1), ("gw2", 2, 0), ("gw5", 4, 1), ("gw0", 0, None), ("master", 2, None),
+])
+def test_xdist_workers_are_pinned_one_per_gpu(worker: str, count: int, device) -> None:
+    from normprops.plugin import worker_device
+
+    assert worker_device(worker, count) == device

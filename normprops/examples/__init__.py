@@ -1,0 +1,1 @@
+"""User-style example kernels (correct and planted-bug) for ``normprops hunt --impl``."""

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
+#   bash scripts/gpu_session.sh STEP...     steps: env tests numerics census sanitize torch hunt deep-numpy deep-cuda pack
+set -uo pipefail
+OUT=${OUT:-out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+step() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
+for s in "$@"; do
+  case $s in
+    env) step env
+      { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
+        nvcc --version | tail -1;
+        python3 -c 'import sys,numpy,cupy,hypothesis,mpmath,torch; print("python",sys.version.split()[0],"numpy",numpy.__version__,"cupy",cupy.__version__,"hypothesis",hypothesis.__version__,"mpmath",mpmath.__version__,"torch",torch.__version__)';
+        normprops kernels; } 2>&1 | tee "$OUT/env.txt" ;;
+    tests) step tests
+      timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+    numerics) step numerics
+      timeout 900 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile ci \
+        --normprops-backend cuda --normprops-backend torch-cuda --normprops-backend torch-cpu \
+        --normprops-fixtures-dir "$OUT/fixtures" 2>&1 | tee "$OUT/numerics_gpu.log" | tail -60 ;;
+    census) step census
+      normprops census --backend cuda 2>&1 | tee "$OUT/census.txt" ;;
+    sanitize) step sanitize
+      timeout 900 python3 scripts/sanitize.py 2>"$OUT/sanitize.err" | tee "$OUT/sanitize.txt" ;;
+    torch) step torch
+      for b in torch-cuda torch-cpu; do
+        timeout 900 normprops hunt --backend $b --seed 0 --max-examples 100 --fixtures-dir "$OUT/fixtures" \
+          --json "$OUT/hunt_$b.json" 2>/dev/null | tee "$OUT/hunt_$b.txt" | sed -n '/^softmax\|^layernorm\|^rmsnorm/,/^$/p'
+      done ;;
+    hunt) step hunt
+      timeout 900 normprops hunt --seed 0 --max-examples 100 --fixtures-dir "$OUT/fixtures" \
+        --json "$OUT/hunt_cuda.json" 2>/dev/null | tee "$OUT/hunt_cuda.txt" | tail -40 ;;
+    deep-numpy) step deep-numpy
+      timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile deep \
+        --normprops-backend numpy 2>&1 | tee "$OUT/deep_numpy.log" | tail -40 ;;
+    deep-cuda) step deep-cuda
+      timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile deep \
+        --normprops-backend cuda 2>&1 | tee "$OUT/deep_cuda.log" | tail -40 ;;
+    pack) step pack
+      tar -C "$OUT" -czf "$OUT/fixtures.tgz" fixtures 2>/dev/null && rm -rf "$OUT/fixtures"; ls -la "$OUT" ;;
+    *) echo "unknown step $s"; exit 2 ;;
+  esac
+done

@@ -1,0 +1,70 @@
+"""Run kernels.cu's kernels under compute-sanitizer: racecheck on every kernel, memcheck on ragged
+shapes. Expect racecheck to flag softmaxRowNoBarrier and nothing else, memcheck to flag nothing.
+
+    python scripts/sanitize.py            # drives compute-sanitizer, prints a table
+    python scripts/sanitize.py --launch NAME   # (what compute-sanitizer runs) launch one kernel
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from normprops.specs import KERNELS
+
+RAGGED = (1, 3, 33, 255, 257, 1025, 4097)
+
+
+def launch(name: str) -> None:
+    spec = next(k for k in KERNELS if k.backend == "cuda" and k.name == name)
+    fn = spec.load()
+    rng = np.random.default_rng(0)
+    for cols in RAGGED:
+        x = rng.standard_normal((3, cols)).astype(np.float32)
+        g = rng.standard_normal(cols).astype(np.float32)
+        args = {"softmax": (x,), "layernorm": (x, g, g, 1e-5), "rmsnorm": (x, g, 1e-5)}[spec.op]
+        fn(*args)
+
+
+def drive() -> int:
+    tool_path = shutil.which("compute-sanitizer")
+    if tool_path is None:
+        print("compute-sanitizer not found on PATH")
+        return 2
+    names = [k.name for k in KERNELS if k.backend == "cuda"]
+    print(f"| kernel | racecheck hazards | memcheck errors |")
+    print("|---|---|---|")
+    flagged = {}
+    for name in names:
+        counts = {}
+        for tool in ("racecheck", "memcheck"):
+            proc = subprocess.run([tool_path, "--tool", tool, sys.executable, __file__, "--launch", name],
+                                  capture_output=True, text=True, timeout=600)
+            text = proc.stdout + proc.stderr
+            found = re.search(r"(\d+) hazards? displayed|ERROR SUMMARY: (\d+) errors?", text)
+            counts[tool] = int(next(g for g in found.groups() if g is not None)) if found else -1
+            if counts[tool] != 0:
+                flagged.setdefault(name, []).append(tool)
+                print(text[-2000:], file=sys.stderr)
+        print(f"| {name} | {counts['racecheck']} | {counts['memcheck']} |")
+    print(f"\nflagged: {flagged or 'nothing'}")
+    return 0 if list(flagged) == ["softmaxRowNoBarrier"] and flagged["softmaxRowNoBarrier"] == ["racecheck"] else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--launch", metavar="NAME")
+    args = parser.parse_args()
+    if args.launch:
+        launch(args.launch)
+        return 0
+    return drive()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,49 @@
+"""Through the CLI, exactly as a user would: every planted bug is caught by `normprops hunt --impl`
+in the family that shows it, and the correct float64 and float32 implementations are never flagged."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from normprops.cli import main
+from normprops.examples.correct import CORRECT
+from normprops.examples.planted import PLANTED
+
+pytestmark = pytest.mark.numerics
+
+
+def _hunt(tmp_path: Path, *argv: str) -> tuple[int, dict, str]:
+    report = tmp_path / "report.json"
+    out = io.StringIO()
+    code = main(["hunt", *argv, "--seed", "0", "--no-fixtures", "--json", str(report)],
+                out=out, err=io.StringIO())
+    return code, json.loads(report.read_text()), out.getvalue()
+
+
+def test_at_least_twelve_planted_bugs() -> None:
+    assert len(PLANTED) >= 12
+    assert len({p.func for p in PLANTED}) == len(PLANTED)
+
+
+@pytest.mark.parametrize("planted", PLANTED, ids=lambda p: p.func)
+def test_planted_bug_is_caught(planted, tmp_path: Path) -> None:
+    code, report, out = _hunt(tmp_path, "--op", planted.op, "--impl",
+                              f"normprops.examples.planted:{planted.func}",
+                              "--families", planted.family, "--max-examples", "300")
+    assert code == 1, f"{planted.func} ({planted.bug}) not caught:\n{out}"
+    (failure,) = report["failures"]
+    assert failure["family"] == planted.family
+    if planted.property is not None:
+        assert failure["property"] == planted.property, failure["message"]
+
+
+@pytest.mark.parametrize("impl", CORRECT, ids=lambda i: i.func)
+def test_correct_implementation_is_never_flagged(impl, tmp_path: Path) -> None:
+    code, report, out = _hunt(tmp_path, "--op", impl.op, "--impl",
+                              f"normprops.examples.correct:{impl.func}", "--max-examples", "60")
+    assert code == 0, out
+    assert report["failures"] == []
