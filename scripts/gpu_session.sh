@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
-#   bash scripts/gpu_session.sh STEP...     steps: env tests numerics census sanitize torch hunt deep-numpy deep-cuda pack
+#   bash scripts/gpu_session.sh STEP...
+# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda pack
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -19,6 +20,10 @@ for s in "$@"; do
       timeout 900 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile ci \
         --normprops-backend cuda --normprops-backend torch-cuda --normprops-backend torch-cpu \
         --normprops-fixtures-dir "$OUT/fixtures" 2>&1 | tee "$OUT/numerics_gpu.log" | tail -60 ;;
+    crosscheck) step crosscheck
+      python3 -c 'from normprops.crosscheck import max_ulp_difference as m; from normprops.specs import KERNELS
+for k in KERNELS:
+    if k.backend == "cuda" and k.name != "softmaxRowNoBarrier": print(f"{k.name:22s} max ULP vs numpy emulation: {m(k.name)}")' 2>&1 | tee "$OUT/crosscheck.txt" ;;
     census) step census
       normprops census --backend cuda 2>&1 | tee "$OUT/census.txt" ;;
     sanitize) step sanitize
