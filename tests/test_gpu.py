@@ -65,7 +65,8 @@ def test_gpu_agrees_with_numpy_emulation(spec) -> None:
     from normprops.crosscheck import max_ulp_difference
 
     ulps = max_ulp_difference(spec.name)
-    assert ulps <= 64, f"{spec.name}: GPU and numpy emulation differ by {ulps} ULP"
+    # Measured on the H200: softmax 4-5 ULP (expf), the norms 2 (rsqrtf). docs/results.md
+    assert ulps <= 8, f"{spec.name}: GPU and numpy emulation differ by {ulps} ULP"
 
 
 def test_rows_beyond_grid_limits_of_old_indexing(ck) -> None:
