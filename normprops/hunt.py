@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings
@@ -105,7 +105,6 @@ class _Seen:
     max_ratio: float = 0.0
     last: tuple[Case, Verdict] | None = None
     worst: tuple[Case, Verdict] | None = None
-    failures: int = field(default=0)
     current: Case | None = None
     fatal: str | None = None
 
@@ -130,7 +129,6 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
             hypothesis_target(min(evaluation.worst_ratio, 1e300), label="err/tol")
         if evaluation.failures:
             verdict = evaluation.failures[0]
-            seen.failures += 1
             seen.last = (case, verdict)
             if seen.worst is None or verdict.ratio >= seen.worst[1].ratio:
                 seen.worst = (case, verdict)

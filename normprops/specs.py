@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import numpy as np
@@ -142,7 +142,6 @@ class KernelSpec:
     claims: frozenset[str]
     summary: str
     bug: KnownBug | None = None
-    range_safe: bool = field(default=False)
     # Properties the kernel does not promise on its claimed families (a known bug in them is
     # hunted separately, as ``bug``): e.g. PyTorch's CUDA softmax is not batch-invariant.
     exempt: frozenset[str] = frozenset()
@@ -188,7 +187,7 @@ _SEED_KERNELS: tuple[KernelSpec, ...] = (
     ),
     KernelSpec(
         "softmaxRowSafe", "softmax", "", "", 4, SEED_BLOCK,
-        _SOFTMAX_ALL, "max pass, sum of expf(x - max), write expf(x - max)/sum", range_safe=True,
+        _SOFTMAX_ALL, "max pass, sum of expf(x - max), write expf(x - max)/sum",
     ),
     KernelSpec(
         "layerNormRowTwoPass", "layernorm", "", "", 4, SEED_BLOCK,

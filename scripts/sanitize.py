@@ -37,7 +37,7 @@ def drive() -> int:
         print("compute-sanitizer not found on PATH")
         return 2
     names = [k.name for k in KERNELS if k.backend == "cuda"]
-    print(f"| kernel | racecheck hazards | memcheck errors |")
+    print("| kernel | racecheck hazards | memcheck errors |")
     print("|---|---|---|")
     flagged = {}
     for name in names:

@@ -12,8 +12,7 @@ import pytest
 
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import GPU_BACKENDS, target_from_spec
-from normprops.regressions import (decode_array, encode_array, iter_fixtures, load_fixture, replay,
-                                   save_fixture)
+from normprops.regressions import decode_array, encode_array, iter_fixtures, load_fixture, replay
 from normprops.specs import KERNELS, backend_status
 
 COMMITTED = Path(__file__).parent / "regressions"

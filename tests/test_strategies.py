@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
 
 from normprops.strategies import EDGE_COLS, FAMILIES, Case, cases, families_for, make_case
 
