@@ -92,6 +92,16 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
 
+    b = sub.add_parser("bench", help="the bandwidth table on the GPU, the seed's predictions and "
+                                     "the RMS-versus-two-pass gates (exit 1 when a gate fails)")
+    b.add_argument("--cases", default="seed,l2", metavar="SETS",
+                   help="seed (the two 64 MiB cases), l2 (16x the L2, 1024/4096/16384 columns)")
+    b.add_argument("--rounds", type=_positive_int, default=7, help="interleaved rounds (median)")
+    b.add_argument("--reps", type=_positive_int, default=10, help="launches per timed round")
+    b.add_argument("--json", type=Path, metavar="PATH")
+    b.add_argument("--csv", type=Path, metavar="PATH")
+    b.add_argument("--png", type=Path, metavar="PATH", help="bar chart of %% of memcpy (needs [plot])")
+
     c = sub.add_parser("census", help="the seed's worked numbers: part 0, part 1, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
                    help="default: the GPU when usable, else the numpy emulation")
@@ -369,6 +379,35 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 1 if failed else 0
 
 
+def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from normprops import bench
+
+    ok, why = backend_status("cuda")
+    if not ok:
+        raise UsageError(f"bench needs a usable CUDA GPU: {why}")
+    sets = tuple(s.strip() for s in args.cases.split(","))
+    if not sets or not set(sets) <= {"seed", "l2"}:
+        raise UsageError(f"--cases: expected a comma-separated subset of seed,l2 but got {args.cases!r}")
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+    cases = bench.bench_cases(l2_bytes=int(props["l2CacheSize"]), sets=sets)
+    print(f"normprops bench on {why}; L2 {props['l2CacheSize'] / 2**20:.0f} MiB; "
+          f"{args.rounds} interleaved rounds of {args.reps} launches, CUDA events", file=out)
+    rows = bench.measure(cases, rounds=args.rounds, reps=args.reps, progress=err)
+    print(bench.format_table(rows), file=out)
+    print("\npredictions (seed cases):", file=out)
+    for p in bench.predictions(rows):
+        print(f"  {'held' if p.held else 'refuted'}: {p.text} ({p.numbers})", file=out)
+    results = bench.gates(rows)
+    print("\ngates:", file=out)
+    for g in results:
+        print(f"  {g.text()}", file=out)
+    bench.write_outputs(rows, json_path=args.json, csv_path=args.csv, png_path=args.png,
+                        meta={"device": why, "rounds": args.rounds, "reps": args.reps})
+    return 0 if all(g.passed for g in results) else 1
+
+
 def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     backends = list(dict.fromkeys([*BACKEND_PREFERENCE, *(k.backend for k in KERNELS)]))
     for backend in backends:
@@ -399,6 +438,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
         if args.command == "replay":
             return _replay(args, out, err)
+        if args.command == "bench":
+            return _bench(args, out, err)
         if args.command == "census":
             from normprops.census import census
 

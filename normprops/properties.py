@@ -20,7 +20,7 @@ from normprops.strategies import Case
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
 
 _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
-STRESS_ELEMENTS = 1 << 22
+STRESS_ELEMENTS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def _comparable_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
 def _stress(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
     """The case's rows tiled into a batch of ``target.stress_rows``, launched twice: every copy of
     row r must equal ``out[r]`` bitwise (races, leaks between blocks, position dependence)."""
-    # At most ~4M elements per stress launch: thousands of blocks, without copying gigabytes.
+    # At most ~1M elements per stress launch: hundreds to thousands of blocks, few megabytes copied.
     rows = max(case.rows, min(target.stress_rows, STRESS_ELEMENTS // case.cols))
     reps = max(1, -(-rows // case.rows))
     tiled = case.replace(x=np.ascontiguousarray(np.tile(case.x, (reps, 1))))

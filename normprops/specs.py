@@ -145,6 +145,7 @@ class KernelSpec:
     # Properties the kernel does not promise on its claimed families (a known bug in them is
     # hunted separately, as ``bug``): e.g. PyTorch's CUDA softmax is not batch-invariant.
     exempt: frozenset[str] = frozenset()
+    bench: bool = True  # a row of the bandwidth table (normprops bench) on the GPU
 
     @property
     def label(self) -> str:
@@ -203,7 +204,7 @@ _SEED_KERNELS: tuple[KernelSpec, ...] = (
         # column with eps 1e-12 gets a negative variance (NaN). Only underflowing rows are safe.
         frozenset({"tiny"}),
         "sum and sum of squares in one pass, var = E[x^2] - E[x]^2",
-        bug=KnownBug("large_mean", "E[x^2] - E[x]^2 cancels when |mean| >> std"),
+        bug=KnownBug("large_mean", "E[x^2] - E[x]^2 cancels when |mean| >> std"), bench=False,
     ),
     KernelSpec(
         "rmsNormRow", "rmsnorm", "", "", 3, SEED_BLOCK,
@@ -216,7 +217,7 @@ _CUDA_ONLY: tuple[KernelSpec, ...] = (
     KernelSpec(
         "softmaxRowNoBarrier", "softmax", "cuda", f"{BACKEND_MODULES['cuda']}:softmaxRowNoBarrier",
         4, replace(SEED_BLOCK, ftz=True), frozenset(),
-        "softmaxRowSafe without the barrier between the max and the sum reductions",
+        "softmaxRowSafe without the barrier between the max and the sum reductions", bench=False,
         bug=KnownBug("ordinary", "shared-memory race: the sum reduction overwrites maxima still "
                                  "being read", property="determinism", detector="racecheck"),
     ),

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
 #   bash scripts/gpu_session.sh STEP...
-# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda pack
+# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench perf flakes pack
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -42,6 +42,16 @@ for k in KERNELS:
     deep-cuda) step deep-cuda
       timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile deep \
         --normprops-backend cuda 2>&1 | tee "$OUT/deep_cuda.log" | tail -40 ;;
+    bench) step bench
+      timeout 900 normprops bench --json "$OUT/bench.json" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
+        2>&1 | tee "$OUT/bench.txt" | tail -60 ;;
+    perf) step perf
+      timeout 900 python3 -m pytest -q -p no:cacheprovider -m perf -rs --benchmark-json "$OUT/perf.json" \
+        2>&1 | tee "$OUT/perf.log" | tail -15 ;;
+    flakes) step "flakes (20 runs of pytest -m perf)"
+      fails=0; for i in $(seq 20); do
+        timeout 300 python3 -m pytest -q -p no:cacheprovider -m perf >"$OUT/perf_run_$i.log" 2>&1 || fails=$((fails + 1))
+      done; echo "false failures: $fails of 20" | tee "$OUT/flakes.txt" ;;
     pack) step pack
       tar -C "$OUT" -czf "$OUT/fixtures.tgz" fixtures 2>/dev/null && rm -rf "$OUT/fixtures"; ls -la "$OUT" ;;
     *) echo "unknown step $s"; exit 2 ;;
