@@ -64,7 +64,9 @@ def _parser() -> argparse.ArgumentParser:
                            "(softmax (const float* in, float* out, size_t cols); layernorm adds "
                            "const float* gamma, const float* beta before cols and float eps after; "
                            "rmsnorm adds gamma and eps), launched one block per row")
-    h.add_argument("--kernel", metavar="NAME", help="the kernel's name in --cuda-source")
+    h.add_argument("--kernel", metavar="NAME",
+                   help="with --cuda-source: the kernel's name in the file; without: hunt only "
+                        "the registered kernel(s) of this name")
     h.add_argument("--families", metavar="A,B,...", help="comma-separated families (default: all)")
     h.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
                    help="examples per family (default 100)")
@@ -301,7 +303,12 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("--threads applies to --impl only")
     backend = _best_backend(args.backend)
     config = _config(args)
-    specs = [k for k in KERNELS if k.backend == backend and (args.op is None or k.op == args.op)]
+    specs = [k for k in KERNELS if k.backend == backend and (args.op is None or k.op == args.op)
+             and (args.kernel is None or k.name == args.kernel)]
+    if not specs:
+        names = sorted({k.name for k in KERNELS if k.backend == backend})
+        raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
+                         f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
     plan = [(spec, family) for spec in specs for family in _registry_families(args.families, spec.op)]
     print(f"normprops hunt: {len(specs)} {backend} kernels, {len(plan)} hunts of "
           f"{config.max_examples} examples, policy {config.policy}", file=out)

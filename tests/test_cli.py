@@ -106,6 +106,7 @@ def test_broken_impls_are_findings_not_crashes(user_module: str, func: str, reas
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "eps_scale"],
      "eps_scale not a family of softmax"),
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
+    (["hunt", "--kernel", "noSuchKernel"], "--kernel noSuchKernel: no numpy kernel of that name"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str], message: str) -> None:
     code, out, err = run(*argv)
@@ -146,3 +147,9 @@ def test_registry_hunt_prints_the_matrix(tmp_path: Path) -> None:
 def test_python_dash_m_runs_the_cli() -> None:
     proc = subprocess.run([sys.executable, "-m", "normprops", "kernels"], capture_output=True, text=True)
     assert proc.returncode == 0 and "rmsNormRow" in proc.stdout
+
+
+def test_registry_hunt_of_one_kernel() -> None:
+    code, out, _ = run("hunt", "--kernel", "layerNormRowOnePass", "--families", "large_mean",
+                       "--max-examples", "100", "--seed", "0", "--no-fixtures")
+    assert code == 0 and "caught" in out and "layerNormRowTwoPass" not in out

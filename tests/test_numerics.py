@@ -40,7 +40,10 @@ def _report(result: HuntResult) -> str:
 
     if result.failure is None or result.minimal is None:
         return f"{result.label} {result.family}: no failure"
-    return f"{result.failure.message()}\n{describe_case(result.minimal, result.failure.row, result.failure.col)}"
+    name = result.label.split("[", 1)[1].rstrip("]")
+    return (f"{result.failure.message()}\n"
+            f"{describe_case(result.minimal, result.failure.row, result.failure.col)}\n"
+            f"reproduce: normprops hunt --kernel {name} --families {result.family} --max-examples 300")
 
 
 def _skip_unselected(spec: KernelSpec, normprops_options) -> None:
