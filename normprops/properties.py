@@ -113,25 +113,10 @@ def _stress(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
                          what=f"the rows tiled into a batch of {len(order)}")
 
 
-def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
-                 policy: str, oracle: str) -> Verdict | None:
+def _batch_invariance(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
+    """The middle row alone, and the batch reversed plus one repeated row (another size, other
+    positions): each row's output must be bitwise the one it had in ``case``."""
     label = target.label
-    again = _call(target, case)
-    if isinstance(again, Verdict):
-        return again
-    found = judge_bitwise("determinism", out, again, case=case, label=label,
-                          what="second call on the same input")
-    if found:
-        return found
-    if "batch_invariance" in target.exempt:
-        return None
-
-    if target.stress_rows:
-        found = _stress(target, case, out)
-        if found:
-            return found
-
-    # Row alone, and the batch reversed plus one repeated row (another size, other positions).
     r = case.rows // 2
     alone = _call(target, case.replace(x=np.ascontiguousarray(case.x[r : r + 1])))
     if isinstance(alone, Verdict):
@@ -144,10 +129,28 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
     shuffled = _call(target, case.replace(x=np.ascontiguousarray(case.x[order])))
     if isinstance(shuffled, Verdict):
         return shuffled
-    found = judge_bitwise("batch_invariance", out, shuffled, case=case, label=label, rows=order,
-                          what=f"rows reversed in a batch of {len(order)}")
+    return judge_bitwise("batch_invariance", out, shuffled, case=case, label=label, rows=order,
+                         what=f"rows reversed in a batch of {len(order)}")
+
+
+def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
+                 policy: str, oracle: str) -> Verdict | None:
+    label = target.label
+    again = _call(target, case)
+    if isinstance(again, Verdict):
+        return again
+    found = judge_bitwise("determinism", out, again, case=case, label=label,
+                          what="second call on the same input")
     if found:
         return found
+    if target.stress_rows:
+        found = _stress(target, case, out)
+        if found:
+            return found
+    if "batch_invariance" not in target.exempt:
+        found = _batch_invariance(target, case, out)
+        if found:
+            return found
 
     transformed: list[tuple[str, Case, str]] = []
     if case.op in ("softmax", "layernorm"):

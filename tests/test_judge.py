@@ -145,3 +145,36 @@ def test_bits_equal_treats_nans_alike_and_zeros_apart() -> None:
     a = np.array([np.nan, 0.0, 1.0], F32)
     b = np.array([np.float32(np.nan) * -1, -0.0, 1.0], F32)
     assert bits_equal(a, b).tolist() == [True, False, True]
+
+
+def test_exempt_property_is_not_judged_but_others_are() -> None:
+    from dataclasses import replace as dc_replace
+
+    from normprops.launch import target_from_impl
+    from normprops.properties import evaluate
+
+    calls = {"n": 0}
+
+    def batch_dependent(x):
+        # Correct values, but the last bit depends on the batch size; deterministic per shape.
+        z = x.astype(np.float64)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        out = (e / e.sum(axis=1, keepdims=True)).astype(F32)
+        calls["n"] += 1
+        return np.nextafter(out, F32(2)) if x.shape[0] == 1 else out
+
+    import sys
+    import types
+
+    module = types.ModuleType("_np_exempt_impl")
+    module.softmax = batch_dependent
+    sys.modules["_np_exempt_impl"] = module
+    target = target_from_impl("_np_exempt_impl:softmax", op="softmax")
+    # Multiples of 1/8: an exact shift exists, so shift invariance runs too.
+    case = _case("softmax", np.random.default_rng(0).integers(-16, 16, (3, 40)) / 8)
+    assert evaluate(target, case).failures[0].property == "batch_invariance"
+    exempt = dc_replace(target, exempt=frozenset({"batch_invariance"}))
+    assert evaluate(exempt, case).passed
+    shifted_calls = calls["n"]
+    evaluate(exempt, case)
+    assert calls["n"] - shifted_calls >= 3  # determinism and shift invariance still ran
