@@ -84,6 +84,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 32) and the block size for --cuda-source (default 256)")
     h.add_argument("--backend", help="registry mode: hunt this backend's kernels (default: the "
                                      "best available)")
+    h.add_argument("--call-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="--impl: a call that does not return within SECONDS stops the hunt and is "
+                        "reported (default 60)")
 
     r = sub.add_parser("replay", help="run stored regression fixtures against a function")
     r.add_argument("--op", choices=sorted(OPS), required=True)
@@ -221,7 +224,10 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.impl:
         if args.kernel:
             raise UsageError("--kernel goes with --cuda-source, not --impl")
-        target = target_from_impl(args.impl, op=args.op, threads=args.threads)
+        if not args.call_timeout > 0:
+            raise UsageError(f"--call-timeout must be a positive number of seconds but was {args.call_timeout}")
+        target = target_from_impl(args.impl, op=args.op, threads=args.threads,
+                                  timeout_s=args.call_timeout)
         source = args.impl
     else:
         if not args.kernel:
@@ -243,7 +249,7 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not result.passed:
             _print_failure(result, out)
         if result.fatal:
-            print("  stopped: the kernel faulted and the CUDA context cannot be used again", file=out)
+            print("  stopped: the target cannot be called again in this process", file=out)
             break
     failed = [r for r in results if not r.passed]
     print(f"{len(failed)} of {len(results)} families failed." if failed

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -49,6 +51,7 @@ class Target:
     # batch this large, launched twice, so a race has thousands of blocks to show itself in.
     stress_rows: int = 0
     exempt: frozenset[str] = frozenset()  # properties not judged (see KernelSpec.exempt)
+    timeout_s: float | None = None  # a call that does not return in time stops the hunt
 
     @property
     def label(self) -> str:
@@ -59,7 +62,7 @@ class Target:
         if case.op != self.op:
             raise ValueError(f"case is for op {case.op!r} but target {self.label} computes {self.op!r}")
         args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in case.args())
-        out = self.fn(*args)
+        out = _call_with_timeout(self.fn, args, self.timeout_s)
         if not isinstance(out, np.ndarray):
             raise ContractError(f"returned {type(out).__module__}.{type(out).__qualname__}; "
                                 f"expected a numpy float32 array of shape {case.x.shape}")
@@ -77,13 +80,41 @@ GPU_BACKENDS = frozenset({"cuda", "torch-cuda", "cuda-user"})
 GPU_STRESS_ROWS = 2048
 
 
+class _CallTimeout(BaseException):
+    """Raised by SIGALRM inside a user's function; a BaseException so ``except Exception`` in the
+    user's code cannot swallow it."""
+
+
+def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
+                       seconds: float | None) -> object:
+    """``fn(*args)``, interrupted after ``seconds`` (a Python-level loop stops at once; a long C
+    call, when it returns). Only where SIGALRM is usable: the main thread of a Unix process."""
+    if seconds is None or not hasattr(signal, "setitimer") or (
+            threading.current_thread() is not threading.main_thread()):
+        return fn(*args)
+
+    def expire(signum: int, frame: object) -> None:
+        raise _CallTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        return fn(*args)
+    except _CallTimeout:
+        raise FatalTargetError(f"did not return within {seconds:g} s (--call-timeout)") from None
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def target_from_spec(spec: KernelSpec) -> Target:
     stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS else 0
     return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
                   stress_rows=stress, exempt=spec.exempt)
 
 
-def target_from_impl(impl: str, *, op: str, threads: int | None = None) -> Target:
+def target_from_impl(impl: str, *, op: str, threads: int | None = None,
+                     timeout_s: float | None = None) -> Target:
     """Resolve ``MODULE:FUNC`` (importable from the current directory or PYTHONPATH)."""
     get_op(op)
     module_name, sep, attr = impl.partition(":")
@@ -104,8 +135,8 @@ def target_from_impl(impl: str, *, op: str, threads: int | None = None) -> Targe
             raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
     if not callable(fn):
         raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
-    model = FOREIGN_ERROR_MODEL if threads is None else ErrorModel(threads=threads)
-    return Target(attr, op, "python", fn, model)
+    model = FOREIGN_ERROR_MODEL if threads is None else replace(FOREIGN_ERROR_MODEL, threads=threads)
+    return Target(attr, op, "python", fn, model, timeout_s=timeout_s)
 
 
 def target_from_cuda_source(path: str, *, op: str, kernel: str, threads: int = 256) -> Target:
@@ -129,5 +160,5 @@ def target_from_cuda_source(path: str, *, op: str, kernel: str, threads: int = 2
         except KernelFault as exc:
             raise FatalTargetError(str(exc)) from exc
 
-    return Target(kernel, op, "cuda-user", guarded, ErrorModel(threads=threads),
+    return Target(kernel, op, "cuda-user", guarded, replace(FOREIGN_ERROR_MODEL, threads=threads),
                   stress_rows=GPU_STRESS_ROWS)

@@ -32,6 +32,13 @@ USER_MODULE = textwrap.dedent('''
     def softmax_raises(x):
         raise RuntimeError("kernel launch failed")
 
+    def softmax_hangs(x):
+        while True:
+            try:
+                pass
+            except Exception:  # a kernel author's catch-all must not swallow the timeout
+                pass
+
     NOT_CALLABLE = 3
 ''')
 
@@ -153,3 +160,14 @@ def test_registry_hunt_of_one_kernel() -> None:
     code, out, _ = run("hunt", "--kernel", "layerNormRowOnePass", "--families", "large_mean",
                        "--max-examples", "100", "--seed", "0", "--no-fixtures")
     assert code == 0 and "caught" in out and "layerNormRowTwoPass" not in out
+
+
+def test_hanging_impl_is_stopped_and_reported(user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_hangs",
+                       "--call-timeout", "0.5", "--max-examples", "5", "--no-fixtures",
+                       "--json", str(report))
+    assert code == 1
+    assert "did not return within 0.5 s" in out and "stopped" in out
+    (failure,) = json.loads(report.read_text())["failures"]
+    assert failure["property"] == "contract"
