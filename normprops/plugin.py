@@ -42,6 +42,7 @@ class PluginOptions:
     oracle: str
     fixtures_dir: Path | None
     backends: tuple[str, ...] | None
+    stress_rows: int | None  # GPU stress batch rows; None: the target's own, 0: off
 
 
 OPTIONS_KEY = pytest.StashKey[PluginOptions]()
@@ -59,6 +60,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="save counterexamples found by numerics tests under DIR/<op>/")
     group.addoption("--normprops-backend", action="append", default=None, metavar="NAME",
                     help="hunt only kernels of this backend (repeatable; default: all usable)")
+    group.addoption("--normprops-stress-rows", type=int, default=None, metavar="N",
+                    help="rows of the tiled batch GPU targets are also launched on (0: off; "
+                         "default 2048, capped at ~1M elements)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -74,7 +78,10 @@ def pytest_configure(config: pytest.Config) -> None:
         oracle=config.getoption("--normprops-oracle"),
         fixtures_dir=config.getoption("--normprops-fixtures-dir"),
         backends=tuple(backends) if backends else None,
+        stress_rows=config.getoption("--normprops-stress-rows"),
     )
+    if config.stash[OPTIONS_KEY].stress_rows is not None and config.stash[OPTIONS_KEY].stress_rows < 0:
+        raise pytest.UsageError("--normprops-stress-rows must be 0 (off) or a positive row count")
 
 
 def worker_device(worker_id: str, device_count: int) -> int | None:

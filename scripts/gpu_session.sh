@@ -41,7 +41,8 @@ for k in KERNELS:
         --normprops-backend numpy 2>&1 | tee "$OUT/deep_numpy.log" | tail -40 ;;
     deep-cuda) step deep-cuda
       timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile deep \
-        --normprops-backend cuda 2>&1 | tee "$OUT/deep_cuda.log" | tail -40 ;;
+        --normprops-backend cuda --normprops-stress-rows "${STRESS_ROWS:-2048}" 2>&1 \
+        | tee "$OUT/deep_cuda.log" | tail -40 ;;
     bench) step bench
       timeout 900 normprops bench --json "$OUT/bench.json" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
         2>&1 | tee "$OUT/bench.txt" | tail -60 ;;

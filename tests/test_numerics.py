@@ -46,6 +46,13 @@ def _report(result: HuntResult) -> str:
             f"reproduce: normprops hunt --kernel {name} --families {result.family} --max-examples 300")
 
 
+def _target(spec: KernelSpec, normprops_options):
+    target = target_from_spec(spec)
+    if normprops_options.stress_rows is not None and target.stress_rows:
+        target = replace(target, stress_rows=normprops_options.stress_rows)
+    return target
+
+
 def _skip_unselected(spec: KernelSpec, normprops_options) -> None:
     if normprops_options.backends is not None and spec.backend not in normprops_options.backends:
         pytest.skip(f"backend {spec.backend} not selected by --normprops-backend")
@@ -64,7 +71,7 @@ def _record(request: pytest.FixtureRequest, spec: KernelSpec, result: HuntResult
 def test_claimed_family_is_clean(spec: KernelSpec, family: str, hunt_config, normprops_options,
                                  request: pytest.FixtureRequest) -> None:
     _skip_unselected(spec, normprops_options)
-    result = hunt(target_from_spec(spec), family=family, config=hunt_config)
+    result = hunt(_target(spec, normprops_options), family=family, config=hunt_config)
     _record(request, spec, result, "pass" if result.passed else "FAIL")
     assert result.passed, _report(result)
 
@@ -75,7 +82,7 @@ def test_known_bug_is_caught(spec: KernelSpec, hunt_config, normprops_options,
     _skip_unselected(spec, normprops_options)
     config = replace(hunt_config, max_examples=CAUGHT_WITHIN)
     # The bug is hunted with every property judged, including any the kernel is exempt from.
-    target = replace(target_from_spec(spec), exempt=frozenset())
+    target = replace(_target(spec, normprops_options), exempt=frozenset())
     result = hunt(target, family=spec.bug.family, config=config)
     _record(request, spec, result, "MISSED" if result.passed else "caught")
     assert not result.passed, f"{spec.label}: {spec.bug.summary} not caught in {result.examples} examples"

@@ -57,6 +57,9 @@ def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--normprops-policy", "loose")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*invalid choice: 'loose'*"])
+    result = pytester.runpytest("--normprops-stress-rows", "-3")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--normprops-stress-rows must be 0 (off) or a positive row count*"])
 
 
 @pytest.mark.parametrize("worker, count, device", [
