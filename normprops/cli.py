@@ -113,29 +113,23 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _families(text: str | None, op: str) -> tuple[str, ...]:
-    valid = families_for(op)
+def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """--families A,B,...: every name must be in ``allowed``; None means all of them."""
     if text is None:
-        return valid
+        return allowed
     chosen = tuple(f.strip() for f in text.split(",") if f.strip())
-    unknown = [f for f in chosen if f not in valid]
+    unknown = [f for f in chosen if f not in allowed]
     if unknown or not chosen:
-        raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not a family of {op}; "
-                         f"choose from {', '.join(valid)}")
+        raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not {what}; choose from "
+                         f"{', '.join(allowed)}")
     return chosen
 
 
-def _registry_families(text: str | None, op: str) -> tuple[str, ...]:
-    """--families in registry mode: each op hunts the named families that apply to it."""
-    if text is None:
-        return families_for(op)
-    chosen = [f.strip() for f in text.split(",") if f.strip()]
-    everywhere = {f for o in OPS for f in families_for(o)}
-    unknown = [f for f in chosen if f not in everywhere]
-    if unknown or not chosen:
-        raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not a family; choose from "
-                         f"{', '.join(sorted(everywhere))}")
-    return tuple(f for f in chosen if f in families_for(op))
+def _expectation(spec: KernelSpec, family: str) -> str:
+    """What the registry declares for ``spec`` on ``family``: its known bug, a claim, or nothing."""
+    if spec.bug is not None and spec.bug.family == family:
+        return "bug"
+    return "claim" if family in spec.claims else "unclaimed"
 
 
 def describe_case(case: Case, row: int | None = None, col: int | None = None) -> str:
@@ -235,7 +229,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         target = target_from_cuda_source(str(args.cuda_source), op=args.op, kernel=args.kernel,
                                          threads=args.threads or 256)
         source = f"{args.cuda_source}:{args.kernel}"
-    families = _families(args.families, args.op)
+    families = _parse_families(args.families, allowed=families_for(args.op),
+                               what=f"a family of {args.op}")
     config = _config(args)
     print(f"normprops hunt: {target.label} from {source}, {len(families)} families, "
           f"{config.max_examples} examples each, policy {config.policy}", file=out)
@@ -283,9 +278,7 @@ class _Cell:
 
     @property
     def expectation(self) -> str:
-        if self.spec.bug is not None and self.spec.bug.family == self.result.family:
-            return "bug"
-        return "claim" if self.result.family in self.spec.claims else "unclaimed"
+        return _expectation(self.spec, self.result.family)
 
     @property
     def as_declared(self) -> bool:
@@ -315,14 +308,16 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         names = sorted({k.name for k in KERNELS if k.backend == backend})
         raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
                          f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
-    plan = [(spec, family) for spec in specs for family in _registry_families(args.families, spec.op)]
+    every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
+    chosen = _parse_families(args.families, allowed=every_family, what="a family")
+    plan = [(spec, family) for spec in specs for family in families_for(spec.op) if family in chosen]
     print(f"normprops hunt: {len(specs)} {backend} kernels, {len(plan)} hunts of "
           f"{config.max_examples} examples, policy {config.policy}", file=out)
     cells: list[_Cell] = []
     for i, (spec, family) in enumerate(plan, 1):
         # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
         # claim is hunted for the matrix, not saved.
-        declared = family in spec.claims or (spec.bug is not None and spec.bug.family == family)
+        declared = _expectation(spec, family) != "unclaimed"
         run_config = config if declared else replace(config, fixtures_dir=None)
         result = hunt(target_from_spec(spec), family=family, config=run_config)
         cell = _Cell(spec, result)

@@ -24,7 +24,6 @@ __all__ = [
     "KernelSpec",
     "FOREIGN_ERROR_MODEL",
     "get_op",
-    "kernels_for",
     "backend_status",
     "FLOAT32_EPS",
 ]
@@ -258,14 +257,6 @@ KERNELS: tuple[KernelSpec, ...] = (
     *_CUDA_ONLY,
     *_TORCH_KERNELS,
 )
-
-
-def kernels_for(*, op: str | None = None, backend: str | None = None) -> tuple[KernelSpec, ...]:
-    if op is not None:
-        get_op(op)
-    return tuple(
-        k for k in KERNELS if (op is None or k.op == op) and (backend is None or k.backend == backend)
-    )
 
 
 def backend_status(backend: str) -> tuple[bool, str]:

@@ -26,7 +26,6 @@ __all__ = [
     "KernelFault",
     "launch",
     "user_kernel",
-    "copyFloor",
     "softmaxRowNaive",
     "softmaxRowSafe",
     "softmaxRowNoBarrier",
@@ -121,11 +120,6 @@ def _ours(name: str, op: str) -> Callable[..., Any]:
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"Launch ``{name}`` from kernels.cu (one block of {THREADS} threads per row)."
     return run
-
-
-def copyFloor(x: Any, *, build: str = "default") -> Any:
-    """out = x through ``copyFloor`` (the kernels' launch shape)."""
-    return launch(module(build).get_function("copyFloor"), "softmax", x)
 
 
 softmaxRowNaive = _ours("softmaxRowNaive", "softmax")
