@@ -133,6 +133,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     """The robustness matrix of the hunts this session ran, merged over xdist workers (each test
     report carries its hunt's outcome in ``user_properties``)."""
     cells: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
+    devices: dict[int, int] = {}
     for outcome in ("passed", "failed"):
         for report in terminalreporter.stats.get(outcome, []):
             if getattr(report, "when", None) != "call":
@@ -141,6 +142,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 if key == HUNT_PROPERTY:
                     table = cells.setdefault((value["backend"], value["op"]), {})
                     table[(value["kernel"], value["family"])] = value["cell"]
+                    if value.get("device") is not None:
+                        devices[value["device"]] = devices.get(value["device"], 0) + 1
     if not cells:
         return
     terminalreporter.section("normprops robustness matrix")
@@ -153,3 +156,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         for k in kernels:
             terminalreporter.write_line(
                 f"{k:{width}s}  " + "  ".join(f"{table.get((k, f), '-'):>{max(9, len(f))}s}" for f in families))
+    if devices:
+        terminalreporter.write_line("GPU hunts per device: " + ", ".join(
+            f"cuda:{d} {n}" for d, n in sorted(devices.items())))

@@ -2,10 +2,16 @@
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
 #   bash scripts/gpu_session.sh STEP...
 # steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench perf flakes pack
+# Environment: WORKERS (xdist workers, default 16), STRESS_ROWS (deep-cuda's stress batch, default
+# 2048; 0 is off), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20). Several
+# invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install happens once.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+WORKERS=${WORKERS:-16}
+if ! python3 -c 'import normprops, sys; sys.exit(not normprops.__file__.startswith(sys.argv[1]))' "$PWD" 2>/dev/null; then
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+fi
 step() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 for s in "$@"; do
   case $s in
@@ -17,7 +23,7 @@ for s in "$@"; do
     tests) step tests
       timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     numerics) step numerics
-      timeout 900 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile ci \
+      timeout 900 python3 -m pytest -q -p no:cacheprovider -m numerics -n "$WORKERS" --hypothesis-profile ci \
         --normprops-backend cuda --normprops-backend torch-cuda --normprops-backend torch-cpu \
         --normprops-fixtures-dir "$OUT/fixtures" 2>&1 | tee "$OUT/numerics_gpu.log" | tail -60 ;;
     crosscheck) step crosscheck
@@ -37,12 +43,13 @@ for k in KERNELS:
       timeout 900 normprops hunt --seed 0 --max-examples 100 --fixtures-dir "$OUT/fixtures" \
         --json "$OUT/hunt_cuda.json" 2>/dev/null | tee "$OUT/hunt_cuda.txt" | tail -40 ;;
     deep-numpy) step deep-numpy
-      timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile deep \
+      timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n "$WORKERS" --hypothesis-profile deep \
         --normprops-backend numpy 2>&1 | tee "$OUT/deep_numpy.log" | tail -40 ;;
     deep-cuda) step deep-cuda
-      timeout 1800 python3 -m pytest -q -p no:cacheprovider -m numerics -n 16 --hypothesis-profile deep \
-        --normprops-backend cuda --normprops-stress-rows "${STRESS_ROWS:-2048}" 2>&1 \
-        | tee "$OUT/deep_cuda.log" | tail -40 ;;
+      timeout "${DEEP_TIMEOUT:-1800}" python3 -m pytest -v -p no:cacheprovider -m numerics -n "$WORKERS" \
+        --hypothesis-profile deep -k "${DEEP_K:-cuda}" --normprops-backend cuda \
+        --normprops-stress-rows "${STRESS_ROWS:-2048}" 2>&1 | tee "$OUT/deep_cuda.log" \
+        | grep -v '^\[gw' | tail -40 ;;
     bench) step bench
       timeout 900 normprops bench --json "$OUT/bench.json" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
         2>&1 | tee "$OUT/bench.txt" | tail -60 ;;
@@ -50,11 +57,13 @@ for k in KERNELS:
       timeout 900 python3 -m pytest -q -p no:cacheprovider -m perf -rs --benchmark-json "$OUT/perf.json" \
         2>&1 | tee "$OUT/perf.log" | tail -15 ;;
     flakes) step "flakes (20 runs of pytest -m perf)"
-      fails=0; for i in $(seq 20); do
-        timeout 300 python3 -m pytest -q -p no:cacheprovider -m perf >"$OUT/perf_run_$i.log" 2>&1 || fails=$((fails + 1))
-      done; echo "false failures: $fails of 20" | tee "$OUT/flakes.txt" ;;
-    pack) step pack
-      tar -C "$OUT" -czf "$OUT/fixtures.tgz" fixtures 2>/dev/null && rm -rf "$OUT/fixtures"; ls -la "$OUT" ;;
+      fails=0; mkdir -p "$OUT/flakes"; : >"$OUT/flakes.txt"; for i in $(seq "${FLAKE_RUNS:-20}"); do
+        timeout 300 python3 -m pytest -q -p no:cacheprovider -m perf -s --benchmark-disable \
+          >"$OUT/flakes/run_$i.log" 2>&1 || fails=$((fails + 1))
+        grep -h 'gate ratio' "$OUT/flakes/run_$i.log" | sed "s/^/run $i: /" >>"$OUT/flakes.txt"
+      done; echo "false failures: $fails of ${FLAKE_RUNS:-20}" | tee -a "$OUT/flakes.txt"; tail -12 "$OUT/flakes.txt" ;;
+    pack) step pack  # at most 8 files come back: everything goes into one archive
+      ls -R "$OUT" | head -50; tar -C "$OUT" -czf /tmp/all.tgz . && rm -rf "${OUT:?}"/* && mv /tmp/all.tgz "$OUT/" ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac
 done

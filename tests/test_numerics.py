@@ -61,10 +61,19 @@ def _skip_unselected(spec: KernelSpec, normprops_options) -> None:
         pytest.skip(f"backend {spec.backend} unusable here: {why}")
 
 
+def _device(spec: KernelSpec) -> int | None:
+    """The GPU this worker ran the hunt on (see the plugin's xdist pinning), None for CPU backends."""
+    if spec.backend not in GPU_BACKENDS:
+        return None
+    import cupy
+
+    return cupy.cuda.Device().id
+
+
 def _record(request: pytest.FixtureRequest, spec: KernelSpec, result: HuntResult, cell: str) -> None:
     request.node.user_properties.append((HUNT_PROPERTY, {
         "backend": spec.backend, "op": spec.op, "kernel": spec.name, "family": result.family,
-        "cell": cell}))
+        "cell": cell, "device": _device(spec)}))
 
 
 @pytest.mark.parametrize("spec, family", CLAIMS)
