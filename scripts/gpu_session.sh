@@ -9,9 +9,9 @@ set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 WORKERS=${WORKERS:-16}
-if ! python3 -c 'import normprops, sys; sys.exit(not normprops.__file__.startswith(sys.argv[1]))' "$PWD" 2>/dev/null; then
-  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
-fi
+( flock 9; command -v normprops >/dev/null ||
+  python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 ) 9>/tmp/normprops-install.lock
+command -v normprops >/dev/null || { cat "$OUT/install.log"; exit 1; }
 step() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 for s in "$@"; do
   case $s in
