@@ -14,7 +14,7 @@ import importlib.resources
 import re
 from typing import Any
 
-__all__ = ["BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source", "source_text"]
+__all__ = ["SOURCES", "BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source", "source_text"]
 
 #: NVRTC options per build. ``ftz`` flushes subnormal results to zero (what -use_fast_math brings
 #: with it); ``fast_math`` is the whole of --use_fast_math (``expf`` becomes ``__expf``).
@@ -52,8 +52,14 @@ def cuda_status() -> tuple[bool, str]:
     return True, f"{name}, sm_{props['major']}{props['minor']}, CuPy {cupy.__version__}"
 
 
-def source_text() -> str:
-    return importlib.resources.files("normprops").joinpath("kernels.cu").read_text()
+#: The packaged CUDA sources: the seed's kernels and the production ones.
+SOURCES = ("kernels.cu", "prod.cu")
+
+
+def source_text(source: str = "kernels.cu") -> str:
+    if source not in SOURCES:
+        raise ValueError(f"source must be one of {SOURCES} but was {source!r}")
+    return importlib.resources.files("normprops").joinpath(source).read_text()
 
 
 _LOCATION = re.compile(r"([\w./-]+\.cu)\((\d+)\)")
@@ -77,8 +83,9 @@ def compile_source(code: str, *, filename: str, options: tuple[str, ...]) -> Any
 
 
 @functools.cache
-def module(build: str = "default") -> Any:
-    """The RawModule of ``kernels.cu`` for ``build``, compiled once per process."""
+def module(build: str = "default", *, source: str = "kernels.cu") -> Any:
+    """The RawModule of ``source`` (``kernels.cu`` or ``prod.cu``) for ``build``, compiled once per
+    process."""
     if build not in BUILDS:
         raise ValueError(f"build must be one of {sorted(BUILDS)} but was {build!r}")
-    return compile_source(source_text(), filename="kernels.cu", options=BUILDS[build])
+    return compile_source(source_text(source), filename=source, options=BUILDS[build])

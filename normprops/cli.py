@@ -99,8 +99,9 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU, the seed's predictions and "
                                      "the RMS-versus-two-pass gates (exit 1 when a gate fails)")
-    b.add_argument("--cases", default="seed,l2", metavar="SETS",
-                   help="seed (the two 64 MiB cases), l2 (16x the L2, 1024/4096/16384 columns)")
+    b.add_argument("--cases", default="seed,l2,l2-bf16,decode", metavar="SETS",
+                   help="comma-separated: seed (the two 64 MiB cases), l2 / l2-bf16 / l2-f16 (16x "
+                        "the L2, 1024/4096/16384 columns), decode (64 x 8192)")
     b.add_argument("--rounds", type=_positive_int, default=7, help="interleaved rounds (median)")
     b.add_argument("--reps", type=_positive_int, default=10, help="launches per timed round")
     b.add_argument("--json", type=Path, metavar="PATH")
@@ -394,8 +395,9 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not ok:
         raise UsageError(f"bench needs a usable CUDA GPU: {why}")
     sets = tuple(s.strip() for s in args.cases.split(","))
-    if not sets or not set(sets) <= {"seed", "l2"}:
-        raise UsageError(f"--cases: expected a comma-separated subset of seed,l2 but got {args.cases!r}")
+    if not sets or not set(sets) <= set(bench.SETS):
+        raise UsageError(f"--cases: expected a comma-separated subset of {','.join(bench.SETS)} but "
+                         f"got {args.cases!r}")
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
@@ -411,6 +413,14 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print("\ngates:", file=out)
     for g in results:
         print(f"  {g.text()}", file=out)
+    production = bench.targets(rows)
+    if production:
+        missed = [t for t in production if not t.passed]
+        print(f"\nproduction kernels' targets: {len(production) - len(missed)} of {len(production)} met",
+              file=out)
+        for t in production:
+            print(f"  {'met   ' if t.passed else 'MISSED'} {t.case}: {t.name} {t.value:.3f} "
+                  f"(limit {t.limit:g})", file=out)
     bench.write_outputs(rows, json_path=args.json, csv_path=args.csv, png_path=args.png,
                         meta={"device": why, "rounds": args.rounds, "reps": args.reps})
     return 0 if all(g.passed for g in results) else 1

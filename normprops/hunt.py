@@ -135,7 +135,8 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
             raise Counterexample(verdict)
 
     strategy = cases(op=target.op, family=family, min_rows=config.min_rows,
-                     max_rows=config.max_rows, min_cols=config.min_cols, max_cols=config.max_cols)
+                     max_rows=config.max_rows, min_cols=config.min_cols, max_cols=config.max_cols,
+                     dtype=target.dtype)
     test = settings(config.hypothesis_settings())(given(strategy)(body))
     if config.seed is not None:
         test = hypothesis_seed(config.seed)(test)

@@ -52,6 +52,7 @@ class Target:
     stress_rows: int = 0
     exempt: frozenset[str] = frozenset()  # properties not judged (see KernelSpec.exempt)
     timeout_s: float | None = None  # a call that does not return in time stops the hunt
+    dtype: str = "float32"  # storage type: the hunt's cases hold values exact in it
 
     @property
     def label(self) -> str:
@@ -61,6 +62,8 @@ class Target:
         """Call the target on copies of ``case``'s inputs and check what comes back."""
         if case.op != self.op:
             raise ValueError(f"case is for op {case.op!r} but target {self.label} computes {self.op!r}")
+        if case.dtype != self.dtype:
+            raise ValueError(f"case holds {case.dtype} values but target {self.label} stores {self.dtype}")
         args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in case.args())
         out = _call_with_timeout(self.fn, args, self.timeout_s)
         if not isinstance(out, np.ndarray):
@@ -76,7 +79,7 @@ class Target:
         return out
 
 
-GPU_BACKENDS = frozenset({"cuda", "torch-cuda", "cuda-user"})
+GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "torch-cuda", "cuda-user"})
 GPU_STRESS_ROWS = 2048
 
 
@@ -110,7 +113,7 @@ def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
 def target_from_spec(spec: KernelSpec) -> Target:
     stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS else 0
     return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
-                  stress_rows=stress, exempt=spec.exempt)
+                  stress_rows=stress, exempt=spec.exempt, dtype=spec.dtype)
 
 
 def target_from_impl(impl: str, *, op: str, threads: int | None = None,

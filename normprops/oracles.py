@@ -20,7 +20,7 @@ import mpmath
 import numpy as np
 
 from normprops.specs import ErrorModel
-from normprops.strategies import Case
+from normprops.strategies import Case, get_dtype
 
 __all__ = [
     "U",
@@ -303,7 +303,17 @@ _DEFAULT: dict[str, Callable[[Case, Reference, ErrorModel], Tolerance]] = {
 
 def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "default") -> Tolerance:
     if policy == "default":
-        return _DEFAULT[case.op](case, ref, model)
-    if policy == "seed":
-        return _seed_policy(case, ref, model)
-    raise ValueError(f"policy must be one of {POLICIES} but was {policy!r}")
+        tol = _DEFAULT[case.op](case, ref, model)
+    elif policy == "seed":
+        tol = _seed_policy(case, ref, model)
+    else:
+        raise ValueError(f"policy must be one of {POLICIES} but was {policy!r}")
+    if case.dtype == "float32":
+        return tol
+    # A narrow storage type rounds every output once more (NUMERICS.md): u_d |z| per element plus
+    # the type's smallest subnormal; a softmax row sum gains at most u_d, as the outputs sum to 1.
+    kind = get_dtype(case.dtype)
+    with np.errstate(all="ignore"):
+        extra = kind.u * np.abs(np.nan_to_num(ref.z, nan=0.0, posinf=0.0, neginf=0.0)) + kind.tiny
+    sum_tol = None if tol.sum_tol is None else tol.sum_tol + kind.u + case.cols * kind.tiny
+    return Tolerance(tol.tol + extra, tol.finite_only, sum_tol)

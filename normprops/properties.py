@@ -15,7 +15,7 @@ import numpy as np
 from normprops.judge import PROPERTIES, Verdict, judge_bitwise, judge_close, judge_output
 from normprops.launch import ContractError, FatalTargetError, Target
 from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
-from normprops.strategies import Case
+from normprops.strategies import Case, get_dtype, to_dtype
 
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
 
@@ -46,14 +46,17 @@ def _call(target: Target, case: Case) -> np.ndarray | Verdict:
                    math.inf, f"{reason} (input shape {case.x.shape})")
 
 
-def _is_float32(values: np.ndarray) -> bool:
+def _is_float32(values: np.ndarray, dtype: str = "float32") -> bool:
+    """Every value finite and exactly representable in ``dtype`` (float32 or a narrower type)."""
     with np.errstate(all="ignore"):
         as32 = values.astype(np.float32)
-    return bool(np.all(np.isfinite(as32)) and np.all(as32 == values))
+    if not (np.all(np.isfinite(as32)) and np.all(as32 == values)):
+        return False
+    return dtype == "float32" or bool(np.all(to_dtype(as32, dtype) == as32))
 
 
-def exact_shift(x: np.ndarray) -> float | None:
-    """A power of two ``c`` such that ``x + c`` is exact in float32 for every finite entry, chosen
+def exact_shift(x: np.ndarray, dtype: str = "float32") -> float | None:
+    """A power of two ``c`` such that ``x + c`` is exact in ``dtype`` for every finite entry, chosen
     near the row magnitude so the shift is not trivial; None when no such ``c`` is found."""
     finite = x[np.isfinite(x)].astype(np.float64)
     if finite.size == 0:
@@ -66,20 +69,23 @@ def exact_shift(x: np.ndarray) -> float | None:
             break
         shifted = finite + c
         # Exact in float64 (undoing the shift gives x back) and representable in float32.
-        if np.all(shifted - c == finite) and _is_float32(shifted):
+        if np.all(shifted - c == finite) and _is_float32(shifted, dtype):
             return c
     return None
 
 
 def exact_scale(case: Case) -> int | None:
-    """A power ``k`` such that ``2^k x`` and ``4^k eps`` are exact normal-range float32 values."""
+    """A power ``k`` such that ``2^k x`` is exact and normal-range in the case's dtype and
+    ``4^k eps`` in float32."""
     finite = case.x[np.isfinite(case.x)].astype(np.float64)
+    normal = get_dtype(case.dtype).min_normal
     for k in (3, -3, 1, -1):
         eps = case.eps * 4.0**k
         if not (2.0**-126 <= eps <= FLT_MAX) or not _is_float32(np.array([eps])):
             continue
         scaled = finite * 2.0**k
-        if _is_float32(scaled) and (scaled.size == 0 or np.all((scaled == 0) | (np.abs(scaled) >= 2.0**-126))):
+        if _is_float32(scaled, case.dtype) and (
+                scaled.size == 0 or np.all((scaled == 0) | (np.abs(scaled) >= normal))):
             return k
     return None
 
@@ -158,7 +164,7 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
 
     transformed: list[tuple[str, Case, str]] = []
     if case.op in ("softmax", "layernorm"):
-        c = exact_shift(case.x)
+        c = exact_shift(case.x, case.dtype)
         if c is not None:
             with np.errstate(all="ignore"):
                 shifted = (case.x.astype(np.float64) + c).astype(np.float32)

@@ -75,6 +75,8 @@ def _encode_case(case: Case) -> dict[str, Any]:
         out["beta"] = encode_array(case.beta)
     if case.eps is not None:
         out["eps"] = float(case.eps).hex()
+    if case.dtype != "float32":
+        out["dtype"] = case.dtype  # the values are float32, exact in this storage type
     out["params"] = _jsonable(case.params)
     return out
 
@@ -88,12 +90,15 @@ def _decode_case(blob: dict[str, Any], *, op: str, family: str) -> Case:
         beta=decode_array(blob["beta"]) if "beta" in blob else None,
         eps=float.fromhex(blob["eps"]) if "eps" in blob else None,
         params=blob.get("params", {}),
+        dtype=blob.get("dtype", "float32"),
     )
 
 
 def case_id(case: Case) -> str:
     h = hashlib.sha256()
     h.update(f"{case.op}/{case.family}/{case.x.shape}".encode())
+    if case.dtype != "float32":  # float32 ids stay what they were before narrow types existed
+        h.update(case.dtype.encode())
     for a in (case.x, case.gamma, case.beta):
         if a is not None:
             h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
@@ -162,6 +167,11 @@ class Fixture:
 
     def cases(self) -> tuple[Case, ...]:
         return (self.minimal,) if self.worst is None else (self.minimal, self.worst)
+
+    @property
+    def dtype(self) -> str:
+        """The storage type its values are exact in (a target of another type cannot replay it)."""
+        return self.minimal.dtype
 
 
 def load_fixture(path: Path) -> Fixture:

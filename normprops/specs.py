@@ -88,6 +88,9 @@ class ErrorModel:
 
     threads: int = 32
     tree_depth: int | None = None
+    # Threads that grow with the row (normprops/prod.cu): a power of two from 32 up to ``threads``,
+    # the fewest that hold at most ``per_thread`` elements each. None: always ``threads``.
+    per_thread: int | None = None
     rho: float = 6.0
     c_x: float = 3.5
     # Flush-to-zero arithmetic: subnormal operands and results may become 0. Seen on the H200 for
@@ -98,14 +101,20 @@ class ErrorModel:
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1 but was {self.threads}")
 
-    @property
-    def depth_of_tree(self) -> int:
+    def threads_for(self, cols: int) -> int:
+        if self.per_thread is None:
+            return self.threads
+        wanted = max(1, math.ceil(cols / self.per_thread))
+        return min(self.threads, max(32, 1 << (wanted - 1).bit_length()))
+
+    def depth_of_tree(self, threads: int) -> int:
         if self.tree_depth is not None:
             return self.tree_depth
-        return math.ceil(math.log2(self.threads)) if self.threads > 1 else 0
+        return math.ceil(math.log2(threads)) if threads > 1 else 0
 
     def k(self, cols: int) -> int:
-        return max(1, math.ceil(cols / self.threads) - 1 + self.depth_of_tree)
+        t = self.threads_for(cols)
+        return max(1, math.ceil(cols / t) - 1 + self.depth_of_tree(t))
 
 
 #: A kernel we did not write (a user's function, PyTorch's): NUMERICS.md's T = 32 and the looser
@@ -145,6 +154,7 @@ class KernelSpec:
     # hunted separately, as ``bug``): e.g. PyTorch's CUDA softmax is not batch-invariant.
     exempt: frozenset[str] = frozenset()
     bench: bool = True  # a row of the bandwidth table (normprops bench) on the GPU
+    dtype: str = "float32"  # storage type it reads and writes (arithmetic is float32 throughout)
 
     @property
     def label(self) -> str:
@@ -173,6 +183,7 @@ _NORM_ALL = frozenset(
 BACKEND_MODULES = {
     "numpy": "normprops.backends.numpy_kernels",
     "cuda": "normprops.backends.cuda_kernels",
+    "cuda-prod": "normprops.backends.prod_kernels",
     "torch-cuda": "normprops.backends.torch_kernels",
     "torch-cpu": "normprops.backends.torch_kernels",
 }
@@ -251,10 +262,66 @@ _TORCH_KERNELS = tuple(
     for k in _TORCH_KERNELS
 )
 
+# The production kernels of prod.cu (issue 5): range-safe, so the norms claim 'huge' too. Threads
+# per row grow with the row (32 elements per thread at most, 1024 threads at most); the forced
+# streaming variants always use 1024 threads. Their softmax constants allow the online rescaling
+# of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1).
+#: Register path: at most this many elements per thread (prod_kernels.launch_shape reads it too).
+PROD_PER_THREAD = 32
+PROD_BLOCK = ErrorModel(threads=1024, per_thread=PROD_PER_THREAD, rho=6.0, c_x=1.0, ftz=True)
+PROD_STREAM = ErrorModel(threads=1024, rho=6.0, c_x=1.0, ftz=True)
+_PROD_FAMILIES = {"softmax": _SOFTMAX_ALL, "layernorm": _NORM_ALL, "rmsnorm": _NORM_ALL}
+_PROD_SUMMARY = {
+    "softmax": "row in registers: max, sum of expf(x - max), divide; 16-byte vectors",
+    "layernorm": "row in registers, scaled by 2^-e of its max: mean, centred squares, write",
+    "rmsnorm": "row in registers, scaled by 2^-e of its max: sum of squares, write",
+    "addrmsnorm": "h = x + residual in registers, residual <- h, RMS norm of h (hunted via an exact split)",
+}
+
+
+#: Every production kernel: name -> (prod.cu op, storage type, path). "stream" forces the
+#: streaming path at any width, so the hunt reaches it with small rows.
+PROD_VARIANTS: dict[str, tuple[str, str, str]] = {
+    **{f"{base}{suffix}": (op, dtype, "auto")
+       for base, op in (("softmaxFast", "softmax"), ("layerNormFast", "layernorm"),
+                        ("rmsNormFast", "rmsnorm"), ("addRmsNormFast", "addrmsnorm"))
+       for suffix, dtype in (("", "float32"), ("Bf16", "bfloat16"), ("F16", "float16"))},
+    **{f"{base}Stream": (op, "float32", "stream")
+       for base, op in (("softmax", "softmax"), ("layerNorm", "layernorm"), ("rmsNorm", "rmsnorm"),
+                        ("addRmsNorm", "addrmsnorm"))},
+    "rmsNormBf16Acc": ("rmsnormbf16acc", "bfloat16", "auto"),
+}
+
+
+def _prod(name: str) -> KernelSpec:
+    op, dtype, path = PROD_VARIANTS[name]
+    user_op = "rmsnorm" if op in ("addrmsnorm", "rmsnormbf16acc") else op
+    claims = _PROD_FAMILIES[user_op]
+    if dtype == "float16":
+        # float16 cannot hold the 'huge' rows (they saturate at 65504): nothing to claim there.
+        claims = claims - {"huge"}
+    touches = 4 if op == "addrmsnorm" else 2
+    summary = _PROD_SUMMARY.get(op, "")
+    if path == "stream":
+        summary = "streaming path forced: online statistics in pass 1, read again and write in pass 2"
+    return KernelSpec(name, user_op, "cuda-prod", f"{BACKEND_MODULES['cuda-prod']}:{name}", touches,
+                      PROD_STREAM if path == "stream" else PROD_BLOCK, claims,
+                      f"{summary} ({dtype})", dtype=dtype, bench=path == "auto")
+
+
+_PROD_KERNELS: tuple[KernelSpec, ...] = (
+    *(_prod(name) for name in PROD_VARIANTS if name != "rmsNormBf16Acc"),
+    replace(_prod("rmsNormBf16Acc"), claims=frozenset(), bench=False,
+            summary="rmsNormFastBf16 with the sum of squares rounded to bfloat16 after every addition",
+            bug=KnownBug("ordinary", "accumulates in bfloat16: 8 significant bits lose the sum",
+                         property="accuracy")),
+)
+
 KERNELS: tuple[KernelSpec, ...] = (
     *(_on("numpy", k) for k in _SEED_KERNELS),
     *(_on("cuda", k) for k in _SEED_KERNELS),
     *_CUDA_ONLY,
+    *_PROD_KERNELS,
     *_TORCH_KERNELS,
 )
 
@@ -263,7 +330,7 @@ def backend_status(backend: str) -> tuple[bool, str]:
     """Whether ``backend`` can run here, and why not when it cannot."""
     if backend == "numpy":
         return True, f"numpy {np.__version__}"
-    if backend == "cuda":
+    if backend in ("cuda", "cuda-prod"):
         from normprops._cuda import cuda_status
 
         return cuda_status()

@@ -22,6 +22,10 @@ from normprops.specs import FLOAT32_EPS, get_op
 
 __all__ = [
     "Case",
+    "DTYPES",
+    "StorageType",
+    "get_dtype",
+    "to_dtype",
     "Family",
     "FAMILIES",
     "EDGE_COLS",
@@ -46,6 +50,59 @@ EDGE_COLS: tuple[int, ...] = (
 EPS_CHOICES: tuple[float, ...] = (1e-5, 1e-6, FLOAT32_EPS, 1e-12, 1e-3)
 
 
+@dataclass(frozen=True)
+class StorageType:
+    """A storage type kernels may read and write (arithmetic stays float32)."""
+
+    name: str
+    bits: int  # significand bits, the implicit one included
+    max: float  # largest finite value
+    tiny: float  # smallest positive subnormal
+    min_normal: float
+    large_weight: float  # scale of the "large" gamma / beta kinds: outputs stay in range
+
+    @property
+    def u(self) -> float:
+        """Unit roundoff of round-to-nearest into this type."""
+        return 2.0 ** -self.bits
+
+
+DTYPES: dict[str, StorageType] = {
+    t.name: t
+    for t in (
+        StorageType("float32", 24, float(np.finfo(F32).max), 2.0**-149, 2.0**-126, 1e4),
+        StorageType("bfloat16", 8, float(np.float32(np.uint32(0x7F7F0000).view(F32))), 2.0**-133, 2.0**-126, 1e4),
+        StorageType("float16", 11, 65504.0, 2.0**-24, 2.0**-14, 10.0),
+    )
+}
+
+
+def get_dtype(name: str) -> StorageType:
+    try:
+        return DTYPES[name]
+    except KeyError:
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)} but was {name!r}") from None
+
+
+def to_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded (to nearest, ties to even) to ``dtype``, returned as float32. Finite
+    values beyond the type's range saturate to its largest finite value; NaN and infinities stay."""
+    kind = get_dtype(dtype)
+    a = np.ascontiguousarray(a, dtype=F32)
+    if dtype == "float32":
+        return a.copy()
+    with np.errstate(all="ignore"):
+        if dtype == "bfloat16":
+            u = a.view(np.uint32).astype(np.uint64)
+            rounded = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(F32)
+            out = np.where(np.isfinite(a), rounded, a)
+        else:
+            out = a.astype(np.float16).astype(F32)
+        finite = np.isfinite(a)
+        out = np.where(finite & (np.abs(out) > kind.max), np.copysign(F32(kind.max), a), out)
+    return np.ascontiguousarray(out, dtype=F32)
+
+
 @dataclass(frozen=True, eq=False)
 class Case:
     """One example: a batch of rows and the op's parameters, exactly as the kernel receives them."""
@@ -57,6 +114,9 @@ class Case:
     beta: np.ndarray | None = None  # float32, (cols,)
     eps: float | None = None  # the exact value of a float32
     params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
+    # The storage type the kernel reads and writes. x, gamma and beta stay float32 arrays whose
+    # values are exactly representable in it (see to_dtype); the kernel's output is rounded to it.
+    dtype: str = "float32"
 
     @property
     def rows(self) -> int:
@@ -74,7 +134,7 @@ class Case:
 
     def replace(self, **changes: Any) -> Case:
         fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
-                  "beta": self.beta, "eps": self.eps, "params": self.params}
+                  "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype}
         fields.update(changes)
         return Case(**fields)
 
@@ -377,8 +437,8 @@ def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> 
             length = max(1, int(p["fraction"] * cols))
             start = p["thread"] % max(1, cols - length + 1)
             mask = (col >= start) & (col < start + length)
-        elif pattern == "all_but_one":
-            mask = col != p["thread"] % cols
+        elif pattern == "all_but_one":  # with one column: that column (a fully masked row)
+            mask = (col != p["thread"] % cols) if cols > 1 else np.ones(cols, dtype=bool)
         else:
             mask = np.zeros(cols, dtype=bool)
         x[r, mask] = -np.inf
@@ -466,7 +526,7 @@ GAMMA_KINDS = ("ones", "random", "negative", "zero", "large")
 BETA_KINDS = ("zeros", "random", "large")
 
 
-def _gamma(rng: np.random.Generator, kind: str, cols: int) -> np.ndarray:
+def _gamma(rng: np.random.Generator, kind: str, cols: int, large: float = 1e4) -> np.ndarray:
     if kind == "ones":
         return np.ones(cols, dtype=F32)
     if kind == "zero":
@@ -475,21 +535,24 @@ def _gamma(rng: np.random.Generator, kind: str, cols: int) -> np.ndarray:
     if kind == "negative":
         return _f32(-np.abs(g) - 0.1)
     if kind == "large":
-        return _f32(1e4 * g)
+        return _f32(large * g)
     return _f32(g)
 
 
-def _beta(rng: np.random.Generator, kind: str, cols: int) -> np.ndarray:
+def _beta(rng: np.random.Generator, kind: str, cols: int, large: float = 1e4) -> np.ndarray:
     if kind == "zeros":
         return np.zeros(cols, dtype=F32)
-    scale = 1e4 if kind == "large" else 1.0
+    scale = large if kind == "large" else 1.0
     return _f32(scale * rng.standard_normal(cols))
 
 
 def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: dict[str, Any],
-              gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None) -> Case:
-    """Build a case deterministically from drawn parameters (what the strategies call)."""
+              gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None,
+              dtype: str = "float32") -> Case:
+    """Build a case deterministically from drawn parameters (what the strategies call); for a
+    narrow ``dtype`` x, gamma and beta are rounded to it (:func:`to_dtype`)."""
     spec = get_op(op)
+    kind = get_dtype(dtype)
     fam = get_family(family)
     if op not in fam.ops:
         raise ValueError(f"family {family!r} does not apply to op {op!r}; it applies to "
@@ -503,16 +566,19 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
             raise ValueError(f"eps must be a positive float32 but was {eps!r}")
     rng = np.random.default_rng(seed)
     x = fam.build(rng, Shape(rows, cols, op, eps_value), params)
-    x = np.ascontiguousarray(x, dtype=F32)
-    gamma = _gamma(rng, gamma_kind, cols) if spec.has_gamma else None
-    beta = _beta(rng, beta_kind, cols) if spec.has_beta else None
+    x = to_dtype(x, dtype)
+    gamma = to_dtype(_gamma(rng, gamma_kind, cols, kind.large_weight), dtype) if spec.has_gamma else None
+    beta = to_dtype(_beta(rng, beta_kind, cols, kind.large_weight), dtype) if spec.has_beta else None
     shown = dict(params)
     shown["seed"] = seed
     if spec.has_gamma:
         shown["gamma"] = gamma_kind
     if spec.has_beta:
         shown["beta"] = beta_kind
-    return Case(op=op, family=family, x=x, gamma=gamma, beta=beta, eps=eps_value, params=shown)
+    if dtype != "float32":
+        shown["dtype"] = dtype
+    return Case(op=op, family=family, x=x, gamma=gamma, beta=beta, eps=eps_value, params=shown,
+                dtype=dtype)
 
 
 def _check_positive(name: str, value: int, minimum: int = 1) -> None:
@@ -521,7 +587,7 @@ def _check_positive(name: str, value: int, minimum: int = 1) -> None:
 
 
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
-          max_cols: int = MAX_COLS) -> st.SearchStrategy[Case]:
+          max_cols: int = MAX_COLS, dtype: str = "float32") -> st.SearchStrategy[Case]:
     """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
 
     ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
@@ -529,6 +595,7 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     ``max_cols`` (at least ``min_cols``); ``ragged`` draws only edge counts.
     """
     spec = get_op(op)
+    get_dtype(dtype)
     fam = get_family(family)
     if op not in fam.ops:
         raise ValueError(f"family {family!r} does not apply to op {op!r}; families for {op}: "
@@ -570,6 +637,7 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
             gamma_kind=draw(st.sampled_from(GAMMA_KINDS), label="gamma") if spec.has_gamma else "ones",
             beta_kind=draw(st.sampled_from(BETA_KINDS), label="beta") if spec.has_beta else "zeros",
             eps=draw(eps_strategy, label="eps"),
+            dtype=dtype,
         )
 
     return draw_case()

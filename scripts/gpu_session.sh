@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
 #   bash scripts/gpu_session.sh STEP...
-# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench perf flakes pack
-# Environment: WORKERS (xdist workers, default 16), STRESS_ROWS (deep-cuda's stress batch, default
-# 2048; 0 is off), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20). Several
+# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench sweep
+#        perf flakes pack
+# Environment: WORKERS (xdist workers, default 16), BACKENDS (numerics' backends, default "cuda
+# cuda-prod torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
+# DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20). Several
 # invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install happens once.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -21,11 +23,13 @@ for s in "$@"; do
         python3 -c 'import sys,numpy,cupy,hypothesis,mpmath,torch; print("python",sys.version.split()[0],"numpy",numpy.__version__,"cupy",cupy.__version__,"hypothesis",hypothesis.__version__,"mpmath",mpmath.__version__,"torch",torch.__version__)';
         normprops kernels; } 2>&1 | tee "$OUT/env.txt" ;;
     tests) step tests
-      timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
+      timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_prod.py \
+        tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     numerics) step numerics
-      timeout 900 python3 -m pytest -q -p no:cacheprovider -m numerics -n "$WORKERS" --hypothesis-profile ci \
-        --normprops-backend cuda --normprops-backend torch-cuda --normprops-backend torch-cpu \
-        --normprops-fixtures-dir "$OUT/fixtures" 2>&1 | tee "$OUT/numerics_gpu.log" | tail -60 ;;
+      backends=(); for b in ${BACKENDS:-cuda cuda-prod torch-cuda torch-cpu}; do backends+=(--normprops-backend "$b"); done
+      timeout "${NUMERICS_TIMEOUT:-900}" python3 -m pytest -q -p no:cacheprovider -m numerics -n "$WORKERS" \
+        --hypothesis-profile ci "${backends[@]}" --normprops-fixtures-dir "$OUT/fixtures" 2>&1 \
+        | tee "$OUT/numerics_gpu.log" | tail -70 ;;
     crosscheck) step crosscheck
       python3 -c 'from normprops.crosscheck import max_ulp_difference as m; from normprops.specs import KERNELS
 for k in KERNELS:
@@ -47,19 +51,22 @@ for k in KERNELS:
         --normprops-backend numpy 2>&1 | tee "$OUT/deep_numpy.log" | tail -40 ;;
     deep-cuda) step deep-cuda
       timeout "${DEEP_TIMEOUT:-1800}" python3 -m pytest -v -p no:cacheprovider -m numerics -n "$WORKERS" \
-        --hypothesis-profile deep -k "${DEEP_K:-cuda}" --normprops-backend cuda \
+        --hypothesis-profile deep -k "${DEEP_K:-${DEEP_BACKEND:-cuda}}" --normprops-backend "${DEEP_BACKEND:-cuda}" \
         --normprops-stress-rows "${STRESS_ROWS:-2048}" 2>&1 | tee "$OUT/deep_cuda.log" \
         | grep -v '^\[gw' | tail -40 ;;
     bench) step bench
       timeout 900 normprops bench --json "$OUT/bench.json" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
         2>&1 | tee "$OUT/bench.txt" | tail -60 ;;
+    sweep) step sweep
+      timeout 600 python3 scripts/sweep_prod.py --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -80 ;;
     perf) step perf
       timeout 900 python3 -m pytest -q -p no:cacheprovider -m perf -rs --benchmark-json "$OUT/perf.json" \
         2>&1 | tee "$OUT/perf.log" | tail -15 ;;
     flakes) step "flakes (20 runs of pytest -m perf)"
       fails=0; mkdir -p "$OUT/flakes"; : >"$OUT/flakes.txt"; for i in $(seq "${FLAKE_RUNS:-20}"); do
-        timeout 300 python3 -m pytest -q -p no:cacheprovider -m perf -s --benchmark-disable \
-          >"$OUT/flakes/run_$i.log" 2>&1 || fails=$((fails + 1))
+        if timeout 300 python3 -m pytest -q -p no:cacheprovider -m perf -s --benchmark-disable \
+          >"$OUT/flakes/run_$i.log" 2>&1; then echo "run $i: passed" >>"$OUT/flakes.txt"
+        else fails=$((fails + 1)); echo "run $i: FAILED" >>"$OUT/flakes.txt"; fi
         grep -h 'gate ratio' "$OUT/flakes/run_$i.log" | sed "s/^/run $i: /" >>"$OUT/flakes.txt"
       done; echo "false failures: $fails of ${FLAKE_RUNS:-20}" | tee -a "$OUT/flakes.txt"; tail -12 "$OUT/flakes.txt" ;;
     pack) step pack  # at most 8 files come back: everything goes into one archive

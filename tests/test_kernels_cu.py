@@ -1,5 +1,5 @@
-"""kernels.cu must build: nvcc to PTX for sm_75 and sm_90 (skipped where nvcc is absent), and every
-kernel the registry names must be defined there."""
+"""kernels.cu and prod.cu must build: nvcc to PTX for sm_75 and sm_90 (skipped where nvcc is
+absent), and every kernel the registry names must be defined there."""
 
 from __future__ import annotations
 
@@ -10,33 +10,48 @@ from pathlib import Path
 
 import pytest
 
-from normprops._cuda import source_text
-from normprops.specs import KERNELS
+from normprops._cuda import SOURCES, source_text
+from normprops.backends.prod_kernels import DTYPE_CODES, VPTS
+from normprops.specs import KERNELS, PROD_VARIANTS
 
 NVCC = shutil.which("nvcc")
 
 
+def _entries(source: str) -> set[str]:
+    """The kernel names the Python side launches from ``source``."""
+    if source == "kernels.cu":
+        return {spec.name for spec in KERNELS if spec.backend == "cuda"} | {"copyFloor"}
+    names = {"spinWait"}
+    for op, dtype, _ in PROD_VARIANTS.values():
+        vpts = VPTS if op == "rmsnormbf16acc" else (0, *VPTS)
+        names |= {f"{op}_{DTYPE_CODES[dtype]}_v{v}" for v in vpts}
+    return names
+
+
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH")
 @pytest.mark.parametrize("arch", ["sm_75", "sm_90"])
-def test_kernels_cu_compiles_to_ptx(arch: str, tmp_path: Path) -> None:
-    source = tmp_path / "kernels.cu"
-    source.write_text(source_text())
+@pytest.mark.parametrize("source", SOURCES)
+def test_cuda_sources_compile_to_ptx(source: str, arch: str, tmp_path: Path) -> None:
+    path = tmp_path / source
+    path.write_text(source_text(source))
     proc = subprocess.run([NVCC, "-std=c++17", "-ptx", f"-arch={arch}", "-o", str(tmp_path / "k.ptx"),
-                           str(source)], capture_output=True, text=True, timeout=300)
+                           str(path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     ptx = (tmp_path / "k.ptx").read_text()
-    for spec in KERNELS:
-        if spec.backend == "cuda":
-            assert f".entry {spec.name}(" in ptx, f"{spec.name} missing from the PTX"
+    for name in _entries(source):
+        assert f".entry {name}(" in ptx, f"{name} missing from the PTX of {source}"
 
 
 def test_registry_kernels_are_extern_c_in_kernels_cu() -> None:
     defined = set(re.findall(r'extern "C" __global__ void (\w+)\(', source_text()))
-    wanted = {spec.name for spec in KERNELS if spec.backend == "cuda"} | {"copyFloor"}
+    wanted = _entries("kernels.cu")
     assert wanted <= defined, wanted - defined
 
 
-def test_no_math_h_macros_for_nvrtc() -> None:
-    # NVRTC has no <math.h>: INFINITY / NAN would not compile there even though nvcc accepts them.
-    code = re.sub(r"//.*", "", source_text())
+@pytest.mark.parametrize("source", SOURCES)
+def test_no_math_h_macros_or_headers_for_nvrtc(source: str) -> None:
+    # NVRTC has no <math.h>: INFINITY / NAN would not compile there even though nvcc accepts them;
+    # and no header is needed (cuda_fp16.h may not be on NVRTC's path).
+    code = re.sub(r"//.*", "", source_text(source))
     assert not re.search(r"\b(INFINITY|NAN|HUGE_VALF)\b", code)
+    assert "#include" not in code

@@ -80,7 +80,8 @@ REPLAYS = [
                  marks=[pytest.mark.gpu] if spec.backend in GPU_BACKENDS else [])
     for fixture in FIXTURES
     for spec in KERNELS
-    if spec.op == fixture.op and (fixture.family in spec.claims or _produced(fixture, spec))
+    if spec.op == fixture.op and spec.dtype == fixture.dtype
+    and (fixture.family in spec.claims or _produced(fixture, spec))
 ]
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "THREADS",
     "KernelFault",
     "launch",
+    "validate",
     "user_kernel",
     "softmaxRowNaive",
     "softmaxRowSafe",
@@ -67,12 +68,9 @@ def _check_vector(name: str, v: Any, cols: int) -> Any:
     return cupy.ascontiguousarray(cupy.asarray(v))
 
 
-def launch(kernel: Any, op: str, x: Any, gamma: Any = None, beta: Any = None,
-           eps: float | None = None, *, threads: int = THREADS) -> Any:
-    """Validate, launch ``kernel`` with one block of ``threads`` per row, return out like ``x``."""
-    import cupy
-
-    xp = _array_module(x, "x")
+def validate(op: str, x: Any, gamma: Any = None, beta: Any = None, eps: float | None = None) -> tuple[int, int]:
+    """Check what CuPy does not (dtype, rank, gamma/beta shapes, eps) and return (rows, cols)."""
+    _array_module(x, "x")
     if x.dtype != np.float32:
         raise TypeError(f"x must be float32 but was {x.dtype}; convert with x.astype(np.float32)")
     if x.ndim != 2:
@@ -82,19 +80,34 @@ def launch(kernel: Any, op: str, x: Any, gamma: Any = None, beta: Any = None,
         raise ValueError(f"x must have at least 1 column but had shape {x.shape}")
     if rows > MAX_GRID_X:
         raise ValueError(f"x has {rows} rows; one block per row allows at most {MAX_GRID_X}")
+    if rows == 0:
+        return rows, cols
+    if OP_PARAMS[op] >= 1:
+        _check_vector("gamma", gamma, cols)
+    if OP_PARAMS[op] == 2:
+        _check_vector("beta", beta, cols)
+    if op != "softmax":
+        if eps is None or not isinstance(eps, (int, float, np.floating)) or not math.isfinite(eps) or eps < 0:
+            raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
+    return rows, cols
+
+
+def launch(kernel: Any, op: str, x: Any, gamma: Any = None, beta: Any = None,
+           eps: float | None = None, *, threads: int = THREADS) -> Any:
+    """Validate, launch ``kernel`` with one block of ``threads`` per row, return out like ``x``."""
+    import cupy
+
     if not 1 <= threads <= 1024:
         raise ValueError(f"threads must be between 1 and 1024 but was {threads}")
+    rows, cols = validate(op, x, gamma, beta, eps)
+    xp = _array_module(x, "x")
     if rows == 0:
         return xp.empty((0, cols), dtype=np.float32)
-    extra: list[Any] = []
-    if OP_PARAMS[op] >= 1:
-        extra.append(_check_vector("gamma", gamma, cols))
+    extra = [_check_vector("gamma", gamma, cols)] if OP_PARAMS[op] >= 1 else []
     if OP_PARAMS[op] == 2:
         extra.append(_check_vector("beta", beta, cols))
     scalars: list[Any] = [np.uint64(cols)]
     if op != "softmax":
-        if eps is None or not isinstance(eps, (int, float, np.floating)) or not math.isfinite(eps) or eps < 0:
-            raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
         scalars.append(np.float32(eps))
     try:
         x_dev = cupy.ascontiguousarray(cupy.asarray(x))  # non-contiguous input: a contiguous copy

@@ -1,0 +1,238 @@
+"""Launchers for ``prod.cu``: the production softmax, layer norm, RMS norm and fused add + RMS norm.
+
+Two levels:
+
+- :class:`ProdKernel` launches on device arrays already in the storage type (CuPy ``float32``, or
+  ``uint16`` holding bfloat16 / float16 bits): what ``normprops bench`` times.
+- the module-level functions (``softmaxFast``, ``layerNormFastBf16``, ...) have the op's user
+  signature on float32 arrays, like every other hunted kernel. For bfloat16 / float16 the values
+  must already be exactly representable in the storage type (the strategies make them so; anything
+  else raises ValueError naming the argument); the output is widened back to float32 exactly.
+
+The fused kernel ``addrmsnorm`` reads x and residual, writes out = rmsnorm(x + residual) * gamma and
+residual <- x + residual. It is hunted as an RMS norm: x is split exactly into a + b (a keeps the
+top bits of each value, b = x - a is exact), the kernel runs on (a, b), its updated residual must
+be x bit for bit (else ContractError) and its output is judged as rmsnorm(x).
+
+Launch shape: see :func:`launch_shape` and the header of ``prod.cu``.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from normprops._cuda import module
+from normprops.backends.cuda_kernels import KernelFault, validate
+from normprops.launch import ContractError
+from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS
+from normprops.strategies import get_dtype, to_dtype
+
+__all__ = ["DTYPE_CODES", "PER_THREAD", "Shape", "launch_shape", "ProdKernel", "split_exact",
+           "to_storage", "from_storage"]
+
+DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
+PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
+VPTS = (1, 2, 4, 8)
+ROW_THREADS = 256  # threads per block when rows are narrow (several rows per block)
+SOURCE = "prod.cu"
+
+
+@dataclass(frozen=True)
+class Shape:
+    vpt: int  # 16-byte vectors per thread; 0: the streaming path
+    tpr: int  # threads per row
+    rpb: int  # rows per block
+
+    def grid(self, rows: int) -> tuple[int, int, int]:
+        return (-(-rows // self.rpb), 1, 1)
+
+    def block(self) -> tuple[int, int, int]:
+        return (self.tpr, self.rpb, 1)
+
+
+def _vector_width(dtype: str) -> int:
+    return 16 // (4 if dtype == "float32" else 2)
+
+
+def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD, max_tpr: int = 1024) -> Shape:
+    """Threads per row: the fewest (a power of two, 32 to ``max_tpr``) holding at most
+    ``per_thread`` elements each; vectors per thread: the fewest of 1, 2, 4, 8 that cover the row.
+    Wider rows take the streaming path (1024 threads, one row per block)."""
+    if cols < 1:
+        raise ValueError(f"cols must be at least 1 but was {cols}")
+    w = _vector_width(dtype)
+    vecs = -(-cols // w)
+    vpt_max = max(1, per_thread // w)
+    wanted = -(-vecs // vpt_max)
+    tpr = max(32, 1 << (wanted - 1).bit_length())
+    if tpr > max_tpr:
+        return Shape(0, 1024, 1)
+    vpt = next(v for v in VPTS if v * tpr >= vecs)
+    return Shape(vpt, tpr, max(1, ROW_THREADS // tpr))
+
+
+def to_storage(a: np.ndarray, dtype: str, *, name: str) -> Any:
+    """float32 values (exact in ``dtype``) -> a CuPy array of the storage type (uint16 bits for the
+    16-bit types)."""
+    import cupy
+
+    a = np.ascontiguousarray(a, dtype=np.float32)
+    if dtype != "float32":
+        exact = to_dtype(a, dtype)
+        bad = ~((exact == a) | np.isnan(a))
+        if bad.any():
+            i = np.unravel_index(int(np.argmax(bad)), a.shape)
+            raise ValueError(f"{name}[{', '.join(map(str, i))}] = {a[i]!r} is not exactly representable "
+                             f"in {dtype}; round it first (normprops.strategies.to_dtype)")
+    if dtype == "float32":
+        bits = a
+    elif dtype == "bfloat16":
+        bits = (a.view(np.uint32) >> 16).astype(np.uint16)
+    else:
+        bits = a.astype(np.float16).view(np.uint16)
+    return cupy.asarray(bits)
+
+
+def from_storage(dev: Any, dtype: str) -> np.ndarray:
+    import cupy
+
+    host = cupy.asnumpy(dev)
+    if dtype == "float32":
+        return host
+    if dtype == "bfloat16":
+        return (host.astype(np.uint32) << 16).view(np.float32)
+    return host.view(np.float16).astype(np.float32)
+
+
+class ProdKernel:
+    """One op of ``prod.cu`` for one storage type. ``path``: "auto" (registers when the row fits),
+    or "stream" (always the streaming path: how the hunt reaches it at small widths)."""
+
+    def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
+                 per_thread: int = PER_THREAD) -> None:
+        if op not in OPS:
+            raise ValueError(f"op must be one of {OPS} but was {op!r}")
+        if dtype not in DTYPE_CODES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_CODES)} but was {dtype!r}")
+        if path not in ("auto", "stream"):
+            raise ValueError(f"path must be 'auto' or 'stream' but was {path!r}")
+        if op == "rmsnormbf16acc" and (dtype != "bfloat16" or path != "auto"):
+            raise ValueError("rmsnormbf16acc exists for dtype bfloat16 on the register path only")
+        self.op, self.dtype, self.path, self.build = op, dtype, path, build
+        self.per_thread = per_thread  # other values only for launch-shape sweeps (bounds assume 32)
+
+    def _function(self, vpt: int) -> Any:
+        return module(self.build, source=SOURCE).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_v{vpt}")
+
+    def shape(self, cols: int) -> Shape:
+        if self.path == "stream":
+            return Shape(0, 1024, 1)
+        shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
+        # A thread count the compiled kernel's registers cannot launch goes to the streaming path.
+        if shape.vpt and shape.tpr > self._function(shape.vpt).max_threads_per_block:
+            if self.op == "rmsnormbf16acc":
+                raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers")
+            return Shape(0, 1024, 1)
+        return shape
+
+    def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> None:
+        """Launch on device arrays (in, [residual,] out, [gamma, [beta]]) on the current stream."""
+        shape = self.shape(cols)
+        scalars: list[Any] = [np.uint64(rows), np.uint64(cols)]
+        if self.op != "softmax":
+            scalars.append(np.float32(eps))
+        self._function(shape.vpt)(shape.grid(rows), shape.block(), (*arrays, *scalars))
+
+    def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> Callable[[], None]:
+        """A zero-argument launch on fixed arrays (for timing): the function and shape resolved once."""
+        shape = self.shape(cols)
+        fn = self._function(shape.vpt)
+        args = (*arrays, np.uint64(rows), np.uint64(cols), *(() if self.op == "softmax" else (np.float32(eps),)))
+        grid, block = shape.grid(rows), shape.block()
+        return lambda: fn(grid, block, args)
+
+
+def split_exact(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """x = a + b exactly, both exact in ``dtype``: a keeps the top half of each significand, b is
+    the rest. Where b would be subnormal (flush-to-zero arithmetic could drop it), b = 0, a = x."""
+    bits = get_dtype(dtype).bits
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    drop = 24 - bits + bits // 2  # float32 significand bits cleared in a
+    mask = np.uint32((0xFFFFFFFF << drop) & 0xFFFFFFFF)
+    with np.errstate(all="ignore"):
+        a = (x.view(np.uint32) & mask).view(np.float32)
+        b = (x.astype(np.float64) - a).astype(np.float32)
+        ok = np.isfinite(x) & ((b == 0) | (np.abs(b) >= get_dtype(dtype).min_normal))
+        ok &= (to_dtype(a, dtype) == a) & (to_dtype(b, dtype) == b)
+    a = np.where(ok, a, x)
+    # -0 + -0 is -0: a zero splits into two zeros of its own sign; anything unsplittable into x + 0.
+    b = np.where(ok, b, np.where(x == 0, x, np.float32(0)))
+    return np.ascontiguousarray(a), np.ascontiguousarray(b)
+
+
+def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., np.ndarray]:
+    """The op's user signature on float32 arrays (fused: hunted as rmsnorm, see the module doc)."""
+    kernel = ProdKernel(op, dtype=dtype, path=path)
+    user_op = "rmsnorm" if op in ("addrmsnorm", "rmsnormbf16acc") else op
+
+    def run(x: Any, *args: Any) -> np.ndarray:
+        gamma = args[0] if user_op in ("layernorm", "rmsnorm") else None
+        beta = args[1] if user_op == "layernorm" else None
+        eps = args[-1] if user_op != "softmax" else None
+        if len(args) != {"softmax": 0, "layernorm": 3, "rmsnorm": 2}[user_op]:
+            raise TypeError(f"{name} takes the {user_op} signature")
+        rows, cols = validate(user_op, x, gamma, beta, eps)
+        if rows == 0:
+            return np.empty((0, cols), dtype=np.float32)
+        import cupy
+
+        try:
+            if op == "addrmsnorm":
+                a, b = split_exact(np.asarray(x), dtype)
+                xs, residual = to_storage(a, dtype, name="x"), to_storage(b, dtype, name="x")
+            else:
+                xs = to_storage(np.asarray(x), dtype, name="x")
+            out = cupy.empty_like(xs)
+            vectors = [to_storage(np.asarray(v), dtype, name=n) for v, n in ((gamma, "gamma"), (beta, "beta"))
+                       if v is not None]
+            arrays = (xs, residual, out, *vectors) if op == "addrmsnorm" else (xs, out, *vectors)
+            kernel.launch(*arrays, rows=rows, cols=cols, eps=eps)
+            cupy.cuda.get_current_stream().synchronize()
+            result = from_storage(out, dtype)
+            if op == "addrmsnorm":
+                updated = from_storage(residual, dtype)
+                want = np.asarray(x, dtype=np.float32)
+                same = (updated.view(np.uint32) == want.view(np.uint32)) | (np.isnan(updated) & np.isnan(want))
+                # The GPU flushes float32 subnormal results to zero (docs/results.md): a subnormal
+                # x + residual may come back as a zero.
+                flushed = (np.abs(want) < np.float32(2.0**-126)) & (updated == 0)
+                bad = ~(same | flushed)
+                if bad.any():
+                    r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+                    raise ContractError(f"the updated residual at row {r} col {c} is {updated[r, c]!r}; "
+                                        f"x + residual is {want[r, c]!r} ({a[r, c]!r} + {b[r, c]!r})")
+            return result
+        except (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError) as exc:
+            raise KernelFault(f"kernel faulted: {exc}") from exc
+
+    run.__name__ = run.__qualname__ = name
+    run.__doc__ = f"prod.cu {op} ({dtype}, path {path}) with the {user_op} user signature."
+    return run
+
+
+@functools.cache
+def _function_for(name: str) -> Callable[..., np.ndarray]:
+    op, dtype, path = PROD_VARIANTS[name]
+    return _user_function(op, dtype, path, name)
+
+
+def __getattr__(name: str) -> Callable[..., np.ndarray]:
+    """``prod_kernels.softmaxFastBf16`` etc.: the registry's entry points, built on first use."""
+    if name in PROD_VARIANTS:
+        return _function_for(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,68 @@
+"""Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
+for several elements-per-thread settings (which set threads per row). Usage on the device:
+    python3 scripts/sweep_prod.py [--per-thread 8,16,32] [--json PATH]
+Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds, median)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import cupy
+
+from normprops.backends.prod_kernels import ProdKernel
+from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--per-thread", default="8,16,32")
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    settings = [int(v) for v in args.per_thread.split(",")]
+    spin = _spin(SPIN_CYCLES)
+    results = []
+    for dtype, itemsize in (("float32", 4), ("bfloat16", 2)):
+        for cols in (1024, 4096, 16384):
+            rows = (1 << 30) // itemsize // cols
+            rng = cupy.random.default_rng(0)
+            x = _random_storage(rng, (rows, cols), dtype)
+            res = _random_storage(rng, (rows, cols), dtype)
+            out = cupy.empty_like(x)
+            g = _random_storage(rng, (cols,), dtype)
+            b = _random_storage(rng, (cols,), dtype)
+            launches = {"memcpy": lambda: out.data.copy_from_device_async(x.data, x.nbytes)}
+            moved = {}
+            for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm"):
+                arrays = {"softmax": (x, out), "layernorm": (x, out, g, b), "rmsnorm": (x, out, g),
+                          "addrmsnorm": (x, res, out, g)}[op]
+                for pt in settings:
+                    k = ProdKernel(op, dtype=dtype, per_thread=pt)
+                    shape = k.shape(cols)
+                    name = f"{op} pt{pt} tpr{shape.tpr} vpt{shape.vpt}"
+                    launches[name] = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
+                    moved[name] = 2 if op == "addrmsnorm" else 1
+            for fn in launches.values():
+                fn()
+            times = {n: [] for n in launches}
+            for _ in range(args.rounds):
+                for n, fn in launches.items():
+                    times[n].append(_event_ms(fn, 10, spin))
+            med = {n: statistics.median(t) for n, t in times.items()}
+            for n, ms in med.items():
+                pct = 100 * moved.get(n, 1) * med["memcpy"] / ms
+                results.append({"dtype": dtype, "cols": cols, "kernel": n, "ms": ms, "pct_memcpy": pct})
+                print(f"{dtype:9s} {cols:6d} {n:34s} {ms:8.4f} ms {pct:6.1f}% of memcpy", flush=True)
+            del x, res, out, launches
+            cupy.get_default_memory_pool().free_all_blocks()
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+"""The production kernels (prod.cu): launch-shape policy, narrow storage types, the exact split that
+hunts the fused kernel, and (on a GPU) what the hunt cannot see: alignment, huge grids and offsets,
+the streaming path, the in-place residual."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from normprops.backends.prod_kernels import Shape, launch_shape, split_exact
+from normprops.oracles import reference, tolerance
+from normprops.specs import KERNELS, PROD_BLOCK, PROD_VARIANTS
+from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
+
+F32 = np.float32
+
+
+@pytest.mark.parametrize("cols, dtype, shape", [
+    (1, "float32", Shape(1, 32, 8)),
+    (1024, "float32", Shape(8, 32, 8)),      # a warp per row, 32 floats per thread
+    (1025, "float32", Shape(8, 64, 4)),
+    (4096, "float32", Shape(8, 128, 2)),
+    (8192, "float32", Shape(8, 256, 1)),     # the decode shape: one 256-thread block per row
+    (16384, "float32", Shape(8, 512, 1)),
+    (32768, "float32", Shape(8, 1024, 1)),
+    (32769, "float32", Shape(0, 1024, 1)),   # beyond the registers: streaming
+    (1024, "bfloat16", Shape(4, 32, 8)),
+    (16384, "bfloat16", Shape(4, 512, 1)),
+    (3, "float16", Shape(1, 32, 8)),
+])
+def test_launch_shape(cols: int, dtype: str, shape: Shape) -> None:
+    got = launch_shape(cols, dtype=dtype)
+    assert got == shape
+    if got.vpt:  # the register path covers the row, at most 32 elements per thread
+        width = 16 // (4 if dtype == "float32" else 2)
+        assert got.vpt * got.tpr * width >= cols and got.vpt * width <= 32
+        assert PROD_BLOCK.threads_for(cols) == got.tpr  # the error bound knows the shape
+
+
+def test_launch_shape_rejects_empty_rows() -> None:
+    with pytest.raises(ValueError, match="cols must be at least 1"):
+        launch_shape(0, dtype="float32")
+
+
+def test_error_model_depth_follows_threads_per_row() -> None:
+    assert PROD_BLOCK.k(1024) == 1024 // 32 - 1 + 5
+    assert PROD_BLOCK.k(16384) == 16384 // 512 - 1 + 9
+    assert PROD_BLOCK.k(100_000) == -(-100_000 // 1024) - 1 + 10
+
+
+def test_to_dtype_rounds_to_nearest_even_and_saturates() -> None:
+    x = np.array([1.0, 1 + 2**-8, 1 + 3 * 2**-8, 3.4e38, -1e20, np.inf, np.nan, 70000.0], F32)
+    bf = to_dtype(x, "bfloat16")
+    assert bf[0] == 1.0 and bf[1] == 1.0 and bf[2] == 1 + 4 * 2**-8  # ties to even
+    assert bf[3] == get_dtype("bfloat16").max and np.isinf(bf[5]) and np.isnan(bf[6])
+    h = to_dtype(x, "float16")
+    assert h[3] == 65504.0 and h[4] == -65504.0 and h[7] == 65504.0
+    assert np.array_equal(to_dtype(x, "float32"), x, equal_nan=True)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        to_dtype(x, "int8")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_narrow_cases_hold_exact_values(dtype: str) -> None:
+    case = make_case(op="layernorm", family="ordinary", rows=3, cols=100, seed=1,
+                     params={"loc": 0.5, "scale": 3.0, "spikes": []}, gamma_kind="large", beta_kind="large",
+                     dtype=dtype)
+    assert case.dtype == dtype
+    for a in (case.x, case.gamma, case.beta):
+        assert np.array_equal(to_dtype(a, dtype), a)
+    assert np.max(np.abs(case.gamma)) < DTYPES[dtype].max
+
+
+def test_narrow_tolerance_adds_one_output_rounding() -> None:
+    base = make_case(op="rmsnorm", family="ordinary", rows=2, cols=64, seed=3,
+                     params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    narrow = base.replace(dtype="bfloat16", x=to_dtype(base.x, "bfloat16"))
+    wide = base.replace(x=narrow.x)
+    ref = reference(wide)
+    t32 = tolerance(wide, ref, model=PROD_BLOCK).tol
+    t16 = tolerance(narrow, ref, model=PROD_BLOCK).tol
+    extra = t16 - t32
+    assert np.allclose(extra, 2.0**-8 * np.abs(ref.z) + DTYPES["bfloat16"].tiny)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_split_is_exact(dtype: str) -> None:
+    rng = np.random.default_rng(0)
+    x = to_dtype(np.concatenate([rng.standard_normal(1000) * 10.0 ** rng.integers(-30, 30, 1000),
+                                 [0.0, -0.0, 1e-39, np.nan, np.inf, 3e38]]).astype(F32), dtype)
+    a, b = split_exact(x, dtype)
+    finite = np.isfinite(x)
+    assert np.array_equal((a.astype(np.float64) + b)[finite], x[finite].astype(np.float64))
+    assert np.array_equal(to_dtype(a, dtype), a, equal_nan=True)
+    assert np.array_equal(to_dtype(b, dtype), b)
+    assert np.count_nonzero(b) > 500  # the split is not the trivial x + 0
+
+
+def test_registry_has_every_variant_and_the_kept_bad_one() -> None:
+    prod = {k.name: k for k in KERNELS if k.backend == "cuda-prod"}
+    assert set(prod) == set(PROD_VARIANTS)
+    assert prod["rmsNormBf16Acc"].bug is not None and prod["rmsNormBf16Acc"].dtype == "bfloat16"
+    assert "huge" in prod["rmsNormFast"].claims and "huge" in prod["layerNormFastBf16"].claims
+    assert "huge" not in prod["rmsNormFastF16"].claims
+    assert prod["addRmsNormFast"].op == "rmsnorm" and prod["addRmsNormFast"].touches == 4
+
+
+# --- on the GPU --------------------------------------------------------------------------------
+
+
+def _reference_rows(op: str, x: np.ndarray, gamma=None, beta=None, eps=1e-5) -> np.ndarray:
+    x = x.astype(np.float64)
+    if op == "softmax":
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if op == "layernorm":
+        m = x.mean(axis=1, keepdims=True)
+        return (x - m) / np.sqrt(((x - m) ** 2).mean(axis=1, keepdims=True) + eps) * gamma + beta
+    return x / np.sqrt((x * x).mean(axis=1, keepdims=True) + eps) * gamma
+
+
+def _device_args(op: str, cupy, rows: int, cols: int, seed: int = 0):
+    rng = cupy.random.default_rng(seed)
+    x = rng.standard_normal((rows, cols), dtype=cupy.float32)
+    g = rng.standard_normal(cols, dtype=cupy.float32)
+    b = rng.standard_normal(cols, dtype=cupy.float32)
+    return x, g, b
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
+@pytest.mark.parametrize("cols", [5, 1024, 1027])
+def test_misaligned_rows_give_the_same_bits(op: str, cols: int) -> None:
+    """A row starting off a 16-byte boundary takes the scalar path: same element -> thread map,
+    same arithmetic, so bit-for-bit the aligned result."""
+    import cupy
+
+    from normprops.backends.prod_kernels import ProdKernel
+
+    rows = 33
+    x, g, b = _device_args(op, cupy, rows, cols)
+    kernel = ProdKernel(op, dtype="float32")
+    extra = {"softmax": (), "layernorm": (g, b), "rmsnorm": (g,)}[op]
+    out = cupy.empty_like(x)
+    kernel.launch(x, out, *extra, rows=rows, cols=cols, eps=1e-5)
+    base = cupy.empty(rows * cols + 1, dtype=cupy.float32)
+    shifted = base[1:].reshape(rows, cols)  # 4 bytes past an aligned allocation
+    shifted[...] = x
+    out2 = cupy.empty(rows * cols + 1, dtype=cupy.float32)[1:].reshape(rows, cols)
+    kernel.launch(shifted, out2, *extra, rows=rows, cols=cols, eps=1e-5)
+    assert shifted.data.ptr % 16 == 4
+    assert cupy.array_equal(out.view(cupy.uint32), out2.view(cupy.uint32))
+    want = _reference_rows(op, cupy.asnumpy(x), cupy.asnumpy(g), cupy.asnumpy(b))
+    assert np.max(np.abs(cupy.asnumpy(out) - want)) < 1e-4 * max(1.0, np.max(np.abs(want)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
+@pytest.mark.parametrize("cols", [70_001, 100_000])
+def test_streaming_path_for_wide_rows(op: str, cols: int) -> None:
+    import cupy
+
+    from normprops.backends import prod_kernels
+
+    name = {"softmax": "softmaxFast", "layernorm": "layerNormFast", "rmsnorm": "rmsNormFast",
+            "addrmsnorm": "addRmsNormFast"}[op]
+    assert prod_kernels.ProdKernel(op, dtype="float32").shape(cols).vpt == 0
+    x, g, b = (cupy.asnumpy(a) for a in _device_args(op, cupy, 3, cols))
+    args = {"softmax": (), "layernorm": (g, b, 1e-5)}.get(op, (g, 1e-5))
+    got = getattr(prod_kernels, name)(x, *args)
+    want = _reference_rows("rmsnorm" if op == "addrmsnorm" else op, x, g, b)
+    assert np.max(np.abs(got - want)) < 1e-4 * max(1.0, np.max(np.abs(want)))
+
+
+@pytest.mark.gpu
+def test_many_rows_and_offsets_beyond_2_to_the_31() -> None:
+    """rows > 65535 (grid.x) and element offsets past 2^31 (size_t indexing): the last rows of a
+    2^31 + 2 x 16384-element batch are right."""
+    import cupy
+
+    from normprops.backends.prod_kernels import ProdKernel
+
+    cols = 16384
+    rows = 2**31 // cols + 2
+    x = cupy.empty((rows, cols), dtype=cupy.float32)
+    x[-4:] = cupy.random.default_rng(1).standard_normal((4, cols), dtype=cupy.float32)
+    x[:-4] = 1.0
+    g = cupy.ones(cols, dtype=cupy.float32)
+    for op, extra in (("rmsnorm", (g,)), ("softmax", ())):
+        out = cupy.empty_like(x)
+        ProdKernel(op, dtype="float32").launch(x, out, *extra, rows=rows, cols=cols, eps=1e-5)
+        tail = cupy.asnumpy(out[-4:])
+        want = _reference_rows(op, cupy.asnumpy(x[-4:]), np.ones(cols), None)
+        assert np.max(np.abs(tail - want)) < 1e-5 * max(1.0, np.max(np.abs(want))), op
+        del out
+    small = cupy.asarray(np.random.default_rng(2).standard_normal((70_000, 8)).astype(F32))
+    out = cupy.empty_like(small)
+    ProdKernel("rmsnorm", dtype="float32").launch(small, out, g[:8], rows=70_000, cols=8, eps=1e-5)
+    want = _reference_rows("rmsnorm", cupy.asnumpy(small), np.ones(8), None)
+    assert np.max(np.abs(cupy.asnumpy(out) - want)) < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_fused_kernel_updates_the_residual_in_place(dtype: str) -> None:
+    import cupy
+
+    from normprops.backends.prod_kernels import ProdKernel, from_storage, to_storage
+
+    rng = np.random.default_rng(5)
+    rows, cols = 7, 3000
+    x = to_dtype(rng.standard_normal((rows, cols)).astype(F32), dtype)
+    r = to_dtype(rng.standard_normal((rows, cols)).astype(F32), dtype)
+    g = to_dtype(rng.standard_normal(cols).astype(F32), dtype)
+    xs, rs, gs = (to_storage(a, dtype, name=n) for a, n in ((x, "x"), (r, "residual"), (g, "gamma")))
+    out = cupy.empty_like(xs)
+    ProdKernel("addrmsnorm", dtype=dtype).launch(xs, rs, out, gs, rows=rows, cols=cols, eps=1e-5)
+    h = to_dtype((x.astype(np.float64) + r).astype(F32), dtype)  # x + r rounded once
+    assert np.array_equal(from_storage(rs, dtype), h)
+    want = _reference_rows("rmsnorm", h, g, None)
+    tol = 2 * DTYPES[dtype].u + 1e-5
+    assert np.max(np.abs(from_storage(out, dtype) - want) / (np.abs(want) + 1e-3)) < tol
+
+
+@pytest.mark.gpu
+def test_narrow_input_that_is_not_exact_is_refused() -> None:
+    from normprops.backends import prod_kernels
+
+    with pytest.raises(ValueError, match=r"x\[0, 0\] = .* is not exactly representable in bfloat16"):
+        prod_kernels.softmaxFastBf16(np.array([[1.0 + 2**-10, 2.0]], F32))
