@@ -1,6 +1,6 @@
 """Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
 for several elements-per-thread settings (which set threads per row). Usage on the device:
-    python3 scripts/sweep_prod.py [--per-thread 8,16,32] [--json PATH]
+    python3 scripts/sweep_prod.py [--per-thread 16,32] [--json PATH]
 Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds, median)."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--per-thread", default="8,16,32")
+    ap.add_argument("--per-thread", default="16,32")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
