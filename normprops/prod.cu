@@ -73,7 +73,38 @@ __device__ __forceinline__ unsigned short floatToF16(float f) {
     return h;
 }
 
-template <float (*ToF)(unsigned short), unsigned short (*FromF)(float)>
+// Two floats -> two 16-bit values in one word (a in the low half), rounded to nearest even: one
+// cvt.rn.{bf16,f16}x2.f32 on sm_80 and later, the scalar conversions elsewhere.
+__device__ __forceinline__ unsigned packBf16(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    unsigned w;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(b), "f"(a));
+    return w;
+#else
+    return floatToBf16(a) | (static_cast<unsigned>(floatToBf16(b)) << 16);
+#endif
+}
+__device__ __forceinline__ unsigned packF16(float a, float b) {
+#if __CUDA_ARCH__ >= 800
+    unsigned w;
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(w) : "f"(b), "f"(a));
+    return w;
+#else
+    return floatToF16(a) | (static_cast<unsigned>(floatToF16(b)) << 16);
+#endif
+}
+// bfloat16 pairs widen with one instruction each: the low element shifted up, the high one masked.
+__device__ __forceinline__ void unpackBf16(unsigned w, float& a, float& b) {
+    a = __uint_as_float(w << 16);
+    b = __uint_as_float(w & 0xffff0000u);
+}
+__device__ __forceinline__ void unpackF16(unsigned w, float& a, float& b) {
+    a = f16ToFloat(static_cast<unsigned short>(w & 0xffffu));
+    b = f16ToFloat(static_cast<unsigned short>(w >> 16));
+}
+
+template <float (*ToF)(unsigned short), unsigned short (*FromF)(float),
+          unsigned (*Pack)(float, float), void (*Unpack)(unsigned, float&, float&)>
 struct Half16 {
     using T = unsigned short;
     static constexpr int W = 8;
@@ -84,20 +115,17 @@ struct Half16 {
         const uint4 q = *reinterpret_cast<const uint4*>(p);
         const unsigned w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {  // little endian: the lower half is the earlier element
-            v[2 * i] = ToF(static_cast<unsigned short>(w[i] & 0xffffu));
-            v[2 * i + 1] = ToF(static_cast<unsigned short>(w[i] >> 16));
-        }
+        for (int i = 0; i < 4; ++i) Unpack(w[i], v[2 * i], v[2 * i + 1]);  // little endian: low = earlier
     }
     __device__ static void putVec(T* p, const float* v) {
         unsigned w[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) w[i] = FromF(v[2 * i]) | (static_cast<unsigned>(FromF(v[2 * i + 1])) << 16);
+        for (int i = 0; i < 4; ++i) w[i] = Pack(v[2 * i], v[2 * i + 1]);
         *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 };
-using BF16 = Half16<bf16ToFloat, floatToBf16>;
-using F16 = Half16<f16ToFloat, floatToF16>;
+using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16>;
+using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16>;
 
 // --- exact power-of-two scaling ------------------------------------------------------------------
 
@@ -432,7 +460,7 @@ __device__ void softmaxStream(const typename D::T* __restrict__ in, typename D::
             const float x = D::get(row + c);
             if (x > st.m) {  // a new maximum: rescale what was summed so far (expf(x - x) is 1, or
                              // NaN for x = +inf, as in the register path)
-                st.s = (st.m == negInf() ? 0.0f : st.s * expf(st.m - x)) + expf(x - x);
+                st.s = (st.m == negInf() ? st.s * 0.0f : st.s * expf(st.m - x)) + expf(x - x);  // keeps a NaN
                 st.m = x;
             } else if (x != negInf() || st.m != negInf()) {
                 st.s += expf(x - st.m);  // NaN propagates from here
