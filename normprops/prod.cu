@@ -103,8 +103,30 @@ __device__ __forceinline__ void unpackF16(unsigned w, float& a, float& b) {
     b = f16ToFloat(static_cast<unsigned short>(w >> 16));
 }
 
+__device__ __forceinline__ float bf16Lo(unsigned w) {
+    unsigned r;
+    asm volatile("shl.b32 %0, %1, 16;" : "=r"(r) : "r"(w));
+    return __uint_as_float(r);
+}
+__device__ __forceinline__ float bf16Hi(unsigned w) {
+    unsigned r;
+    asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(r) : "r"(w));
+    return __uint_as_float(r);
+}
+__device__ __forceinline__ float f16Lo(unsigned w) {
+    float f;
+    asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(w));
+    return f;
+}
+__device__ __forceinline__ float f16Hi(unsigned w) {
+    float f;
+    asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(w));
+    return f;
+}
+
 template <float (*ToF)(unsigned short), unsigned short (*FromF)(float),
-          unsigned (*Pack)(float, float), void (*Unpack)(unsigned, float&, float&)>
+          unsigned (*Pack)(float, float), void (*Unpack)(unsigned, float&, float&),
+          float (*LoF)(unsigned), float (*HiF)(unsigned)>
 struct Half16 {
     using T = unsigned short;
     static constexpr int W = 8;
@@ -123,9 +145,16 @@ struct Half16 {
         for (int i = 0; i < 4; ++i) w[i] = Pack(v[2 * i], v[2 * i + 1]);
         *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     }
+    // Packed register storage (Regs<..., true>): two elements per 32-bit word, the earlier low.
+    // Widened through volatile asm so the compiler re-widens at each use instead of keeping every
+    // widened value live across the passes (which would undo the packing).
+    __device__ static float lo(unsigned w) { return LoF(w); }
+    __device__ static float hi(unsigned w) { return HiF(w); }
+    __device__ static unsigned pack(float a, float b) { return Pack(a, b); }
+    __device__ static unsigned short bits(float v) { return FromF(v); }
 };
-using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16>;
-using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16>;
+using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16, bf16Lo, bf16Hi>;
+using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, f16Lo, f16Hi>;
 
 // --- exact power-of-two scaling ------------------------------------------------------------------
 
@@ -209,10 +238,39 @@ __device__ __forceinline__ typename R::T rowReduce(typename R::T v, Scratch& scr
 
 // One thread's share of a row: VPT vectors of W elements, element (j * tpr + t) * W + w. Column
 // indices are int: the register path holds at most 512 x 64 columns.
-template <class D, int VPT>
+//
+// Storage: kPacked = false keeps every element as a float (converted once, at load, and writable);
+// kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
+// element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
+// the same occupancy). Both give the same bits: the arithmetic on each element is the same.
+template <class D, int VPT, bool kPacked = false>
 struct Regs {
     static constexpr int N = VPT * D::W;
-    float v[N];
+    static constexpr bool kMutable = !kPacked;
+    static constexpr int kWords = kPacked ? N / 2 : N;
+    unsigned w[kWords];  // float bits, or two 16-bit values
+
+    __device__ float at(int i) const {
+        if constexpr (kPacked) {
+            return (i & 1) ? D::hi(w[i >> 1]) : D::lo(w[i >> 1]);
+        } else {
+            return __uint_as_float(w[i]);
+        }
+    }
+    __device__ void set(int i, float v) {
+        static_assert(!kPacked, "packed storage is read-only");
+        w[i] = __float_as_uint(v);
+    }
+    // Vector j from W floats (for packed storage they must already be exact in the type).
+    __device__ void setVec(int j, const float* src) {
+        if constexpr (kPacked) {
+#pragma unroll
+            for (int q = 0; q < D::W / 2; ++q) w[j * D::W / 2 + q] = D::pack(src[2 * q], src[2 * q + 1]);
+        } else {
+#pragma unroll
+            for (int q = 0; q < D::W; ++q) w[j * D::W + q] = __float_as_uint(src[q]);
+        }
+    }
 
     __device__ static int first(int j) { return (j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * D::W; }
     // Vector j of a row (or of gamma / beta) into dst[0..W); fill past the end. vec: 16-byte access.
@@ -246,15 +304,31 @@ struct Regs {
     }
     __device__ void load(const typename D::T* row, int cols, bool vec, float fill) {
 #pragma unroll
-        for (int j = 0; j < VPT; ++j) loadOne(row, j, cols, vec, fill, &v[j * D::W]);
-    }
-    __device__ void store(typename D::T* row, int cols, bool vec) const {
+        for (int j = 0; j < VPT; ++j) {
+            if constexpr (kPacked) {
+                const int c0 = first(j);
+                if (vec && c0 + D::W <= cols) {  // the 16 bytes as they are
+                    const uint4 q = *reinterpret_cast<const uint4*>(row + c0);
+                    w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
+                } else {
+                    const unsigned short pad = D::bits(fill);
 #pragma unroll
-        for (int j = 0; j < VPT; ++j) storeOne(row, j, cols, vec, &v[j * D::W]);
+                    for (int q = 0; q < D::W / 2; ++q) {
+                        const unsigned a = c0 + 2 * q < cols ? row[c0 + 2 * q] : pad;
+                        const unsigned b = c0 + 2 * q + 1 < cols ? row[c0 + 2 * q + 1] : pad;
+                        w[j * D::W / 2 + q] = a | (b << 16);
+                    }
+                }
+            } else {
+                float v[D::W];
+                loadOne(row, j, cols, vec, fill, v);
+                setVec(j, v);
+            }
+        }
     }
     __device__ void zero() {
 #pragma unroll
-        for (int i = 0; i < N; ++i) v[i] = 0.0f;
+        for (int i = 0; i < kWords; ++i) w[i] = 0u;
     }
     __device__ static bool valid(int i, int cols) { return first(i / D::W) + i % D::W < cols; }
 };
@@ -276,13 +350,13 @@ template <int P, class Rg>
 __device__ __forceinline__ typename ScaledSum<P>::T localScaledSum(const Rg& r, size_t cols) {
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < Rg::N; ++i) amax = fmaxf(amax, fabsf(r.v[i]));  // padding is 0
+    for (int i = 0; i < Rg::N; ++i) amax = fmaxf(amax, fabsf(r.at(i)));  // padding is 0
     const int e = scaleExponent(amax);
     const float sc = pow2(-e);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < Rg::N; ++i) {
-        const float y = r.v[i] * sc;
+        const float y = r.at(i) * sc;
         s = P == 1 ? s + y : fmaf(y, y, s);
     }
     return {e, s};
@@ -315,41 +389,53 @@ __device__ __forceinline__ float layerNormFactor(float varScaled, int E, float e
     return denom == 0.0f && eps > 0.0f ? 0.0f : rsqrtf(denom);
 }
 
-template <class D, int VPT>
+template <class D, int VPT, bool kPacked>
 __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
                             size_t rows, size_t cols) {
+    using Rg = Regs<D, VPT, kPacked>;
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out);
-    Regs<D, VPT> r;
+    Rg r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, negInf());
     else r.zero();
     float m = negInf();
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.v[i]);
+    for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.at(i));
     m = rowReduce<Max>(m, scratch);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
-        r.v[i] = Regs<D, VPT>::valid(i, cols) ? expf(r.v[i] - m) : 0.0f;
-        s += r.v[i];
+        const float e = Rg::valid(i, cols) ? expf(r.at(i) - m) : 0.0f;
+        if constexpr (Rg::kMutable) r.set(i, e);  // packed storage recomputes it below
+        s += e;
     }
     s = rowReduce<Sum>(s, scratch);
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
+    if (!ri.live) return;
+    typename D::T* o = out + ri.row * cols;
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) r.v[i] *= inv;
-    if (ri.live) r.store(out + ri.row * cols, cols, vec);
+    for (int j = 0; j < VPT; ++j) {
+        float v[D::W];
+#pragma unroll
+        for (int w = 0; w < D::W; ++w) {
+            const int i = j * D::W + w;
+            v[w] = (Rg::kMutable ? r.at(i) : expf(r.at(i) - m)) * inv;
+        }
+        Rg::storeOne(o, j, cols, vec, v);
+    }
 }
 
-template <class D, int VPT>
+template <class D, int VPT, bool kPacked>
 __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
                               const typename D::T* __restrict__ gamma,
                               const typename D::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
+    using Rg = Regs<D, VPT, kPacked>;
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
-    Regs<D, VPT> r;
+    Rg r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
     const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r, cols), scratch);
@@ -359,9 +445,9 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
     float q = 0.0f;
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
-        const float d = fmaf(r.v[i], sc, -mean);
-        r.v[i] = d;
-        if (Regs<D, VPT>::valid(i, cols)) q = fmaf(d, d, q);
+        const float d = fmaf(r.at(i), sc, -mean);
+        if constexpr (Rg::kMutable) r.set(i, d);  // packed storage recomputes it below
+        if (Rg::valid(i, cols)) q = fmaf(d, d, q);
     }
     q = rowReduce<Sum>(q, scratch);
     const float f = layerNormFactor(q / n, total.e, eps);
@@ -370,80 +456,85 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {  // gamma and beta one vector at a time: few extra registers
         float g[D::W], b[D::W];
-        Regs<D, VPT>::loadOne(gamma, j, cols, vec, 0.0f, g);
-        Regs<D, VPT>::loadOne(beta, j, cols, vec, 0.0f, b);
+        Rg::loadOne(gamma, j, cols, vec, 0.0f, g);
+        Rg::loadOne(beta, j, cols, vec, 0.0f, b);
 #pragma unroll
-        for (int w = 0; w < D::W; ++w) g[w] = fmaf(r.v[j * D::W + w] * f, g[w], b[w]);
-        Regs<D, VPT>::storeOne(o, j, cols, vec, g);
+        for (int w = 0; w < D::W; ++w) {
+            const int i = j * D::W + w;
+            const float d = Rg::kMutable ? r.at(i) : fmaf(r.at(i), sc, -mean);
+            g[w] = fmaf(d * f, g[w], b[w]);
+        }
+        Rg::storeOne(o, j, cols, vec, g);
     }
 }
 
 // out = (x * a) * b * gamma, gamma one vector at a time.
-template <class D, int VPT>
-__device__ __forceinline__ void rmsEpilogue(const Regs<D, VPT>& r, typename D::T* o,
-                                            const typename D::T* gamma, size_t cols, NormFactor nf,
-                                            bool vec) {
+template <class Rg, class D>
+__device__ __forceinline__ void rmsEpilogue(const Rg& r, typename D::T* o, const typename D::T* gamma,
+                                            int cols, NormFactor nf, bool vec) {
 #pragma unroll
-    for (int j = 0; j < VPT; ++j) {
+    for (int j = 0; j < Rg::N / D::W; ++j) {
         float g[D::W];
-        Regs<D, VPT>::loadOne(gamma, j, cols, vec, 0.0f, g);
+        Rg::loadOne(gamma, j, cols, vec, 0.0f, g);
 #pragma unroll
-        for (int w = 0; w < D::W; ++w) g[w] = r.v[j * D::W + w] * nf.a * nf.b * g[w];
-        Regs<D, VPT>::storeOne(o, j, cols, vec, g);
+        for (int w = 0; w < D::W; ++w) g[w] = r.at(j * D::W + w) * nf.a * nf.b * g[w];
+        Rg::storeOne(o, j, cols, vec, g);
     }
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
-template <class D, int VPT>
-__device__ __forceinline__ void rmsNormHeld(Regs<D, VPT>& r, const RowIndex& ri, typename D::T* out,
+template <class D, class Rg>
+__device__ __forceinline__ void rmsNormHeld(const Rg& r, const RowIndex& ri, typename D::T* out,
                                             const typename D::T* gamma, size_t cols, float eps,
                                             bool vec, Scratch& scratch) {
     const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r, cols), scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
-    rmsEpilogue<D, VPT>(r, out + ri.row * cols, gamma, cols, nf, vec);
+    rmsEpilogue<Rg, D>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class D, int VPT>
+template <class D, int VPT, bool kPacked>
 __device__ void rmsNormRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
                             const typename D::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
-    Regs<D, VPT> r;
+    Regs<D, VPT, kPacked> r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
-    rmsNormHeld<D, VPT>(r, ri, out, gamma, cols, eps, vec, scratch);
+    rmsNormHeld<D>(r, ri, out, gamma, cols, eps, vec, scratch);
 }
 
 // Fused add + RMS norm: h = x + residual (rounded to the storage type), residual <- h,
 // out = rmsnorm(h) * gamma. residual is read and written in place by the same thread.
-template <class D, int VPT>
+template <class D, int VPT, bool kPacked>
 __device__ void addRmsNormRegs(const typename D::T* __restrict__ in, typename D::T* residual,
                                typename D::T* __restrict__ out,
                                const typename D::T* __restrict__ gamma, size_t rows, size_t cols,
                                float eps) {
+    using Rg = Regs<D, VPT, kPacked>;
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
-    Regs<D, VPT> r;
+    Rg r;
     if (ri.live) {
         const typename D::T* x = in + ri.row * cols;
         typename D::T* res = residual + ri.row * cols;
 #pragma unroll
-        for (int j = 0; j < VPT; ++j) {  // one residual vector at a time: few extra registers
-            float h[D::W];
-            Regs<D, VPT>::loadOne(x, j, cols, vec, 0.0f, &r.v[j * D::W]);
-            Regs<D, VPT>::loadOne(res, j, cols, vec, 0.0f, h);
+        for (int j = 0; j < VPT; ++j) {  // one vector of each at a time: few extra registers
+            float h[D::W], xv[D::W];
+            Rg::loadOne(x, j, cols, vec, 0.0f, xv);
+            Rg::loadOne(res, j, cols, vec, 0.0f, h);
 #pragma unroll
-            for (int w = 0; w < D::W; ++w) r.v[j * D::W + w] = D::round(r.v[j * D::W + w] + h[w]);
-            Regs<D, VPT>::storeOne(res, j, cols, vec, &r.v[j * D::W]);
+            for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
+            Rg::storeOne(res, j, cols, vec, h);
+            r.setVec(j, h);
         }
     } else {
         r.zero();
     }
-    rmsNormHeld<D, VPT>(r, ri, out, gamma, cols, eps, vec, scratch);
+    rmsNormHeld<D>(r, ri, out, gamma, cols, eps, vec, scratch);
 }
 
 // --- streaming path (rows wider than the registers hold) ----------------------------------------
@@ -566,69 +657,72 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
     else r.zero();
     float amax = 0.0f;
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) amax = fmaxf(amax, fabsf(r.v[i]));
+    for (int i = 0; i < r.N; ++i) amax = fmaxf(amax, fabsf(r.at(i)));
     ScaledSum<2>::T st{scaleExponent(amax), 0.0f};
     const float sct = pow2(-st.e);
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
-        const float y = r.v[i] * sct;
+        const float y = r.at(i) * sct;
         st.s = D::round(fmaf(y, y, st.s));
     }
     st = rowReduce<ScaledSum<2>>(st, scratch);
     const NormFactor nf = normFactor(st.s / static_cast<float>(cols), st.e, eps);
     if (!ri.live) return;
-    rmsEpilogue<D, VPT>(r, out + ri.row * cols, gamma, cols, nf, vec);
+    rmsEpilogue<Regs<D, VPT>, D>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-// --- entry points: <op>_<dtype>_v<VPT>, v0 = streaming ------------------------------------------
+// --- entry points: <op>_<dtype>_v<VPT> (v0: streaming), and _p<VPT> for packed 16-bit storage ----
 
 // Register path: at most 512 threads per block and two blocks per SM, which caps a thread at 64
 // registers (32 values of the row plus the rest): rows of 4096+ columns then keep two blocks, and
 // their loads, in flight on every SM. The streaming path runs 1024-thread blocks.
 #define NP_BOUNDS(VPT) __launch_bounds__((VPT) == 0 ? 1024 : 512, (VPT) == 0 ? 1 : 2)
 
-#define NP_SOFTMAX(D, NAME, VPT)                                                                   \
-    extern "C" __global__ void NP_BOUNDS(VPT) softmax_##NAME##_v##VPT(const D::T* __restrict__ in,                \
-                                                       D::T* __restrict__ out, size_t rows,        \
-                                                       size_t cols) {                              \
-        if constexpr (VPT == 0) softmaxStream<D>(in, out, rows, cols);                                        \
-        else softmaxRegs<D, VPT>(in, out, rows, cols);                              \
+#define NP_SOFTMAX(D, NAME, TAG, VPT, PACKED)                                                      \
+    extern "C" __global__ void NP_BOUNDS(VPT) softmax_##NAME##_##TAG##VPT(                         \
+        const D::T* __restrict__ in, D::T* __restrict__ out, size_t rows, size_t cols) {           \
+        if constexpr (VPT == 0) softmaxStream<D>(in, out, rows, cols);                             \
+        else softmaxRegs<D, VPT, PACKED>(in, out, rows, cols);                                     \
     }
-#define NP_LAYERNORM(D, NAME, VPT)                                                                 \
-    extern "C" __global__ void NP_BOUNDS(VPT) layernorm_##NAME##_v##VPT(                                          \
+#define NP_LAYERNORM(D, NAME, TAG, VPT, PACKED)                                                    \
+    extern "C" __global__ void NP_BOUNDS(VPT) layernorm_##NAME##_##TAG##VPT(                       \
         const D::T* __restrict__ in, D::T* __restrict__ out, const D::T* __restrict__ gamma,       \
         const D::T* __restrict__ beta, size_t rows, size_t cols, float eps) {                      \
-        if constexpr (VPT == 0) layerNormStream<D>(in, out, gamma, beta, rows, cols, eps);                    \
-        else layerNormRegs<D, VPT>(in, out, gamma, beta, rows, cols, eps);          \
+        if constexpr (VPT == 0) layerNormStream<D>(in, out, gamma, beta, rows, cols, eps);         \
+        else layerNormRegs<D, VPT, PACKED>(in, out, gamma, beta, rows, cols, eps);                 \
     }
-#define NP_RMSNORM(D, NAME, VPT)                                                                   \
-    extern "C" __global__ void NP_BOUNDS(VPT) rmsnorm_##NAME##_v##VPT(const D::T* __restrict__ in,                \
-                                                       D::T* __restrict__ out,                     \
-                                                       const D::T* __restrict__ gamma,             \
-                                                       size_t rows, size_t cols, float eps) {      \
-        if constexpr (VPT == 0) rmsNormStream<D, false>(in, nullptr, out, gamma, rows, cols, eps);            \
-        else rmsNormRegs<D, VPT>(in, out, gamma, rows, cols, eps);                  \
+#define NP_RMSNORM(D, NAME, TAG, VPT, PACKED)                                                      \
+    extern "C" __global__ void NP_BOUNDS(VPT) rmsnorm_##NAME##_##TAG##VPT(                         \
+        const D::T* __restrict__ in, D::T* __restrict__ out, const D::T* __restrict__ gamma,       \
+        size_t rows, size_t cols, float eps) {                                                     \
+        if constexpr (VPT == 0) rmsNormStream<D, false>(in, nullptr, out, gamma, rows, cols, eps); \
+        else rmsNormRegs<D, VPT, PACKED>(in, out, gamma, rows, cols, eps);                         \
     }
-#define NP_ADDRMSNORM(D, NAME, VPT)                                                                \
-    extern "C" __global__ void NP_BOUNDS(VPT) addrmsnorm_##NAME##_v##VPT(                                         \
+#define NP_ADDRMSNORM(D, NAME, TAG, VPT, PACKED)                                                   \
+    extern "C" __global__ void NP_BOUNDS(VPT) addrmsnorm_##NAME##_##TAG##VPT(                      \
         const D::T* __restrict__ in, D::T* residual, D::T* __restrict__ out,                       \
         const D::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {                     \
-        if constexpr (VPT == 0) rmsNormStream<D, true>(in, residual, out, gamma, rows, cols, eps);            \
-        else addRmsNormRegs<D, VPT>(in, residual, out, gamma, rows, cols, eps);     \
+        if constexpr (VPT == 0) rmsNormStream<D, true>(in, residual, out, gamma, rows, cols, eps); \
+        else addRmsNormRegs<D, VPT, PACKED>(in, residual, out, gamma, rows, cols, eps);            \
     }
-#define NP_ALL_VPT(M, D, NAME) M(D, NAME, 0) M(D, NAME, 1) M(D, NAME, 2) M(D, NAME, 4) M(D, NAME, 8)
-#define NP_ALL_OPS(D, NAME)                                                                        \
-    NP_ALL_VPT(NP_SOFTMAX, D, NAME)                                                                \
-    NP_ALL_VPT(NP_LAYERNORM, D, NAME)                                                              \
-    NP_ALL_VPT(NP_RMSNORM, D, NAME)                                                                \
-    NP_ALL_VPT(NP_ADDRMSNORM, D, NAME)
+#define NP_OPS(D, NAME, TAG, VPT, PACKED)                                                          \
+    NP_SOFTMAX(D, NAME, TAG, VPT, PACKED)                                                          \
+    NP_LAYERNORM(D, NAME, TAG, VPT, PACKED)                                                        \
+    NP_RMSNORM(D, NAME, TAG, VPT, PACKED)                                                          \
+    NP_ADDRMSNORM(D, NAME, TAG, VPT, PACKED)
+#define NP_FLOAT_REGS(D, NAME)                                                                     \
+    NP_OPS(D, NAME, v, 0, false) NP_OPS(D, NAME, v, 1, false) NP_OPS(D, NAME, v, 2, false)         \
+    NP_OPS(D, NAME, v, 4, false) NP_OPS(D, NAME, v, 8, false)
+#define NP_PACKED_REGS(D, NAME) NP_OPS(D, NAME, p, 4, true) NP_OPS(D, NAME, p, 8, true)
 
-NP_ALL_OPS(F32, f32)
-NP_ALL_OPS(BF16, bf16)
-NP_ALL_OPS(F16, f16)
+NP_FLOAT_REGS(F32, f32)
+NP_FLOAT_REGS(BF16, bf16)
+NP_FLOAT_REGS(F16, f16)
+NP_PACKED_REGS(BF16, bf16)
+NP_PACKED_REGS(F16, f16)
 
 #define NP_BF16ACC(VPT)                                                                            \
-    extern "C" __global__ void NP_BOUNDS(VPT) rmsnormbf16acc_bf16_v##VPT(                                         \
+    extern "C" __global__ void NP_BOUNDS(VPT) rmsnormbf16acc_bf16_v##VPT(                          \
         const unsigned short* __restrict__ in, unsigned short* __restrict__ out,                   \
         const unsigned short* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
         rmsNormBf16AccRegs<VPT>(in, out, gamma, rows, cols, eps);                                  \

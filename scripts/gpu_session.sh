@@ -5,7 +5,8 @@
 #        perf flakes pack
 # Environment: WORKERS (xdist workers, default 16), BACKENDS (numerics' backends, default "cuda
 # cuda-prod torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
-# DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20). Several
+# DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20),
+# SWEEP_ARGS (e.g. "--per-thread 32,32p,64p --dtypes bfloat16"). Several
 # invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install happens once.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -58,7 +59,7 @@ for k in KERNELS:
       timeout 900 normprops bench --json "$OUT/bench.json" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
         2>&1 | tee "$OUT/bench.txt" | tail -60 ;;
     sweep) step sweep
-      timeout 600 python3 scripts/sweep_prod.py --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -80 ;;
+      timeout 600 python3 scripts/sweep_prod.py ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -80 ;;
     perf) step perf
       timeout 900 python3 -m pytest -q -p no:cacheprovider -m perf -rs --benchmark-json "$OUT/perf.json" \
         2>&1 | tee "$OUT/perf.log" | tail -15 ;;

@@ -1,7 +1,9 @@
 """Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
 for several elements-per-thread settings (which set threads per row). Usage on the device:
-    python3 scripts/sweep_prod.py [--per-thread 16,32] [--json PATH]
-Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds, median)."""
+    python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
+A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
+float32). Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds,
+median)."""
 
 from __future__ import annotations
 
@@ -19,13 +21,15 @@ from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--per-thread", default="16,32")
+    ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
-    settings = [int(v) for v in args.per_thread.split(",")]
+    settings = [(int(v.rstrip("p")), v.endswith("p")) for v in args.per_thread.split(",")]
     spin = _spin(SPIN_CYCLES)
     results = []
-    for dtype, itemsize in (("float32", 4), ("bfloat16", 2)):
+    for dtype in args.dtypes.split(","):
+        itemsize = 4 if dtype == "float32" else 2
         for cols in (1024, 4096, 16384):
             rows = (1 << 30) // itemsize // cols
             rng = cupy.random.default_rng(0)
@@ -39,10 +43,12 @@ def main() -> int:
             for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm"):
                 arrays = {"softmax": (x, out), "layernorm": (x, out, g, b), "rmsnorm": (x, out, g),
                           "addrmsnorm": (x, res, out, g)}[op]
-                for pt in settings:
-                    k = ProdKernel(op, dtype=dtype, per_thread=pt)
+                for pt, packed in settings:
+                    if packed and dtype == "float32":
+                        continue
+                    k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=packed)
                     shape = k.shape(cols)
-                    name = f"{op} pt{pt} tpr{shape.tpr} vpt{shape.vpt}"
+                    name = f"{op} pt{pt}{'p' if packed else ''} tpr{shape.tpr} vpt{shape.vpt}"
                     launches[name] = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
                     moved[name] = 2 if op == "addrmsnorm" else 1
             for fn in launches.values():

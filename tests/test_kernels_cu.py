@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from normprops._cuda import SOURCES, source_text
-from normprops.backends.prod_kernels import DTYPE_CODES, VPTS
+from normprops.backends.prod_kernels import DTYPE_CODES, PACKED_VPTS, VPTS
 from normprops.specs import KERNELS, PROD_VARIANTS
 
 NVCC = shutil.which("nvcc")
@@ -25,6 +25,8 @@ def _entries(source: str) -> set[str]:
     for op, dtype, _ in PROD_VARIANTS.values():
         vpts = VPTS if op == "rmsnormbf16acc" else (0, *VPTS)
         names |= {f"{op}_{DTYPE_CODES[dtype]}_v{v}" for v in vpts}
+        if dtype != "float32" and op != "rmsnormbf16acc":
+            names |= {f"{op}_{DTYPE_CODES[dtype]}_p{v}" for v in PACKED_VPTS}
     return names
 
 

@@ -228,3 +228,30 @@ def test_narrow_input_that_is_not_exact_is_refused() -> None:
 
     with pytest.raises(ValueError, match=r"x\[0, 0\] = .* is not exactly representable in bfloat16"):
         prod_kernels.softmaxFastBf16(np.array([[1.0 + 2**-10, 2.0]], F32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
+@pytest.mark.parametrize("cols, per_thread", [(1000, 32), (4096, 32), (4096, 64), (4101, 64)])
+def test_packed_storage_gives_the_same_bits(dtype: str, op: str, cols: int, per_thread: int) -> None:
+    """The packed 16-bit register storage (not the default yet) must change nothing but speed."""
+    import cupy
+
+    from normprops.backends.prod_kernels import ProdKernel, to_storage
+
+    rng = np.random.default_rng(7)
+    rows = 9
+    x, r = (to_storage(to_dtype(rng.standard_normal((rows, cols)).astype(F32), dtype), dtype, name=n)
+            for n in ("x", "residual"))
+    g, b = (to_storage(to_dtype(rng.standard_normal(cols).astype(F32), dtype), dtype, name=n)
+            for n in ("gamma", "beta"))
+    outs = []
+    for packed in (False, True):
+        kernel = ProdKernel(op, dtype=dtype, per_thread=per_thread, packed=packed)
+        out, res = cupy.empty_like(x), r.copy()
+        arrays = {"softmax": (x, out), "layernorm": (x, out, g, b), "rmsnorm": (x, out, g),
+                  "addrmsnorm": (x, res, out, g)}[op]
+        kernel.launch(*arrays, rows=rows, cols=cols, eps=1e-5)
+        outs.append((out, res))
+    assert cupy.array_equal(outs[0][0], outs[1][0]) and cupy.array_equal(outs[0][1], outs[1][1])

@@ -31,13 +31,14 @@ from normprops.launch import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS
 from normprops.strategies import get_dtype, to_dtype
 
-__all__ = ["DTYPE_CODES", "PER_THREAD", "Shape", "launch_shape", "ProdKernel", "split_exact",
+__all__ = ["DTYPE_CODES", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "split_exact",
            "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
 PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
 VPTS = (1, 2, 4, 8)
+PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 ROW_THREADS = 256  # threads per block when rows are narrow (several rows per block)
 SOURCE = "prod.cu"
 
@@ -114,7 +115,7 @@ class ProdKernel:
     or "stream" (always the streaming path: how the hunt reaches it at small widths)."""
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
-                 per_thread: int = PER_THREAD) -> None:
+                 per_thread: int = PER_THREAD, packed: bool = False) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
@@ -124,10 +125,15 @@ class ProdKernel:
         if op == "rmsnormbf16acc" and (dtype != "bfloat16" or path != "auto"):
             raise ValueError("rmsnormbf16acc exists for dtype bfloat16 on the register path only")
         self.op, self.dtype, self.path, self.build = op, dtype, path, build
-        self.per_thread = per_thread  # other values only for launch-shape sweeps (bounds assume 32)
+        # Launch-shape sweeps only (scripts/sweep_prod.py); the error bounds assume the defaults.
+        self.per_thread = per_thread
+        if packed and (dtype == "float32" or op == "rmsnormbf16acc"):
+            raise ValueError("packed register storage exists for bfloat16 / float16 prod kernels only")
+        self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
 
     def _function(self, vpt: int) -> Any:
-        return module(self.build, source=SOURCE).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_v{vpt}")
+        tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
+        return module(self.build, source=SOURCE).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
 
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
