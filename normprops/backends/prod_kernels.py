@@ -28,7 +28,7 @@ import numpy as np
 from normprops._cuda import module
 from normprops.backends.cuda_kernels import KernelFault, validate
 from normprops.launch import ContractError
-from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS
+from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 from normprops.strategies import get_dtype, to_dtype
 
 __all__ = ["DTYPE_CODES", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "split_exact",
@@ -115,7 +115,7 @@ class ProdKernel:
     or "stream" (always the streaming path: how the hunt reaches it at small widths)."""
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
-                 per_thread: int = PER_THREAD, packed: bool = False) -> None:
+                 per_thread: int | None = None, packed: bool | None = None) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
@@ -125,7 +125,11 @@ class ProdKernel:
         if op == "rmsnormbf16acc" and (dtype != "bfloat16" or path != "auto"):
             raise ValueError("rmsnormbf16acc exists for dtype bfloat16 on the register path only")
         self.op, self.dtype, self.path, self.build = op, dtype, path, build
-        # Launch-shape sweeps only (scripts/sweep_prod.py); the error bounds assume the defaults.
+        # Defaults from the registry (specs.prod_layout); other values are for launch-shape sweeps
+        # (scripts/sweep_prod.py) only: the registry's error bounds assume the defaults.
+        default_per_thread, default_packed = prod_layout(op, dtype)
+        per_thread = default_per_thread if per_thread is None else per_thread
+        packed = default_packed if packed is None else packed
         self.per_thread = per_thread
         if packed and (dtype == "float32" or op == "rmsnormbf16acc"):
             raise ValueError("packed register storage exists for bfloat16 / float16 prod kernels only")
