@@ -178,3 +178,54 @@ def test_exempt_property_is_not_judged_but_others_are() -> None:
     shifted_calls = calls["n"]
     evaluate(exempt, case)
     assert calls["n"] - shifted_calls >= 3  # determinism and shift invariance still ran
+
+
+def _python_target(name: str, fn):
+    import sys
+    import types
+
+    from normprops.launch import target_from_impl
+
+    module = types.ModuleType(name)
+    module.softmax = fn
+    sys.modules[name] = module
+    return target_from_impl(f"{name}:softmax", op="softmax")
+
+
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+
+
+def test_stress_batch_tells_position_dependence_from_a_race() -> None:
+    """In the tiled stress batch, copies of a row that differ within one launch are position
+    dependence (batch_invariance, which a kernel may be exempt from); two launches of the same
+    batch that differ are a race (determinism)."""
+    from dataclasses import replace as dc_replace
+
+    from normprops.properties import evaluate
+
+    def by_position(x):  # odd positions of a big batch round differently; deterministic
+        out = _softmax64(x)
+        if x.shape[0] > 8:
+            out[1::2] = np.nextafter(out[1::2], F32(2))
+        return out
+
+    launches = {"n": 0}
+
+    def racy(x):  # every launch of a big batch differs from the one before
+        out = _softmax64(x)
+        launches["n"] += 1
+        if x.shape[0] > 8 and launches["n"] % 2:
+            out[-1] = np.nextafter(out[-1], F32(2))
+        return out
+
+    case = _case("softmax", np.random.default_rng(1).standard_normal((3, 40)))
+    positional = dc_replace(_python_target("_np_positional", by_position), stress_rows=64)
+    assert evaluate(positional, case).failures[0].property == "batch_invariance"
+    assert evaluate(dc_replace(positional, exempt=frozenset({"batch_invariance"})), case).passed
+    race = dc_replace(_python_target("_np_racy", racy), stress_rows=64,
+                      exempt=frozenset({"batch_invariance"}))
+    failures = evaluate(race, case).failures
+    assert failures and failures[0].property == "determinism"
