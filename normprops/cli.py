@@ -432,13 +432,14 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ok, why = backend_status(backend)
         print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
     print(file=out)
-    header = f"{'kernel':22s} {'op':10s} {'backend':8s} {'touches':>7s} {'T':>4s}  claims / known bug"
+    header = (f"{'kernel':20s} {'op':10s} {'backend':10s} {'dtype':9s} {'touches':>7s} {'T':>4s}  "
+              f"claims / known bug")
     print(header, file=out)
     for k in KERNELS:
         claims = ",".join(f for f in families_for(k.op) if f in k.claims)
         bug = f"; BUG in {k.bug.family}: {k.bug.summary}" if k.bug else ""
-        print(f"{k.name:22s} {k.op:10s} {k.backend:8s} {k.touches:7d} {k.error_model.threads:4d}  "
-              f"{claims}{bug}", file=out)
+        print(f"{k.name:20s} {k.op:10s} {k.backend:10s} {k.dtype:9s} {k.touches:7d} "
+              f"{k.error_model.threads:4d}  {claims}{bug}", file=out)
     return 0
 
 
