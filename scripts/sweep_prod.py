@@ -48,7 +48,10 @@ def main() -> int:
                         continue
                     k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=packed)
                     shape = k.shape(cols)
-                    name = f"{op} pt{pt}{'p' if packed else ''} tpr{shape.tpr} vpt{shape.vpt}"
+                    fn = k._function(shape.vpt)
+                    # registers per thread and spilled (local) bytes, as compiled here
+                    name = (f"{op} pt{pt}{'p' if packed else ''} tpr{shape.tpr} vpt{shape.vpt} "
+                            f"r{fn.num_regs} l{fn.local_size_bytes}")
                     launches[name] = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
                     moved[name] = 2 if op == "addrmsnorm" else 1
             for fn in launches.values():
@@ -61,7 +64,7 @@ def main() -> int:
             for n, ms in med.items():
                 pct = 100 * moved.get(n, 1) * med["memcpy"] / ms
                 results.append({"dtype": dtype, "cols": cols, "kernel": n, "ms": ms, "pct_memcpy": pct})
-                print(f"{dtype:9s} {cols:6d} {n:34s} {ms:8.4f} ms {pct:6.1f}% of memcpy", flush=True)
+                print(f"{dtype:9s} {cols:6d} {n:44s} {ms:8.4f} ms {pct:6.1f}% of memcpy", flush=True)
             del x, res, out, launches
             cupy.get_default_memory_pool().free_all_blocks()
     if args.json:
