@@ -255,3 +255,23 @@ def test_packed_storage_gives_the_same_bits(dtype: str, op: str, cols: int, per_
         kernel.launch(*arrays, rows=rows, cols=cols, eps=1e-5)
         outs.append((out, res))
     assert cupy.array_equal(outs[0][0], outs[1][0]) and cupy.array_equal(outs[0][1], outs[1][1])
+
+
+@pytest.mark.gpu
+def test_device_launch_checks_its_arrays() -> None:
+    import cupy
+
+    from normprops.backends.prod_kernels import ProdKernel
+
+    x = cupy.zeros((4, 64), dtype=cupy.float32)
+    kernel = ProdKernel("rmsnorm", dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"x must be a C-contiguous CuPy uint16 array of 256 elements \(bfloat16"):
+        kernel.launch(x, x, x[0], rows=4, cols=64, eps=1e-5)
+    f32 = ProdKernel("rmsnorm", dtype="float32")
+    with pytest.raises(ValueError, match="gamma must be"):
+        f32.launch(x, cupy.empty_like(x), x[0, :10], rows=4, cols=64, eps=1e-5)
+    with pytest.raises(TypeError, match="takes the arrays x, out, gamma"):
+        f32.launch(x, x, rows=4, cols=64, eps=1e-5)
+    with pytest.raises(ValueError, match="eps must be"):
+        f32.launch(x, cupy.empty_like(x), x[0], rows=4, cols=64, eps=float("nan"))
+    f32.launch(x[:0], x[:0], x[0], rows=0, cols=64, eps=1e-5)  # no rows: nothing launched

@@ -150,21 +150,43 @@ class ProdKernel:
             return Shape(0, 1024, 1)
         return shape
 
-    def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> None:
-        """Launch on device arrays (in, [residual,] out, [gamma, [beta]]) on the current stream."""
-        shape = self.shape(cols)
-        scalars: list[Any] = [np.uint64(rows), np.uint64(cols)]
-        if self.op != "softmax":
-            scalars.append(np.float32(eps))
-        self._function(shape.vpt)(shape.grid(rows), shape.block(), (*arrays, *scalars))
+    def _check(self, arrays: tuple[Any, ...], rows: int, cols: int, eps: float | None) -> None:
+        """Device arrays in the storage type, C-contiguous, of the op's sizes (in, [residual,] out
+        take rows x cols elements; gamma and beta cols)."""
+        import cupy
+
+        names = {"softmax": ("x", "out"), "layernorm": ("x", "out", "gamma", "beta"),
+                 "rmsnorm": ("x", "out", "gamma"), "rmsnormbf16acc": ("x", "out", "gamma"),
+                 "addrmsnorm": ("x", "residual", "out", "gamma")}[self.op]
+        if len(arrays) != len(names):
+            raise TypeError(f"{self.op} takes the arrays {', '.join(names)}; got {len(arrays)}")
+        storage = np.float32 if self.dtype == "float32" else np.uint16
+        if rows < 0 or cols < 1:
+            raise ValueError(f"rows must be >= 0 and cols >= 1 but were rows={rows}, cols={cols}")
+        for name, a in zip(names, arrays):
+            size = cols if name in ("gamma", "beta") else rows * cols
+            if not isinstance(a, cupy.ndarray) or a.dtype != storage or a.size != size or not a.flags.c_contiguous:
+                what = (f"{type(a).__name__} {getattr(a, 'dtype', '')} of size {getattr(a, 'size', '?')}")
+                raise ValueError(f"{name} must be a C-contiguous CuPy {np.dtype(storage)} array of {size} "
+                                 f"elements ({self.dtype} storage) but was {what}")
+        if self.op != "softmax" and (eps is None or not np.isfinite(eps) or eps < 0):
+            raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
 
     def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> Callable[[], None]:
-        """A zero-argument launch on fixed arrays (for timing): the function and shape resolved once."""
+        """A zero-argument launch on fixed device arrays (in, [residual,] out, [gamma, [beta]]), on
+        the current stream; the arrays are checked and the function and shape resolved once."""
+        self._check(arrays, rows, cols, eps)
+        if rows == 0:
+            return lambda: None
         shape = self.shape(cols)
         fn = self._function(shape.vpt)
         args = (*arrays, np.uint64(rows), np.uint64(cols), *(() if self.op == "softmax" else (np.float32(eps),)))
         grid, block = shape.grid(rows), shape.block()
         return lambda: fn(grid, block, args)
+
+    def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> None:
+        """Check and launch once (see :meth:`launcher`)."""
+        self.launcher(*arrays, rows=rows, cols=cols, eps=eps)()
 
 
 def split_exact(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
