@@ -389,7 +389,22 @@ __device__ __forceinline__ float layerNormFactor(float varScaled, int E, float e
     return denom == 0.0f && eps > 0.0f ? 0.0f : rsqrtf(denom);
 }
 
-template <class D, int VPT, bool kPacked>
+// exp for 16-bit outputs (opt-in, the _q entry points): ex2.approx of x log2(e), two instructions.
+// Its relative error is about 2 ulp of float32 plus |x| u from rounding the product: NUMERICS.md's
+// c_x = 3.5 (fast-math exp), still far below a bfloat16 / float16 output rounding. -inf gives +0,
+// NaN stays NaN.
+template <bool kFast>
+__device__ __forceinline__ float expOf(float x) {
+    if constexpr (kFast) {
+        float y;
+        asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x * 1.4426950408889634f));
+        return y;
+    } else {
+        return expf(x);
+    }
+}
+
+template <class D, int VPT, bool kPacked, bool kFastExp = false>
 __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
                             size_t rows, size_t cols) {
     using Rg = Regs<D, VPT, kPacked>;
@@ -406,7 +421,7 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
-        const float e = Rg::valid(i, cols) ? expf(r.at(i) - m) : 0.0f;
+        const float e = Rg::valid(i, cols) ? expOf<kFastExp>(r.at(i) - m) : 0.0f;
         if constexpr (Rg::kMutable) r.set(i, e);  // packed storage recomputes it below
         s += e;
     }
@@ -420,7 +435,7 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
 #pragma unroll
         for (int w = 0; w < D::W; ++w) {
             const int i = j * D::W + w;
-            v[w] = (Rg::kMutable ? r.at(i) : expf(r.at(i) - m)) * inv;
+            v[w] = (Rg::kMutable ? r.at(i) : expOf<kFastExp>(r.at(i) - m)) * inv;
         }
         Rg::storeOne(o, j, cols, vec, v);
     }
@@ -714,12 +729,22 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
     NP_OPS(D, NAME, v, 0, false) NP_OPS(D, NAME, v, 1, false) NP_OPS(D, NAME, v, 2, false)         \
     NP_OPS(D, NAME, v, 4, false) NP_OPS(D, NAME, v, 8, false)
 #define NP_PACKED_REGS(D, NAME) NP_OPS(D, NAME, p, 4, true) NP_OPS(D, NAME, p, 8, true)
+// Packed storage and the fast exp (softmax only): _q4, _q8.
+#define NP_SOFTMAX_FAST(D, NAME, VPT)                                                              \
+    extern "C" __global__ void NP_BOUNDS(VPT) softmax_##NAME##_q##VPT(                             \
+        const D::T* __restrict__ in, D::T* __restrict__ out, size_t rows, size_t cols) {           \
+        softmaxRegs<D, VPT, true, true>(in, out, rows, cols);                                      \
+    }
 
 NP_FLOAT_REGS(F32, f32)
 NP_FLOAT_REGS(BF16, bf16)
 NP_FLOAT_REGS(F16, f16)
 NP_PACKED_REGS(BF16, bf16)
 NP_PACKED_REGS(F16, f16)
+NP_SOFTMAX_FAST(BF16, bf16, 4)
+NP_SOFTMAX_FAST(BF16, bf16, 8)
+NP_SOFTMAX_FAST(F16, f16, 4)
+NP_SOFTMAX_FAST(F16, f16, 8)
 
 #define NP_BF16ACC(VPT)                                                                            \
     extern "C" __global__ void NP_BOUNDS(VPT) rmsnormbf16acc_bf16_v##VPT(                          \

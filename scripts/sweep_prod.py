@@ -2,7 +2,7 @@
 for several elements-per-thread settings (which set threads per row). Usage on the device:
     python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
-float32). Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds,
+float32); "q" is "p" with softmax's fast exp (the _q entry points; other ops skip it). Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds,
 median)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
-    settings = [(int(v.rstrip("p")), v.endswith("p")) for v in args.per_thread.split(",")]
+    settings = [(int(v.rstrip("pq")), v[-1] if v[-1] in "pq" else "") for v in args.per_thread.split(",")]
     spin = _spin(SPIN_CYCLES)
     results = []
     for dtype in args.dtypes.split(","):
@@ -43,14 +43,14 @@ def main() -> int:
             for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm"):
                 arrays = {"softmax": (x, out), "layernorm": (x, out, g, b), "rmsnorm": (x, out, g),
                           "addrmsnorm": (x, res, out, g)}[op]
-                for pt, packed in settings:
-                    if packed and dtype == "float32":
+                for pt, mode in settings:
+                    if mode and dtype == "float32" or mode == "q" and op != "softmax":
                         continue
-                    k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=packed)
+                    k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), fast_exp=mode == "q")
                     shape = k.shape(cols)
                     fn = k._function(shape.vpt)
                     # registers per thread and spilled (local) bytes, as compiled here
-                    name = (f"{op} pt{pt}{'p' if packed else ''} tpr{shape.tpr} vpt{shape.vpt} "
+                    name = (f"{op} pt{pt}{mode} tpr{shape.tpr} vpt{shape.vpt} "
                             f"r{fn.num_regs} l{fn.local_size_bytes}")
                     launches[name] = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
                     moved[name] = 2 if op == "addrmsnorm" else 1

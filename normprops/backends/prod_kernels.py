@@ -115,7 +115,8 @@ class ProdKernel:
     or "stream" (always the streaming path: how the hunt reaches it at small widths)."""
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
-                 per_thread: int | None = None, packed: bool | None = None) -> None:
+                 per_thread: int | None = None, packed: bool | None = None,
+                 fast_exp: bool = False) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
@@ -134,9 +135,12 @@ class ProdKernel:
         if packed and (dtype == "float32" or op == "rmsnormbf16acc"):
             raise ValueError("packed register storage exists for bfloat16 / float16 prod kernels only")
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
+        if fast_exp and (op != "softmax" or not packed):
+            raise ValueError("fast_exp exists for the packed 16-bit softmax only")
+        self.fast_exp = fast_exp  # ex2.approx instead of expf (entry points _q4, _q8; sweeps only)
 
     def _function(self, vpt: int) -> Any:
-        tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
+        tag = ("q" if self.fast_exp else "p") if self.packed and vpt in PACKED_VPTS else "v"
         return module(self.build, source=SOURCE).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
 
     def shape(self, cols: int) -> Shape:
