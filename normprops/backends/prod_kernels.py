@@ -138,10 +138,15 @@ class ProdKernel:
         if fast_exp and (op != "softmax" or not packed):
             raise ValueError("fast_exp exists for the packed 16-bit softmax only")
         self.fast_exp = fast_exp  # ex2.approx instead of expf (entry points _q4, _q8; sweeps only)
+        self._functions: dict[int, Any] = {}
 
     def _function(self, vpt: int) -> Any:
-        tag = ("q" if self.fast_exp else "p") if self.packed and vpt in PACKED_VPTS else "v"
-        return module(self.build, source=SOURCE).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
+        """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
+        if vpt not in self._functions:
+            tag = ("q" if self.fast_exp else "p") if self.packed and vpt in PACKED_VPTS else "v"
+            name = f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}"
+            self._functions[vpt] = module(self.build, source=SOURCE).get_function(name)
+        return self._functions[vpt]
 
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
