@@ -139,6 +139,7 @@ class ProdKernel:
             raise ValueError("fast_exp exists for the packed 16-bit softmax only")
         self.fast_exp = fast_exp  # ex2.approx instead of expf (entry points _q4, _q8; sweeps only)
         self._functions: dict[int, Any] = {}
+        self._shapes: dict[int, Shape] = {}
 
     def _function(self, vpt: int) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
@@ -151,12 +152,15 @@ class ProdKernel:
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
             return Shape(0, 1024, 1)
+        if cols in self._shapes:
+            return self._shapes[cols]
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
         # A thread count the compiled kernel's registers cannot launch goes to the streaming path.
         if shape.vpt and shape.tpr > self._function(shape.vpt).max_threads_per_block:
             if self.op == "rmsnormbf16acc":
                 raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers")
-            return Shape(0, 1024, 1)
+            shape = Shape(0, 1024, 1)
+        self._shapes[cols] = shape
         return shape
 
     def _check(self, arrays: tuple[Any, ...], rows: int, cols: int, eps: float | None) -> None:
