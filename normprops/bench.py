@@ -29,6 +29,7 @@ from typing import Any, Callable, Sequence, TextIO
 import numpy as np
 
 from normprops.specs import KERNELS
+from normprops.strategies import get_dtype
 
 __all__ = [
     "BenchCase",
@@ -53,7 +54,6 @@ SPIN_CYCLES = 4_000_000  # ~2 ms at the H200's clock: longer than enqueueing a t
 SEED_CASE_BYTES = 64 << 20
 
 
-ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 #: Case sets: the seed's two 64 MiB float32 cases; L2-scaled ones (float32, bfloat16, float16);
 #: the decode-sized 64 x 8192 rows (float32 and bfloat16).
 SETS = ("seed", "l2", "l2-bf16", "l2-f16", "decode")
@@ -74,11 +74,11 @@ class BenchCase:
 
     @property
     def mib(self) -> float:
-        return self.elements * ITEMSIZE[self.dtype] / 2**20
+        return self.elements * get_dtype(self.dtype).itemsize / 2**20
 
 
 def _case(set_name: str, total_bytes: int, cols: int, dtype: str = "float32") -> BenchCase:
-    rows = total_bytes // ITEMSIZE[dtype] // cols
+    rows = total_bytes // get_dtype(dtype).itemsize // cols
     suffix = "" if dtype == "float32" else {"bfloat16": " bf16", "float16": " f16"}[dtype]
     return BenchCase(f"{rows}x{cols}{suffix}", set_name, rows, cols, dtype)
 
@@ -103,7 +103,7 @@ def bench_cases(*, l2_bytes: int, sets: Sequence[str] = ("seed", "l2")) -> list[
             out += [_case(name, scaled, c, dtype) for c in (1024, 4096, 16384)]
         else:
             rows, cols = DECODE_SHAPE
-            out += [_case("decode", rows * cols * ITEMSIZE[d], cols, d) for d in ("float32", "bfloat16")]
+            out += [_case("decode", rows * cols * get_dtype(d).itemsize, cols, d) for d in ("float32", "bfloat16")]
     return out
 
 
@@ -125,7 +125,7 @@ def _rows_for(case: BenchCase, times: dict[str, list[float]], touches: dict[str,
               moved: dict[str, int] | None = None) -> list[BenchRow]:
     """Rows of the table; ``moved`` gives a kernel's ask bytes when not one read and one write."""
     medians = {k: statistics.median(v) for k, v in times.items()}
-    rw = case.elements * 2 * ITEMSIZE[case.dtype]
+    rw = case.elements * 2 * get_dtype(case.dtype).itemsize
     gbps = {k: (moved or {}).get(k, rw) / (ms * 1e-3) / 1e9 for k, ms in medians.items()}
     floor = gbps.get(COPY_FLOOR, math.nan)
     rows = []
@@ -201,10 +201,9 @@ def _launchers(case: BenchCase, progress: TextIO | None = None) -> _Launchers:
         if spec.backend != "cuda-prod" or not spec.bench or spec.dtype != case.dtype:
             continue
         op = PROD_VARIANTS[spec.name][0]
-        arrays = {"softmax": (x, out), "layernorm": (x, out, gamma, beta), "rmsnorm": (x, out, gamma),
-                  "addrmsnorm": (x, residual, out, gamma)}[op]
-        run[spec.name] = ProdKernel(op, dtype=case.dtype).launcher(*arrays, rows=case.rows,
-                                                                   cols=case.cols, eps=1e-5)
+        kernel = ProdKernel(op, dtype=case.dtype)
+        arrays = kernel.operands(x=x, out=out, residual=residual, gamma=gamma, beta=beta)
+        run[spec.name] = kernel.launcher(*arrays, rows=case.rows, cols=case.cols, eps=1e-5)
         touches[spec.name] = spec.touches
         if op == "addrmsnorm":
             moved[spec.name] = fused_bytes

@@ -59,6 +59,7 @@ class StorageType:
     max: float  # largest finite value
     tiny: float  # smallest positive subnormal
     min_normal: float
+    itemsize: int  # bytes per value in memory
     large_weight: float  # scale of the "large" gamma / beta kinds: outputs stay in range
 
     @property
@@ -70,9 +71,9 @@ class StorageType:
 DTYPES: dict[str, StorageType] = {
     t.name: t
     for t in (
-        StorageType("float32", 24, float(np.finfo(F32).max), 2.0**-149, 2.0**-126, 1e4),
-        StorageType("bfloat16", 8, float(np.float32(np.uint32(0x7F7F0000).view(F32))), 2.0**-133, 2.0**-126, 1e4),
-        StorageType("float16", 11, 65504.0, 2.0**-24, 2.0**-14, 10.0),
+        StorageType("float32", 24, float(np.finfo(F32).max), 2.0**-149, 2.0**-126, 4, 1e4),
+        StorageType("bfloat16", 8, float(np.float32(np.uint32(0x7F7F0000).view(F32))), 2.0**-133, 2.0**-126, 2, 1e4),
+        StorageType("float16", 11, 65504.0, 2.0**-24, 2.0**-14, 2, 10.0),
     )
 }
 

@@ -16,6 +16,7 @@ import cupy
 
 from normprops.backends.prod_kernels import ProdKernel
 from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
+from normprops.strategies import get_dtype
 
 
 def main() -> int:
@@ -29,7 +30,7 @@ def main() -> int:
     spin = _spin(SPIN_CYCLES)
     results = []
     for dtype in args.dtypes.split(","):
-        itemsize = 4 if dtype == "float32" else 2
+        itemsize = get_dtype(dtype).itemsize
         for cols in (1024, 4096, 16384):
             rows = (1 << 30) // itemsize // cols
             rng = cupy.random.default_rng(0)
@@ -41,12 +42,11 @@ def main() -> int:
             launches = {"memcpy": lambda: out.data.copy_from_device_async(x.data, x.nbytes)}
             moved = {}
             for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm"):
-                arrays = {"softmax": (x, out), "layernorm": (x, out, g, b), "rmsnorm": (x, out, g),
-                          "addrmsnorm": (x, res, out, g)}[op]
                 for pt, mode in settings:
                     if mode and dtype == "float32" or mode == "q" and op != "softmax":
                         continue
                     k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), fast_exp=mode == "q")
+                    arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
                     shape = k.shape(cols)
                     fn = k._function(shape.vpt)
                     # registers per thread and spilled (local) bytes, as compiled here

@@ -250,9 +250,8 @@ def test_packed_storage_gives_the_same_bits(dtype: str, op: str, cols: int, per_
     for packed in (False, True):
         kernel = ProdKernel(op, dtype=dtype, per_thread=per_thread, packed=packed)
         out, res = cupy.empty_like(x), r.copy()
-        arrays = {"softmax": (x, out), "layernorm": (x, out, g, b), "rmsnorm": (x, out, g),
-                  "addrmsnorm": (x, res, out, g)}[op]
-        kernel.launch(*arrays, rows=rows, cols=cols, eps=1e-5)
+        kernel.launch(*kernel.operands(x=x, out=out, residual=res, gamma=g, beta=b), rows=rows,
+                      cols=cols, eps=1e-5)
         outs.append((out, res))
     assert cupy.array_equal(outs[0][0], outs[1][0]) and cupy.array_equal(outs[0][1], outs[1][1])
 

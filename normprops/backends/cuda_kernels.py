@@ -56,16 +56,13 @@ def _array_module(x: Any, name: str) -> Any:
     raise TypeError(f"{name} must be a numpy or CuPy array but was {type(x).__name__}")
 
 
-def _check_vector(name: str, v: Any, cols: int) -> Any:
-    import cupy
-
+def _check_vector(name: str, v: Any, cols: int) -> None:
     _array_module(v, name)
     if v.dtype != np.float32:
         raise TypeError(f"{name} must be float32 but was {v.dtype}; convert with .astype(float32)")
     if v.shape != (cols,):
         raise ValueError(f"{name} must have shape ({cols},) to match x's {cols} columns but had "
                          f"shape {v.shape}")
-    return cupy.ascontiguousarray(cupy.asarray(v))
 
 
 def validate(op: str, x: Any, gamma: Any = None, beta: Any = None, eps: float | None = None) -> tuple[int, int]:
@@ -103,9 +100,8 @@ def launch(kernel: Any, op: str, x: Any, gamma: Any = None, beta: Any = None,
     xp = _array_module(x, "x")
     if rows == 0:
         return xp.empty((0, cols), dtype=np.float32)
-    extra = [_check_vector("gamma", gamma, cols)] if OP_PARAMS[op] >= 1 else []
-    if OP_PARAMS[op] == 2:
-        extra.append(_check_vector("beta", beta, cols))
+    # gamma, beta (as many as the op takes), checked by validate, on the device and contiguous
+    extra = [cupy.ascontiguousarray(cupy.asarray(v)) for v in (gamma, beta)[: OP_PARAMS[op]]]
     scalars: list[Any] = [np.uint64(cols)]
     if op != "softmax":
         scalars.append(np.float32(eps))

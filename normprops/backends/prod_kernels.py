@@ -57,7 +57,7 @@ class Shape:
 
 
 def _vector_width(dtype: str) -> int:
-    return 16 // (4 if dtype == "float32" else 2)
+    return 16 // get_dtype(dtype).itemsize
 
 
 def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD, max_tpr: int = 1024) -> Shape:
@@ -163,14 +163,22 @@ class ProdKernel:
         self._shapes[cols] = shape
         return shape
 
+    #: Each op's device arrays, in the kernel's argument order.
+    OPERANDS = {"softmax": ("x", "out"), "layernorm": ("x", "out", "gamma", "beta"),
+                "rmsnorm": ("x", "out", "gamma"), "rmsnormbf16acc": ("x", "out", "gamma"),
+                "addrmsnorm": ("x", "residual", "out", "gamma")}
+
+    def operands(self, **arrays: Any) -> tuple[Any, ...]:
+        """The arrays this op takes, picked by name (x, out, residual, gamma, beta) and put in the
+        kernel's order; the others are ignored."""
+        return tuple(arrays[name] for name in self.OPERANDS[self.op])
+
     def _check(self, arrays: tuple[Any, ...], rows: int, cols: int, eps: float | None) -> None:
         """Device arrays in the storage type, C-contiguous, of the op's sizes (in, [residual,] out
         take rows x cols elements; gamma and beta cols)."""
         import cupy
 
-        names = {"softmax": ("x", "out"), "layernorm": ("x", "out", "gamma", "beta"),
-                 "rmsnorm": ("x", "out", "gamma"), "rmsnormbf16acc": ("x", "out", "gamma"),
-                 "addrmsnorm": ("x", "residual", "out", "gamma")}[self.op]
+        names = self.OPERANDS[self.op]
         if len(arrays) != len(names):
             raise TypeError(f"{self.op} takes the arrays {', '.join(names)}; got {len(arrays)}")
         storage = np.float32 if self.dtype == "float32" else np.uint16
@@ -237,15 +245,16 @@ def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., n
         import cupy
 
         try:
+            residual = None
             if op == "addrmsnorm":
                 a, b = split_exact(np.asarray(x), dtype)
                 xs, residual = to_storage(a, dtype, name="x"), to_storage(b, dtype, name="x")
             else:
                 xs = to_storage(np.asarray(x), dtype, name="x")
             out = cupy.empty_like(xs)
-            vectors = [to_storage(np.asarray(v), dtype, name=n) for v, n in ((gamma, "gamma"), (beta, "beta"))
-                       if v is not None]
-            arrays = (xs, residual, out, *vectors) if op == "addrmsnorm" else (xs, out, *vectors)
+            gs, bs = (None if v is None else to_storage(np.asarray(v), dtype, name=n)
+                      for v, n in ((gamma, "gamma"), (beta, "beta")))
+            arrays = kernel.operands(x=xs, out=out, residual=residual, gamma=gs, beta=bs)
             kernel.launch(*arrays, rows=rows, cols=cols, eps=eps)
             cupy.cuda.get_current_stream().synchronize()
             result = from_storage(out, dtype)
