@@ -33,20 +33,27 @@
 
 constexpr unsigned kFull = 0xffffffffu;
 
+// A compile-time flag passed to generic lambdas (NVRTC has no <type_traits>).
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
+};
+
 __device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
 
 // --- storage types -----------------------------------------------------------------------------
 
 struct F32 {
     using T = float;
+    using V = float4;  // one 16-byte vector as loaded
     static constexpr int W = 4;
+    static constexpr bool kFastExp = false;
     __device__ static float get(const T* p) { return *p; }
     __device__ static void put(T* p, float v) { *p = v; }
     __device__ static float round(float v) { return v; }
-    __device__ static void getVec(const T* p, float* v) {
-        const float4 q = *reinterpret_cast<const float4*>(p);
-        v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
-    }
+    __device__ static V loadV(const T* p) { return *reinterpret_cast<const float4*>(p); }
+    __device__ static void unpackV(const V& q, float* v) { v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w; }
+    __device__ static void getVec(const T* p, float* v) { unpackV(loadV(p), v); }
     __device__ static void putVec(T* p, const float* v) {
         *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
     }
@@ -103,58 +110,75 @@ __device__ __forceinline__ void unpackF16(unsigned w, float& a, float& b) {
     b = f16ToFloat(static_cast<unsigned short>(w >> 16));
 }
 
-__device__ __forceinline__ float bf16Lo(unsigned w) {
-    unsigned r;
-    asm volatile("shl.b32 %0, %1, 16;" : "=r"(r) : "r"(w));
-    return __uint_as_float(r);
-}
-__device__ __forceinline__ float bf16Hi(unsigned w) {
-    unsigned r;
-    asm volatile("and.b32 %0, %1, 0xffff0000;" : "=r"(r) : "r"(w));
-    return __uint_as_float(r);
-}
-__device__ __forceinline__ float f16Lo(unsigned w) {
-    float f;
-    asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(w));
-    return f;
-}
-__device__ __forceinline__ float f16Hi(unsigned w) {
-    float f;
-    asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(w));
-    return f;
-}
+// Widening one element of a packed word, for Regs<..., true>. Each pass over a row calls them with
+// its own K, which changes only the encoding: ptxas merges identical instructions across passes and
+// would then keep every widened value live from one pass to the next (two registers for each packed
+// one: the packing undone, and spills). bfloat16: a PRMT whose zero bytes come from byte 4 + K of
+// the zero operand. float16: a cvt, whose K-copies ptxas does not merge in practice.
+struct WidenBf16 {
+    template <int K>
+    __device__ static float lo(unsigned w) {
+        unsigned r;
+        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x1000 | (4 + K) * 0x11));
+        return __uint_as_float(r);
+    }
+    template <int K>
+    __device__ static float hi(unsigned w) {
+        unsigned r;
+        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x3200 | (4 + K) * 0x11));
+        return __uint_as_float(r);
+    }
+};
+struct WidenF16 {
+    template <int K>
+    __device__ static float lo(unsigned w) {
+        float f;
+        asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(w));
+        return f;
+    }
+    template <int K>
+    __device__ static float hi(unsigned w) {
+        float f;
+        asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(w));
+        return f;
+    }
+};
 
 template <float (*ToF)(unsigned short), unsigned short (*FromF)(float),
-          unsigned (*Pack)(float, float), void (*Unpack)(unsigned, float&, float&),
-          float (*LoF)(unsigned), float (*HiF)(unsigned)>
+          unsigned (*Pack)(float, float), void (*Unpack)(unsigned, float&, float&), class Widen>
 struct Half16 {
     using T = unsigned short;
+    using V = uint4;
     static constexpr int W = 8;
+    // softmax's exp: ex2.approx (see expOf), whose error is far below a 16-bit output rounding.
+    static constexpr bool kFastExp = true;
     __device__ static float get(const T* p) { return ToF(*p); }
     __device__ static void put(T* p, float v) { *p = FromF(v); }
     __device__ static float round(float v) { return ToF(FromF(v)); }
-    __device__ static void getVec(const T* p, float* v) {
-        const uint4 q = *reinterpret_cast<const uint4*>(p);
+    __device__ static V loadV(const T* p) { return *reinterpret_cast<const uint4*>(p); }
+    __device__ static void unpackV(const V& q, float* v) {
         const unsigned w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) Unpack(w[i], v[2 * i], v[2 * i + 1]);  // little endian: low = earlier
     }
+    __device__ static void getVec(const T* p, float* v) { unpackV(loadV(p), v); }
     __device__ static void putVec(T* p, const float* v) {
         unsigned w[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) w[i] = Pack(v[2 * i], v[2 * i + 1]);
         *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     }
-    // Packed register storage (Regs<..., true>): two elements per 32-bit word, the earlier low.
-    // Widened through volatile asm so the compiler re-widens at each use instead of keeping every
-    // widened value live across the passes (which would undo the packing).
-    __device__ static float lo(unsigned w) { return LoF(w); }
-    __device__ static float hi(unsigned w) { return HiF(w); }
+    // Packed register storage (Regs<..., true>): two elements per 32-bit word, the earlier low,
+    // widened again at each use by pass K (WidenBf16 says why).
+    template <int K>
+    __device__ static float lo(unsigned w) { return Widen::template lo<K>(w); }
+    template <int K>
+    __device__ static float hi(unsigned w) { return Widen::template hi<K>(w); }
     __device__ static unsigned pack(float a, float b) { return Pack(a, b); }
     __device__ static unsigned short bits(float v) { return FromF(v); }
 };
-using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16, bf16Lo, bf16Hi>;
-using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, f16Lo, f16Hi>;
+using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16, WidenBf16>;
+using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, WidenF16>;
 
 // --- exact power-of-two scaling ------------------------------------------------------------------
 
@@ -164,7 +188,12 @@ __device__ __forceinline__ int scaleExponent(float m) {
     const int e = ((__float_as_int(m) >> 23) & 0xff) - 127;
     return min(max(e, -126), 126);
 }
-__device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) << 23); }  // |e| <= 126
+__device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) << 23); }  // |e| <= 126, pow2(-127) = 0
+
+// s 2^d for d <= 0, what ldexpf gives but in three instructions (ldexpf's special cases cost dozens,
+// and the reductions below merge ten times per row): exact while s 2^d is normal; d <= -127 gives 0
+// (ldexpf: at most a subnormal, below 2^-126 of the unit the caller's sums are kept in).
+__device__ __forceinline__ float scaleDown(float s, int d) { return s * pow2(max(d, -127)); }
 
 // --- row reductions ------------------------------------------------------------------------------
 
@@ -181,15 +210,16 @@ struct Max {
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
 // A sum kept in units of 2^(P * e): P = 1 for sum(x), P = 2 for sum(x^2). Merging rescales the
-// smaller-exponent side by an exact power of two (ldexpf only loses what underflows, which is below
-// 2^-252 of the total).
+// smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
+// 2^(P e), while the row's largest |x|^P is at least one unit: relatively below 2^-90 for any row
+// (as ldexpf, which also rounds what turns subnormal), far inside every error bound of the hunt.
 template <int P>
 struct ScaledSum {
     struct T { int e; float s; };
     __device__ static T identity() { return {-126, 0.0f}; }
     __device__ static T merge(T a, T b) {
         const int e = max(a.e, b.e);
-        return {e, ldexpf(a.s, P * (a.e - e)) + ldexpf(b.s, P * (b.e - e))};
+        return {e, scaleDown(a.s, P * (a.e - e)) + scaleDown(b.s, P * (b.e - e))};
     }
     __device__ static T shfl(T v, int o) {
         return {__shfl_xor_sync(kFull, v.e, o), __shfl_xor_sync(kFull, v.s, o)};
@@ -250,9 +280,11 @@ struct Regs {
     static constexpr int kWords = kPacked ? N / 2 : N;
     unsigned w[kWords];  // float bits, or two 16-bit values
 
+    // Element i as a float; K: the pass (see WidenBf16), 0 to 3.
+    template <int K = 0>
     __device__ float at(int i) const {
         if constexpr (kPacked) {
-            return (i & 1) ? D::hi(w[i >> 1]) : D::lo(w[i >> 1]);
+            return (i & 1) ? D::template hi<K>(w[i >> 1]) : D::template lo<K>(w[i >> 1]);
         } else {
             return __uint_as_float(w[i]);
         }
@@ -331,6 +363,20 @@ struct Regs {
         for (int i = 0; i < kWords; ++i) w[i] = 0u;
     }
     __device__ static bool valid(int i, int cols) { return first(i / D::W) + i % D::W < cols; }
+    // Whether every element this thread holds is in the row (all threads but the ragged edge's).
+    __device__ static bool full(int cols) { return first(VPT - 1) + D::W <= cols; }
+    // f(i, in) for every element i, in: element i is in the row. Two copies of the loop: threads
+    // whose elements are all in the row (full) run the one without the column test.
+    template <class F>
+    __device__ static void each(bool full, int cols, F&& f) {
+        if (full) {
+#pragma unroll
+            for (int i = 0; i < N; ++i) f(i, true);
+        } else {
+#pragma unroll
+            for (int i = 0; i < N; ++i) f(i, valid(i, cols));
+        }
+    }
 };
 
 __device__ __forceinline__ bool aligned16(const void* p) {
@@ -346,17 +392,29 @@ struct RowIndex {
 };
 
 // Per-thread (e, sum of (x 2^-e)^P) over the valid elements, e from this thread's largest |x|.
+// One pass takes the largest |x| and the unscaled sum: with at most 64 elements per thread, an e in
+// [kLo, kHi] keeps that sum and every term normal and finite, and scaling it by 2^(-P e) afterwards
+// is exact, so it equals the sum of the scaled terms (up to what subnormal terms lose, below 2^-40
+// of the largest term). Other rows (huge, tiny, nonfinite) take a second, scaled pass.
+// Passes 0 and 3 of the packed storage (Regs::at).
 template <int P, class Rg>
-__device__ __forceinline__ typename ScaledSum<P>::T localScaledSum(const Rg& r, size_t cols) {
-    float amax = 0.0f;
+__device__ __forceinline__ typename ScaledSum<P>::T localScaledSum(const Rg& r) {
+    static_assert(Rg::N <= 64, "the one-pass range assumes at most 64 elements per thread");
+    constexpr int kLo = P == 1 ? -100 : -40, kHi = P == 1 ? 100 : 56;
+    float amax = 0.0f, raw = 0.0f;  // padding is 0
 #pragma unroll
-    for (int i = 0; i < Rg::N; ++i) amax = fmaxf(amax, fabsf(r.at(i)));  // padding is 0
+    for (int i = 0; i < Rg::N; ++i) {
+        const float x = r.template at<0>(i);
+        amax = fmaxf(amax, fabsf(x));
+        raw = P == 1 ? raw + x : fmaf(x, x, raw);
+    }
     const int e = scaleExponent(amax);
+    if (e >= kLo && e <= kHi) return {e, raw * pow2(-P * e)};
     const float sc = pow2(-e);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < Rg::N; ++i) {
-        const float y = r.at(i) * sc;
+        const float y = r.template at<3>(i) * sc;
         s = P == 1 ? s + y : fmaf(y, y, s);
     }
     return {e, s};
@@ -367,12 +425,16 @@ __device__ __forceinline__ typename ScaledSum<P>::T localScaledSum(const Rg& r, 
 // neither part nor the intermediate x * a can overflow, or underflow where the output would not:
 // |E| <= 64: a = 2^-E f, b = 1; beyond, 2^-+64 goes into a and the rest into b. When eps 4^-E
 // overflows, ms is below 2^-250 of eps and drops out: a = 1, b = 1 / sqrt(eps).
+// eps 4^-E as two exact power-of-two products (ldexpf's cost avoided): it differs from ldexpf only
+// where it underflows, where es is below 2^-126 and the sum it is added to is at least 1 / cols.
+__device__ __forceinline__ float epsScaled(float eps, int E) { return eps * pow2(-E) * pow2(-E); }
+
 struct NormFactor {
     float a;
     float b;
 };
 __device__ __forceinline__ NormFactor normFactor(float msScaled, int E, float eps) {
-    const float es = ldexpf(eps, -2 * E);
+    const float es = epsScaled(eps, E);
     if (es == __int_as_float(0x7f800000)) return {1.0f, rsqrtf(eps)};  // +inf
     const float f = rsqrtf(msScaled + es);
     const int s = E > 64 ? 64 : (E < -64 ? -64 : 0);
@@ -383,16 +445,17 @@ __device__ __forceinline__ NormFactor normFactor(float msScaled, int E, float ep
 // Layer norm's f for the scaled centred values d = x 2^-E - mean: out = d * f. A zero denominator
 // (the variance is 0 and eps 4^-E underflowed) with eps > 0 means every d is 0: f = 0, out = beta.
 __device__ __forceinline__ float layerNormFactor(float varScaled, int E, float eps) {
-    const float es = ldexpf(eps, -2 * E);
+    const float es = epsScaled(eps, E);
     if (es == __int_as_float(0x7f800000)) return pow2(E) * rsqrtf(eps);  // var drops out
     const float denom = varScaled + es;
     return denom == 0.0f && eps > 0.0f ? 0.0f : rsqrtf(denom);
 }
 
-// exp for 16-bit outputs (opt-in, the _q entry points): ex2.approx of x log2(e), two instructions.
-// Its relative error is about 2 ulp of float32 plus |x| u from rounding the product: NUMERICS.md's
-// c_x = 3.5 (fast-math exp), still far below a bfloat16 / float16 output rounding. -inf gives +0,
-// NaN stays NaN.
+// softmax's exp. float32 storage: expf (faithful). bfloat16 / float16 storage: ex2.approx of
+// x log2(e), two instructions instead of expf's eight. Its relative error is about 2 ulp of float32
+// plus |x| u from rounding the product, at most ~2^-16 where the result is not flushed to zero
+// (|x| < 88): NUMERICS.md's fast-math c_x = 3.5, and at least 2^5 times below the output's rounding
+// in either 16-bit type. -inf gives +0, NaN stays NaN.
 template <bool kFast>
 __device__ __forceinline__ float expOf(float x) {
     if constexpr (kFast) {
@@ -404,7 +467,9 @@ __device__ __forceinline__ float expOf(float x) {
     }
 }
 
-template <class D, int VPT, bool kPacked, bool kFastExp = false>
+// No column test anywhere: padding is -inf, whose exp(-inf - m) is 0 for every m but -inf and NaN,
+// and m is -inf or NaN only when the row's own elements already make the sum NaN.
+template <class D, int VPT, bool kPacked>
 __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
                             size_t rows, size_t cols) {
     using Rg = Regs<D, VPT, kPacked>;
@@ -416,12 +481,12 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
     else r.zero();
     float m = negInf();
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.at(i));
+    for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.template at<0>(i));
     m = rowReduce<Max>(m, scratch);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
-        const float e = Rg::valid(i, cols) ? expOf<kFastExp>(r.at(i) - m) : 0.0f;
+        const float e = expOf<D::kFastExp>(r.template at<1>(i) - m);
         if constexpr (Rg::kMutable) r.set(i, e);  // packed storage recomputes it below
         s += e;
     }
@@ -435,7 +500,7 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
 #pragma unroll
         for (int w = 0; w < D::W; ++w) {
             const int i = j * D::W + w;
-            v[w] = (Rg::kMutable ? r.at(i) : expOf<kFastExp>(r.at(i) - m)) * inv;
+            v[w] = (Rg::kMutable ? r.at(i) : expOf<D::kFastExp>(r.template at<2>(i) - m)) * inv;
         }
         Rg::storeOne(o, j, cols, vec, v);
     }
@@ -450,20 +515,20 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
+    const bool full = Rg::full(static_cast<int>(cols));
     Rg r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
-    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r, cols), scratch);
+    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-total.e);
     const float mean = total.s / n;  // in units of 2^E
-    float q = 0.0f;
-#pragma unroll
-    for (int i = 0; i < r.N; ++i) {
-        const float d = fmaf(r.at(i), sc, -mean);
+    float q = 0.0f;  // padding is 0 but its d = -mean is not: it must be left out here
+    Rg::each(full, static_cast<int>(cols), [&](int i, bool in) {
+        const float d = fmaf(r.template at<1>(i), sc, -mean);
         if constexpr (Rg::kMutable) r.set(i, d);  // packed storage recomputes it below
-        if (Rg::valid(i, cols)) q = fmaf(d, d, q);
-    }
+        if (in) q = fmaf(d, d, q);
+    });
     q = rowReduce<Sum>(q, scratch);
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
@@ -476,25 +541,33 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
 #pragma unroll
         for (int w = 0; w < D::W; ++w) {
             const int i = j * D::W + w;
-            const float d = Rg::kMutable ? r.at(i) : fmaf(r.at(i), sc, -mean);
+            const float d = Rg::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
             g[w] = fmaf(d * f, g[w], b[w]);
         }
         Rg::storeOne(o, j, cols, vec, g);
     }
 }
 
-// out = (x * a) * b * gamma, gamma one vector at a time.
+// out = (x * a) * b * gamma, gamma one vector at a time. b is 1 for every row whose largest |x| is
+// within 2^+-64 (see normFactor): that copy of the loop skips the product, which would be exact.
 template <class Rg, class D>
 __device__ __forceinline__ void rmsEpilogue(const Rg& r, typename D::T* o, const typename D::T* gamma,
                                             int cols, NormFactor nf, bool vec) {
+    auto write = [&](auto unitB) {
 #pragma unroll
-    for (int j = 0; j < Rg::N / D::W; ++j) {
-        float g[D::W];
-        Rg::loadOne(gamma, j, cols, vec, 0.0f, g);
+        for (int j = 0; j < Rg::N / D::W; ++j) {
+            float g[D::W];
+            Rg::loadOne(gamma, j, cols, vec, 0.0f, g);
 #pragma unroll
-        for (int w = 0; w < D::W; ++w) g[w] = r.at(j * D::W + w) * nf.a * nf.b * g[w];
-        Rg::storeOne(o, j, cols, vec, g);
-    }
+            for (int w = 0; w < D::W; ++w) {
+                const float y = r.template at<2>(j * D::W + w) * nf.a;
+                g[w] = (decltype(unitB)::value ? y : y * nf.b) * g[w];
+            }
+            Rg::storeOne(o, j, cols, vec, g);
+        }
+    };
+    if (nf.b == 1.0f) write(Flag<true>{});
+    else write(Flag<false>{});
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
@@ -502,7 +575,7 @@ template <class D, class Rg>
 __device__ __forceinline__ void rmsNormHeld(const Rg& r, const RowIndex& ri, typename D::T* out,
                                             const typename D::T* gamma, size_t cols, float eps,
                                             bool vec, Scratch& scratch) {
-    const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r, cols), scratch);
+    const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r), scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
     rmsEpilogue<Rg, D>(r, out + ri.row * cols, gamma, cols, nf, vec);
@@ -536,15 +609,41 @@ __device__ void addRmsNormRegs(const typename D::T* __restrict__ in, typename D:
     if (ri.live) {
         const typename D::T* x = in + ri.row * cols;
         typename D::T* res = residual + ri.row * cols;
+        // h_j = x_j + res_j, res_j <- h_j, vector by vector. The compiler cannot move a load of res
+        // above the store before it (same pointer), so the loads are issued kChunk vectors of x and
+        // res at a time first: 2 kChunk 16-byte loads in flight per thread instead of two.
+        constexpr int kChunk = VPT < 4 ? VPT : 4;
+        if (vec && Rg::full(static_cast<int>(cols))) {
 #pragma unroll
-        for (int j = 0; j < VPT; ++j) {  // one vector of each at a time: few extra registers
-            float h[D::W], xv[D::W];
-            Rg::loadOne(x, j, cols, vec, 0.0f, xv);
-            Rg::loadOne(res, j, cols, vec, 0.0f, h);
+            for (int j0 = 0; j0 < VPT; j0 += kChunk) {
+                typename D::V xq[kChunk], rq[kChunk];
 #pragma unroll
-            for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
-            Rg::storeOne(res, j, cols, vec, h);
-            r.setVec(j, h);
+                for (int k = 0; k < kChunk; ++k) {
+                    xq[k] = D::loadV(x + Rg::first(j0 + k));
+                    rq[k] = D::loadV(res + Rg::first(j0 + k));
+                }
+#pragma unroll
+                for (int k = 0; k < kChunk; ++k) {
+                    float h[D::W], xv[D::W];
+                    D::unpackV(xq[k], xv);
+                    D::unpackV(rq[k], h);
+#pragma unroll
+                    for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
+                    D::putVec(res + Rg::first(j0 + k), h);
+                    r.setVec(j0 + k, h);
+                }
+            }
+        } else {  // ragged or misaligned: the same sums element by element where needed
+#pragma unroll
+            for (int j = 0; j < VPT; ++j) {
+                float h[D::W], xv[D::W];
+                Rg::loadOne(x, j, cols, vec, 0.0f, xv);
+                Rg::loadOne(res, j, cols, vec, 0.0f, h);
+#pragma unroll
+                for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
+                Rg::storeOne(res, j, cols, vec, h);
+                r.setVec(j, h);
+            }
         }
     } else {
         r.zero();
@@ -584,7 +683,7 @@ template <int P>
 __device__ __forceinline__ void scaledAccumulate(typename ScaledSum<P>::T& st, float x) {
     const int e = scaleExponent(fabsf(x));
     if (e > st.e) {
-        st.s = ldexpf(st.s, P * (st.e - e));
+        st.s = scaleDown(st.s, P * (st.e - e));
         st.e = e;
     }
     const float y = x * pow2(-st.e);
@@ -729,22 +828,11 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
     NP_OPS(D, NAME, v, 0, false) NP_OPS(D, NAME, v, 1, false) NP_OPS(D, NAME, v, 2, false)         \
     NP_OPS(D, NAME, v, 4, false) NP_OPS(D, NAME, v, 8, false)
 #define NP_PACKED_REGS(D, NAME) NP_OPS(D, NAME, p, 4, true) NP_OPS(D, NAME, p, 8, true)
-// Packed storage and the fast exp (softmax only): _q4, _q8.
-#define NP_SOFTMAX_FAST(D, NAME, VPT)                                                              \
-    extern "C" __global__ void NP_BOUNDS(VPT) softmax_##NAME##_q##VPT(                             \
-        const D::T* __restrict__ in, D::T* __restrict__ out, size_t rows, size_t cols) {           \
-        softmaxRegs<D, VPT, true, true>(in, out, rows, cols);                                      \
-    }
-
 NP_FLOAT_REGS(F32, f32)
 NP_FLOAT_REGS(BF16, bf16)
 NP_FLOAT_REGS(F16, f16)
 NP_PACKED_REGS(BF16, bf16)
 NP_PACKED_REGS(F16, f16)
-NP_SOFTMAX_FAST(BF16, bf16, 4)
-NP_SOFTMAX_FAST(BF16, bf16, 8)
-NP_SOFTMAX_FAST(F16, f16, 4)
-NP_SOFTMAX_FAST(F16, f16, 8)
 
 #define NP_BF16ACC(VPT)                                                                            \
     extern "C" __global__ void NP_BOUNDS(VPT) rmsnormbf16acc_bf16_v##VPT(                          \

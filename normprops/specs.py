@@ -265,21 +265,24 @@ _TORCH_KERNELS = tuple(
 # The production kernels of prod.cu (issue 5): range-safe, so the norms claim 'huge' too. Threads
 # per row grow with the row (32 elements per thread at most, 1024 threads at most); the forced
 # streaming variants always use 1024 threads. Their softmax constants allow the online rescaling
-# of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1).
+# of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1) in float32, while the 16-bit
+# softmax takes ex2.approx (fast-math c_x 3.5; prod.cu's expOf says why that is still far below
+# the output's rounding).
 #: Register path: at most this many elements per thread (prod_kernels.launch_shape reads it too).
 PROD_PER_THREAD = 32
 
 
 def prod_layout(op: str, dtype: str) -> tuple[int, bool]:
     """(elements per thread, packed 16-bit register storage) of a production kernel, from the
-    launch-shape sweep (docs/results.md): 16-bit values stay packed two per register, and RMS norm
-    (plain and fused) then holds 64 of them per thread without spilling (98% of memcpy at 4096 and
-    16384 columns against 64-66% unpacked); softmax and layer norm spill at 64 and keep 32."""
+    launch-shape sweeps (docs/results.md): 16-bit values stay packed two per register, 64 of them per
+    thread (twice the bytes in flight of 32, which 16-bit rows need to reach the copy floor); the
+    fused kernel holds its two inputs at once while loading, so 32."""
     if dtype == "float32" or op == "rmsnormbf16acc":
         return PROD_PER_THREAD, False
-    return (64 if op in ("rmsnorm", "addrmsnorm") else PROD_PER_THREAD), True
+    return (32 if op == "addrmsnorm" else 64), True
 
 
+FAST_EXP_C_X = 3.5  # NUMERICS.md's constant for a fast-math exp
 PROD_BLOCK = ErrorModel(threads=1024, per_thread=PROD_PER_THREAD, rho=6.0, c_x=1.0, ftz=True)
 PROD_STREAM = ErrorModel(threads=1024, rho=6.0, c_x=1.0, ftz=True)
 _PROD_FAMILIES = {"softmax": _SOFTMAX_ALL, "layernorm": _NORM_ALL, "rmsnorm": _NORM_ALL}
@@ -317,6 +320,8 @@ def _prod(name: str) -> KernelSpec:
     if path == "stream":
         summary = "streaming path forced: online statistics in pass 1, read again and write in pass 2"
     model = PROD_STREAM if path == "stream" else replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0])
+    if op == "softmax" and dtype != "float32":
+        model = replace(model, c_x=FAST_EXP_C_X)
     return KernelSpec(name, user_op, "cuda-prod", f"{BACKEND_MODULES['cuda-prod']}:{name}", touches,
                       model, claims,
                       f"{summary} ({dtype})", dtype=dtype, bench=path == "auto")

@@ -2,7 +2,7 @@
 for several elements-per-thread settings (which set threads per row). Usage on the device:
     python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
-float32); "q" is "p" with softmax's fast exp (the _q entry points; other ops skip it). Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds,
+float32). Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds,
 median)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
-    settings = [(int(v.rstrip("pq")), v[-1] if v[-1] in "pq" else "") for v in args.per_thread.split(",")]
+    settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
     spin = _spin(SPIN_CYCLES)
     results = []
     for dtype in args.dtypes.split(","):
@@ -43,9 +43,9 @@ def main() -> int:
             moved = {}
             for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm"):
                 for pt, mode in settings:
-                    if mode and dtype == "float32" or mode == "q" and op != "softmax":
+                    if mode and dtype == "float32":
                         continue
-                    k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), fast_exp=mode == "q")
+                    k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode))
                     arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
                     shape = k.shape(cols)
                     fn = k._function(shape.vpt)

@@ -27,8 +27,6 @@ def _entries(source: str) -> set[str]:
         names |= {f"{op}_{DTYPE_CODES[dtype]}_v{v}" for v in vpts}
         if dtype != "float32" and op != "rmsnormbf16acc":
             names |= {f"{op}_{DTYPE_CODES[dtype]}_p{v}" for v in PACKED_VPTS}
-            if op == "softmax":
-                names |= {f"softmax_{DTYPE_CODES[dtype]}_q{v}" for v in PACKED_VPTS}
     return names
 
 

@@ -115,8 +115,7 @@ class ProdKernel:
     or "stream" (always the streaming path: how the hunt reaches it at small widths)."""
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
-                 per_thread: int | None = None, packed: bool | None = None,
-                 fast_exp: bool = False) -> None:
+                 per_thread: int | None = None, packed: bool | None = None) -> None:
         if op not in OPS:
             raise ValueError(f"op must be one of {OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
@@ -135,16 +134,13 @@ class ProdKernel:
         if packed and (dtype == "float32" or op == "rmsnormbf16acc"):
             raise ValueError("packed register storage exists for bfloat16 / float16 prod kernels only")
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
-        if fast_exp and (op != "softmax" or not packed):
-            raise ValueError("fast_exp exists for the packed 16-bit softmax only")
-        self.fast_exp = fast_exp  # ex2.approx instead of expf (entry points _q4, _q8; sweeps only)
         self._functions: dict[int, Any] = {}
         self._shapes: dict[int, Shape] = {}
 
     def _function(self, vpt: int) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
         if vpt not in self._functions:
-            tag = ("q" if self.fast_exp else "p") if self.packed and vpt in PACKED_VPTS else "v"
+            tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
             name = f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}"
             self._functions[vpt] = module(self.build, source=SOURCE).get_function(name)
         return self._functions[vpt]
