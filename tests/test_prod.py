@@ -9,7 +9,7 @@ import pytest
 
 from normprops.backends.prod_kernels import Shape, launch_shape, split_exact
 from normprops.oracles import reference, tolerance
-from normprops.specs import KERNELS, PROD_BLOCK, PROD_VARIANTS
+from normprops.specs import FAST_EXP_C_X, KERNELS, PROD_BLOCK, PROD_VARIANTS, prod_layout
 from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
 
 F32 = np.float32
@@ -35,6 +35,22 @@ def test_launch_shape(cols: int, dtype: str, shape: Shape) -> None:
         width = 16 // (4 if dtype == "float32" else 2)
         assert got.vpt * got.tpr * width >= cols and got.vpt * width <= 32
         assert PROD_BLOCK.threads_for(cols) == got.tpr  # the error bound knows the shape
+
+
+@pytest.mark.parametrize("name, per_thread, c_x", [
+    ("softmaxFast", 32, 1.0), ("softmaxFastBf16", 64, FAST_EXP_C_X), ("softmaxFastF16", 64, FAST_EXP_C_X),
+    ("layerNormFastBf16", 64, 1.0), ("rmsNormFastF16", 64, 1.0), ("addRmsNormFastBf16", 32, 1.0),
+    ("rmsNormBf16Acc", 32, 1.0),
+])
+def test_error_models_follow_the_layout_and_the_exp(name: str, per_thread: int, c_x: float) -> None:
+    """Each production kernel's bound uses the layout its launcher picks (specs.prod_layout) and,
+    for the 16-bit softmax, the fast-math constant of its ex2.approx."""
+    spec = next(k for k in KERNELS if k.name == name)
+    op, dtype, _ = PROD_VARIANTS[name]
+    assert spec.error_model.per_thread == per_thread == prod_layout(op, dtype)[0]
+    assert spec.error_model.c_x == c_x
+    for cols in (1024, 4096, 16384):
+        assert spec.error_model.threads_for(cols) == launch_shape(cols, dtype=dtype, per_thread=per_thread).tpr
 
 
 def test_launch_shape_rejects_empty_rows() -> None:
