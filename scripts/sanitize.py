@@ -1,5 +1,6 @@
-"""Run kernels.cu's kernels under compute-sanitizer: racecheck on every kernel, memcheck on ragged
-shapes. Expect racecheck to flag softmaxRowNoBarrier and nothing else, memcheck to flag nothing.
+"""Run the CUDA kernels (kernels.cu's and prod.cu's) under compute-sanitizer: racecheck on every
+kernel, memcheck on ragged shapes. Expect racecheck to flag softmaxRowNoBarrier and nothing else,
+memcheck to flag nothing.
 
     python scripts/sanitize.py            # drives compute-sanitizer, prints a table
     python scripts/sanitize.py --launch NAME   # (what compute-sanitizer runs) launch one kernel
@@ -16,17 +17,23 @@ import sys
 import numpy as np
 
 from normprops.specs import KERNELS
+from normprops.strategies import to_dtype
 
+BACKENDS = ("cuda", "cuda-prod")
+# Ragged widths, and for prod.cu each register-path layout plus the streaming path (70001 columns).
 RAGGED = (1, 3, 33, 255, 257, 1025, 4097)
+PROD_EXTRA = (16384, 70001)
 
 
 def launch(name: str) -> None:
-    spec = next(k for k in KERNELS if k.backend == "cuda" and k.name == name)
+    spec = next(k for k in KERNELS if k.backend in BACKENDS and k.name == name)
     fn = spec.load()
     rng = np.random.default_rng(0)
-    for cols in RAGGED:
-        x = rng.standard_normal((3, cols)).astype(np.float32)
-        g = rng.standard_normal(cols).astype(np.float32)
+    # 9 rows: prod.cu puts up to 8 narrow rows in a block, so the last block is partly empty.
+    rows = 9 if spec.backend == "cuda-prod" else 3
+    for cols in RAGGED + (PROD_EXTRA if spec.backend == "cuda-prod" else ()):
+        x = to_dtype(rng.standard_normal((rows, cols)).astype(np.float32), spec.dtype)
+        g = to_dtype(rng.standard_normal(cols).astype(np.float32), spec.dtype)
         args = {"softmax": (x,), "layernorm": (x, g, g, 1e-5), "rmsnorm": (x, g, 1e-5)}[spec.op]
         fn(*args)
 
@@ -36,7 +43,7 @@ def drive() -> int:
     if tool_path is None:
         print("compute-sanitizer not found on PATH")
         return 2
-    names = [k.name for k in KERNELS if k.backend == "cuda"]
+    names = [k.name for k in KERNELS if k.backend in BACKENDS]
     print("| kernel | racecheck hazards | memcheck errors |")
     print("|---|---|---|")
     flagged = {}

@@ -121,7 +121,8 @@ def test_census_runs_on_the_gpu() -> None:
     assert "part 1" in out and "ftz" in out
 
 
-@pytest.mark.parametrize("name, hazards", [("softmaxRowNoBarrier", True), ("softmaxRowSafe", False)])
+@pytest.mark.parametrize("name, hazards", [("softmaxRowNoBarrier", True), ("softmaxRowSafe", False),
+                                           ("layerNormFastBf16", False), ("addRmsNormFast", False)])
 def test_racecheck_flags_only_the_missing_barrier(name: str, hazards: bool) -> None:
     import re
     import shutil
