@@ -788,8 +788,9 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
 // --- entry points: <op>_<dtype>_v<VPT> (v0: streaming), and _p<VPT> for packed 16-bit storage ----
 
 // Register path: at most 512 threads per block and two blocks per SM, which caps a thread at 64
-// registers (32 values of the row plus the rest): rows of 4096+ columns then keep two blocks, and
-// their loads, in flight on every SM. The streaming path runs 1024-thread blocks.
+// registers (32 for the row: 32 float32 values or 64 packed 16-bit ones, and the rest): rows of
+// 4096+ columns then keep two blocks, and their loads, in flight on every SM. The streaming path
+// runs 1024-thread blocks.
 #define NP_BOUNDS(VPT) __launch_bounds__((VPT) == 0 ? 1024 : 512, (VPT) == 0 ? 1 : 2)
 
 #define NP_SOFTMAX(D, NAME, TAG, VPT, PACKED)                                                      \
