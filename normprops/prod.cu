@@ -23,8 +23,8 @@
 // Softmax subtracts the row maximum (register path) or keeps a running maximum (streaming path).
 //
 // Reductions: each thread folds its own elements in order; a warp folds its 32 partials with a
-// __shfl_xor_sync butterfly (every merge below is commutative bit for bit, so all lanes agree);
-// the warp totals of a row go through shared memory and a second butterfly. Error depth:
+// __shfl_xor_sync butterfly (every merge below is commutative bit for bit, so all lanes agree); the
+// warp totals of a row go through shared memory and a log2(warps)-step butterfly. Error depth:
 // ceil(cols / tpr) - 1 + log2(tpr) additions.
 //
 // Size_t offsets: rows x cols beyond 2^31 elements work; grid.x allows 2^31 - 1 blocks.
@@ -32,12 +32,6 @@
 // the 16-bit types are converted by hand (bfloat16) or with PTX cvt (float16).
 
 constexpr unsigned kFull = 0xffffffffu;
-
-// A compile-time flag passed to generic lambdas (NVRTC has no <type_traits>).
-template <bool B>
-struct Flag {
-    static constexpr bool value = B;
-};
 
 __device__ __forceinline__ float negInf() { return __int_as_float(0xff800000); }
 
@@ -52,8 +46,8 @@ struct F32 {
     __device__ static void put(T* p, float v) { *p = v; }
     __device__ static float round(float v) { return v; }
     __device__ static V loadV(const T* p) { return *reinterpret_cast<const float4*>(p); }
+    __device__ static V ldgV(const T* p) { return __ldg(reinterpret_cast<const float4*>(p)); }
     __device__ static void unpackV(const V& q, float* v) { v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w; }
-    __device__ static void getVec(const T* p, float* v) { unpackV(loadV(p), v); }
     __device__ static void putVec(T* p, const float* v) {
         *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
     }
@@ -156,12 +150,12 @@ struct Half16 {
     __device__ static void put(T* p, float v) { *p = FromF(v); }
     __device__ static float round(float v) { return ToF(FromF(v)); }
     __device__ static V loadV(const T* p) { return *reinterpret_cast<const uint4*>(p); }
+    __device__ static V ldgV(const T* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
     __device__ static void unpackV(const V& q, float* v) {
         const unsigned w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
         for (int i = 0; i < 4; ++i) Unpack(w[i], v[2 * i], v[2 * i + 1]);  // little endian: low = earlier
     }
-    __device__ static void getVec(const T* p, float* v) { unpackV(loadV(p), v); }
     __device__ static void putVec(T* p, const float* v) {
         unsigned w[4];
 #pragma unroll
@@ -240,9 +234,11 @@ struct Online {
     }
 };
 
-// Shared scratch for the second reduction level: 32 slots per row of the block, 16 bytes each.
+// Shared scratch for the second reduction level: one 16-byte slot per warp of the block (at most
+// 1024 threads). A Scratch serves one reduction: no barrier follows the reads of its slots, so a
+// kernel that reduces twice gives each reduction its own.
 struct Scratch {
-    float4 slot[8 * 32];
+    float4 slot[32];
 };
 
 // The reduction of v over the tpr threads of this row, returned to all of them. Every thread of the
@@ -253,14 +249,19 @@ __device__ __forceinline__ typename R::T rowReduce(typename R::T v, Scratch& scr
     for (int o = 16; o > 0; o /= 2) v = R::merge(v, R::shfl(v, o));
     const int tpr = blockDim.x;
     if (tpr == 32) return v;
-    auto* slots = reinterpret_cast<typename R::T*>(&scratch.slot[threadIdx.y * 32]);
+    // The block's warps in order: row y owns warps y * tpr / 32 ... (y + 1) * tpr / 32 - 1.
+    auto* slots = reinterpret_cast<typename R::T*>(scratch.slot);
+    const int warps = tpr >> 5;
     const int lane = threadIdx.x & 31;
-    if (lane == 0) slots[threadIdx.x >> 5] = v;
+    if (lane == 0) slots[threadIdx.y * warps + (threadIdx.x >> 5)] = v;
     __syncthreads();
-    typename R::T t = lane < (tpr >> 5) ? slots[lane] : R::identity();
+    // Every aligned group of `warps` lanes reads the row's warp totals in order and folds them with
+    // the same log2(warps)-step butterfly, so every lane ends with the same total.
+    typename R::T t = slots[threadIdx.y * warps + (lane & (warps - 1))];
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) t = R::merge(t, R::shfl(t, o));
-    __syncthreads();  // the slots are free for the next reduction
+    for (int o = 16; o > 0; o /= 2) {
+        if (o < warps) t = R::merge(t, R::shfl(t, o));
+    }
     return t;
 }
 
@@ -305,42 +306,52 @@ struct Regs {
     }
 
     __device__ static int first(int j) { return (j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * D::W; }
-    // Vector j of a row (or of gamma / beta) into dst[0..W); fill past the end. vec: 16-byte access.
-    __device__ static void loadOne(const typename D::T* row, int j, int cols, bool vec, float fill, float* dst) {
+    // Whether every element this thread holds is in the row (all threads but the ragged edge's).
+    __device__ static bool full(int cols) { return first(VPT - 1) + D::W <= cols; }
+    // Whether this thread moves its vectors with plain 16-byte accesses: all of them in the row, and
+    // 16-byte access allowed (vec: aligned pointers, cols % W == 0). Every loop over memory has two
+    // copies (kFast true / false), chosen once per thread: a test inside the loop would be
+    // if-converted into predicated copies of both paths, and predicated-off instructions still take
+    // issue slots.
+    __device__ static bool fast(int cols, bool vec) { return vec && full(cols); }
+    // Vector j of a row (or of gamma / beta) into dst[0..W); fill past the end. kFast: see fast().
+    // kReadOnly: memory no thread writes during the kernel, read through the non-coherent path with
+    // an explicit ldgV. Left to infer it from __restrict__, the compiler made most loads coherent
+    // once the loops moved into helpers, and then issued gamma's loads only after the previous
+    // vector's store to out (SASS, session 4 in docs/results.md).
+    template <bool kFast, bool kReadOnly = true>
+    __device__ static void loadVec(const typename D::T* __restrict__ row, int j, int cols, bool vec, float fill, float* dst) {
         const int c0 = first(j);
-        if (c0 + D::W <= cols) {
-            if (vec) {
-                D::getVec(row + c0, dst);
-            } else {
-#pragma unroll
-                for (int w = 0; w < D::W; ++w) dst[w] = D::get(row + c0 + w);
-            }
+        if (kFast || (vec && c0 + D::W <= cols)) {
+            D::unpackV(kReadOnly ? D::ldgV(row + c0) : D::loadV(row + c0), dst);
         } else {
 #pragma unroll
             for (int w = 0; w < D::W; ++w) dst[w] = c0 + w < cols ? D::get(row + c0 + w) : fill;
         }
     }
-    __device__ static void storeOne(typename D::T* row, int j, int cols, bool vec, const float* src) {
+    template <bool kFast>
+    __device__ static void storeVec(typename D::T* __restrict__ row, int j, int cols, bool vec, const float* src) {
         const int c0 = first(j);
-        if (c0 + D::W <= cols) {
-            if (vec) {
-                D::putVec(row + c0, src);
-            } else {
-#pragma unroll
-                for (int w = 0; w < D::W; ++w) D::put(row + c0 + w, src[w]);
-            }
+        if (kFast || (vec && c0 + D::W <= cols)) {
+            D::putVec(row + c0, src);
         } else {
 #pragma unroll
             for (int w = 0; w < D::W; ++w) if (c0 + w < cols) D::put(row + c0 + w, src[w]);
         }
     }
-    __device__ void load(const typename D::T* row, int cols, bool vec, float fill) {
+    // The row into registers (fill past its end), through the fast copy when fast() allows.
+    __device__ void load(const typename D::T* __restrict__ row, int cols, bool vec, float fill) {
+        if (fast(cols, vec)) loadAs<true>(row, cols, vec, fill);
+        else loadAs<false>(row, cols, vec, fill);
+    }
+    template <bool kFast>
+    __device__ void loadAs(const typename D::T* __restrict__ row, int cols, bool vec, float fill) {
 #pragma unroll
         for (int j = 0; j < VPT; ++j) {
+            const int c0 = first(j);
             if constexpr (kPacked) {
-                const int c0 = first(j);
-                if (vec && c0 + D::W <= cols) {  // the 16 bytes as they are
-                    const uint4 q = *reinterpret_cast<const uint4*>(row + c0);
+                if (kFast || (vec && c0 + D::W <= cols)) {  // the 16 bytes as they are
+                    const uint4 q = D::ldgV(row + c0);
                     w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
                 } else {
                     const unsigned short pad = D::bits(fill);
@@ -353,7 +364,7 @@ struct Regs {
                 }
             } else {
                 float v[D::W];
-                loadOne(row, j, cols, vec, fill, v);
+                loadVec<kFast>(row, j, cols, vec, fill, v);
                 setVec(j, v);
             }
         }
@@ -363,8 +374,6 @@ struct Regs {
         for (int i = 0; i < kWords; ++i) w[i] = 0u;
     }
     __device__ static bool valid(int i, int cols) { return first(i / D::W) + i % D::W < cols; }
-    // Whether every element this thread holds is in the row (all threads but the ragged edge's).
-    __device__ static bool full(int cols) { return first(VPT - 1) + D::W <= cols; }
     // f(i, in) for every element i, in: element i is in the row. Two copies of the loop: threads
     // whose elements are all in the row (full) run the one without the column test.
     template <class F>
@@ -467,13 +476,28 @@ __device__ __forceinline__ float expOf(float x) {
     }
 }
 
+template <bool kFast, class D, class Rg>
+__device__ __forceinline__ void softmaxWrite(const Rg& r, typename D::T* __restrict__ o, float m, float inv,
+                                             int cols, bool vec) {
+#pragma unroll
+    for (int j = 0; j < Rg::N / D::W; ++j) {
+        float v[D::W];
+#pragma unroll
+        for (int w = 0; w < D::W; ++w) {
+            const int i = j * D::W + w;
+            v[w] = (Rg::kMutable ? r.at(i) : expOf<D::kFastExp>(r.template at<2>(i) - m)) * inv;
+        }
+        Rg::template storeVec<kFast>(o, j, cols, vec, v);
+    }
+}
+
 // No column test anywhere: padding is -inf, whose exp(-inf - m) is 0 for every m but -inf and NaN,
 // and m is -inf or NaN only when the row's own elements already make the sum NaN.
 template <class D, int VPT, bool kPacked>
 __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
                             size_t rows, size_t cols) {
     using Rg = Regs<D, VPT, kPacked>;
-    __shared__ Scratch scratch;
+    __shared__ Scratch scratch[2];
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out);
     Rg r;
@@ -482,7 +506,7 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
     float m = negInf();
 #pragma unroll
     for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.template at<0>(i));
-    m = rowReduce<Max>(m, scratch);
+    m = rowReduce<Max>(m, scratch[0]);
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
@@ -490,19 +514,32 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
         if constexpr (Rg::kMutable) r.set(i, e);  // packed storage recomputes it below
         s += e;
     }
-    s = rowReduce<Sum>(s, scratch);
+    s = rowReduce<Sum>(s, scratch[1]);
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
     if (!ri.live) return;
     typename D::T* o = out + ri.row * cols;
+    if (Rg::fast(static_cast<int>(cols), vec)) softmaxWrite<true, D>(r, o, m, inv, static_cast<int>(cols), vec);
+    else softmaxWrite<false, D>(r, o, m, inv, static_cast<int>(cols), vec);
+}
+
+// out = (x 2^-E - mean) f gamma + beta, gamma and beta one vector at a time.
+template <bool kFast, class D, class Rg>
+__device__ __forceinline__ void layerNormWrite(const Rg& r, typename D::T* __restrict__ o,
+                                               const typename D::T* __restrict__ gamma,
+                                               const typename D::T* __restrict__ beta, float sc, float mean,
+                                               float f, int cols, bool vec) {
 #pragma unroll
-    for (int j = 0; j < VPT; ++j) {
-        float v[D::W];
+    for (int j = 0; j < Rg::N / D::W; ++j) {
+        float g[D::W], b[D::W];
+        Rg::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
+        Rg::template loadVec<kFast>(beta, j, cols, vec, 0.0f, b);
 #pragma unroll
         for (int w = 0; w < D::W; ++w) {
             const int i = j * D::W + w;
-            v[w] = (Rg::kMutable ? r.at(i) : expOf<D::kFastExp>(r.template at<2>(i) - m)) * inv;
+            const float d = Rg::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
+            g[w] = fmaf(d * f, g[w], b[w]);
         }
-        Rg::storeOne(o, j, cols, vec, v);
+        Rg::template storeVec<kFast>(o, j, cols, vec, g);
     }
 }
 
@@ -512,14 +549,14 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
                               const typename D::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
     using Rg = Regs<D, VPT, kPacked>;
-    __shared__ Scratch scratch;
+    __shared__ Scratch scratch[2];
     const RowIndex ri(rows);
     const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
     const bool full = Rg::full(static_cast<int>(cols));
     Rg r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
-    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch);
+    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch[0]);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-total.e);
     const float mean = total.s / n;  // in units of 2^E
@@ -529,45 +566,44 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
         if constexpr (Rg::kMutable) r.set(i, d);  // packed storage recomputes it below
         if (in) q = fmaf(d, d, q);
     });
-    q = rowReduce<Sum>(q, scratch);
+    q = rowReduce<Sum>(q, scratch[1]);
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
     typename D::T* o = out + ri.row * cols;
-#pragma unroll
-    for (int j = 0; j < VPT; ++j) {  // gamma and beta one vector at a time: few extra registers
-        float g[D::W], b[D::W];
-        Rg::loadOne(gamma, j, cols, vec, 0.0f, g);
-        Rg::loadOne(beta, j, cols, vec, 0.0f, b);
-#pragma unroll
-        for (int w = 0; w < D::W; ++w) {
-            const int i = j * D::W + w;
-            const float d = Rg::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
-            g[w] = fmaf(d * f, g[w], b[w]);
-        }
-        Rg::storeOne(o, j, cols, vec, g);
-    }
+    // Float storage (the row as 32 floats) keeps the general copy: in the fast one the compiler
+    // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%).
+    const int c = static_cast<int>(cols);
+    if (!Rg::kMutable && Rg::fast(c, vec)) layerNormWrite<true, D>(r, o, gamma, beta, sc, mean, f, c, vec);
+    else layerNormWrite<false, D>(r, o, gamma, beta, sc, mean, f, c, vec);
 }
 
 // out = (x * a) * b * gamma, gamma one vector at a time. b is 1 for every row whose largest |x| is
 // within 2^+-64 (see normFactor): that copy of the loop skips the product, which would be exact.
-template <class Rg, class D>
-__device__ __forceinline__ void rmsEpilogue(const Rg& r, typename D::T* o, const typename D::T* gamma,
-                                            int cols, NormFactor nf, bool vec) {
-    auto write = [&](auto unitB) {
+template <bool kFast, bool kUnitB, class D, class Rg>
+__device__ __forceinline__ void rmsWrite(const Rg& r, typename D::T* __restrict__ o,
+                                         const typename D::T* __restrict__ gamma, NormFactor nf, int cols,
+                                         bool vec) {
 #pragma unroll
-        for (int j = 0; j < Rg::N / D::W; ++j) {
-            float g[D::W];
-            Rg::loadOne(gamma, j, cols, vec, 0.0f, g);
+    for (int j = 0; j < Rg::N / D::W; ++j) {
+        float g[D::W];
+        Rg::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
 #pragma unroll
-            for (int w = 0; w < D::W; ++w) {
-                const float y = r.template at<2>(j * D::W + w) * nf.a;
-                g[w] = (decltype(unitB)::value ? y : y * nf.b) * g[w];
-            }
-            Rg::storeOne(o, j, cols, vec, g);
+        for (int w = 0; w < D::W; ++w) {
+            const float y = r.template at<2>(j * D::W + w) * nf.a;
+            g[w] = (kUnitB ? y : y * nf.b) * g[w];
         }
-    };
-    if (nf.b == 1.0f) write(Flag<true>{});
-    else write(Flag<false>{});
+        Rg::template storeVec<kFast>(o, j, cols, vec, g);
+    }
+}
+template <class Rg, class D>
+__device__ __forceinline__ void rmsEpilogue(const Rg& r, typename D::T* __restrict__ o,
+                                            const typename D::T* __restrict__ gamma, int cols, NormFactor nf,
+                                            bool vec) {
+    const bool fast = Rg::fast(cols, vec);
+    if (fast && nf.b == 1.0f) rmsWrite<true, true, D>(r, o, gamma, nf, cols, vec);
+    else if (fast) rmsWrite<true, false, D>(r, o, gamma, nf, cols, vec);
+    else if (nf.b == 1.0f) rmsWrite<false, true, D>(r, o, gamma, nf, cols, vec);
+    else rmsWrite<false, false, D>(r, o, gamma, nf, cols, vec);
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
@@ -613,13 +649,13 @@ __device__ void addRmsNormRegs(const typename D::T* __restrict__ in, typename D:
         // above the store before it (same pointer), so the loads are issued kChunk vectors of x and
         // res at a time first: 2 kChunk 16-byte loads in flight per thread instead of two.
         constexpr int kChunk = VPT < 4 ? VPT : 4;
-        if (vec && Rg::full(static_cast<int>(cols))) {
+        if (Rg::fast(static_cast<int>(cols), vec)) {
 #pragma unroll
             for (int j0 = 0; j0 < VPT; j0 += kChunk) {
                 typename D::V xq[kChunk], rq[kChunk];
 #pragma unroll
                 for (int k = 0; k < kChunk; ++k) {
-                    xq[k] = D::loadV(x + Rg::first(j0 + k));
+                    xq[k] = D::ldgV(x + Rg::first(j0 + k));
                     rq[k] = D::loadV(res + Rg::first(j0 + k));
                 }
 #pragma unroll
@@ -637,11 +673,11 @@ __device__ void addRmsNormRegs(const typename D::T* __restrict__ in, typename D:
 #pragma unroll
             for (int j = 0; j < VPT; ++j) {
                 float h[D::W], xv[D::W];
-                Rg::loadOne(x, j, cols, vec, 0.0f, xv);
-                Rg::loadOne(res, j, cols, vec, 0.0f, h);
+                Rg::template loadVec<false>(x, j, cols, vec, 0.0f, xv);
+                Rg::template loadVec<false, false>(res, j, cols, vec, 0.0f, h);  // res is written
 #pragma unroll
                 for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
-                Rg::storeOne(res, j, cols, vec, h);
+                Rg::template storeVec<false>(res, j, cols, vec, h);
                 r.setVec(j, h);
             }
         }
@@ -695,14 +731,14 @@ __device__ void layerNormStream(const typename D::T* __restrict__ in, typename D
                                 const typename D::T* __restrict__ gamma,
                                 const typename D::T* __restrict__ beta, size_t rows, size_t cols,
                                 float eps) {
-    __shared__ Scratch scratch;
+    __shared__ Scratch scratch[2];
     const RowIndex ri(rows);
     const typename D::T* row = in + ri.row * cols;
     // Pass 1: the scaled sum and its exponent; pass 2: the centred sum of squares (the row is read
     // again, from L2 when it fits there); pass 3 writes. Three reads, one write: the fallback.
     ScaledSum<1>::T st = ScaledSum<1>::identity();
     if (ri.live) for (size_t c = threadIdx.x; c < cols; c += blockDim.x) scaledAccumulate<1>(st, D::get(row + c));
-    st = rowReduce<ScaledSum<1>>(st, scratch);
+    st = rowReduce<ScaledSum<1>>(st, scratch[0]);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-st.e);
     const float mean = st.s / n;
@@ -713,7 +749,7 @@ __device__ void layerNormStream(const typename D::T* __restrict__ in, typename D
             q = fmaf(d, d, q);
         }
     }
-    q = rowReduce<Sum>(q, scratch);
+    q = rowReduce<Sum>(q, scratch[1]);
     const float f = layerNormFactor(q / n, st.e, eps);
     if (!ri.live) return;
     typename D::T* o = out + ri.row * cols;
