@@ -58,6 +58,15 @@ def test_launch_shape_rejects_empty_rows() -> None:
         launch_shape(0, dtype="float32")
 
 
+def test_kept_bad_kernel_rejects_rows_wider_than_its_registers() -> None:
+    """rmsnormbf16acc has no streaming entry point: a row past 1024 x 32 columns is a clear
+    ValueError (it was a driver error, 'named symbol not found', found by compute-sanitizer)."""
+    from normprops.backends.prod_kernels import ProdKernel
+
+    with pytest.raises(ValueError, match="70001 columns do not fit in registers"):
+        ProdKernel("rmsnormbf16acc", dtype="bfloat16").shape(70_001)
+
+
 def test_error_model_depth_follows_threads_per_row() -> None:
     assert PROD_BLOCK.k(1024) == 1024 // 32 - 1 + 5
     assert PROD_BLOCK.k(16384) == 16384 // 512 - 1 + 9

@@ -153,9 +153,10 @@ class ProdKernel:
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
         # A thread count the compiled kernel's registers cannot launch goes to the streaming path.
         if shape.vpt and shape.tpr > self._function(shape.vpt).max_threads_per_block:
-            if self.op == "rmsnormbf16acc":
-                raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers")
             shape = Shape(0, 1024, 1)
+        if shape.vpt == 0 and self.op == "rmsnormbf16acc":  # it has no streaming entry point
+            raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers "
+                             f"(at most {self.per_thread} per thread, 1024 threads)")
         self._shapes[cols] = shape
         return shape
 
