@@ -2,11 +2,12 @@
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
 #   bash scripts/gpu_session.sh STEP...
 # steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench sweep
-#        perf flakes pack
+#        profile perf flakes pack
 # Environment: WORKERS (xdist workers, default 16), BACKENDS (numerics' backends, default "cuda
 # cuda-prod torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
 # DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20),
-# SWEEP_ARGS (e.g. "--per-thread 32,32p,64p --dtypes bfloat16"). Several
+# SWEEP_ARGS (e.g. "--per-thread 32,32p,64p --dtypes bfloat16"), PROFILE ("op:dtype:cols ...",
+# Nsight Compute on scripts/launch_once.py, default "layernorm:bfloat16:16384"). Several
 # invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install happens once.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
@@ -60,6 +61,17 @@ for k in KERNELS:
         2>&1 | tee "$OUT/bench.txt" | tail -60 ;;
     sweep) step sweep
       timeout 600 python3 scripts/sweep_prod.py ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -80 ;;
+    profile) step profile
+      ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+      for c in ${PROFILE:-layernorm:bfloat16:16384}; do IFS=: read -r op dt cols <<<"$c"
+        timeout 300 "${ncu:-ncu}" --clock-control none --launch-skip 1 --launch-count 1 -k "regex:^${op}_" \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section SchedulerStats \
+          --section WarpStateStats --section MemoryWorkloadAnalysis \
+          --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+          python3 scripts/launch_once.py --op "$op" --dtype "$dt" --cols "$cols" >"$OUT/ncu_${op}_${dt}_${cols}.txt" 2>&1
+        grep -E "Duration|DRAM Throughput|Achieved Occupancy|Registers Per|Issued Ipc|No Eligible|Warp Cycles Per Issued|L1/TEX Hit|L2 Hit|Eligible Warps|stalled" \
+          "$OUT/ncu_${op}_${dt}_${cols}.txt" | awk '!/stalled/ || $NF > 0.05' | sed "s/^/$op $dt $cols: /" | head -40
+      done ;;
     perf) step perf
       timeout 900 python3 -m pytest -q -p no:cacheprovider -m perf -rs --benchmark-json "$OUT/perf.json" \
         2>&1 | tee "$OUT/perf.log" | tail -15 ;;

@@ -1,22 +1,49 @@
 """Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
 for several elements-per-thread settings (which set threads per row). Usage on the device:
     python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
+        [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
-float32). Each configuration is timed like normprops bench (spin, CUDA events, interleaved rounds,
-median)."""
+float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another copy of prod.cu (an older commit's, for an
+A/B in one run). Each configuration is
+timed like normprops bench (spin, CUDA events, interleaved rounds, median)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+import itertools
 import json
 import statistics
 import sys
 
 import cupy
 
-from normprops.backends.prod_kernels import ProdKernel
+from normprops._cuda import BUILDS, compile_source, source_text
+from normprops.backends.prod_kernels import DTYPE_CODES, PACKED_VPTS, ProdKernel
 from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
 from normprops.strategies import get_dtype
+
+
+@functools.cache
+def _variant_module(defines: tuple[str, ...]):
+    paths = [d[4:] for d in defines if d.startswith("src=")]
+    code = open(paths[0]).read() if paths else source_text("prod.cu")
+    options = BUILDS["default"] + tuple(f"-D{d}" for d in defines if not d.startswith("src="))
+    return compile_source(code, filename="prod.cu", options=options)
+
+
+class SweepKernel(ProdKernel):
+    """A ProdKernel whose entry points come from a variant's module."""
+
+    def __init__(self, op: str, *, dtype: str, per_thread: int, packed: bool, defines: tuple[str, ...]) -> None:
+        super().__init__(op, dtype=dtype, per_thread=per_thread, packed=packed)
+        self.defines = defines
+
+    def _function(self, vpt: int):
+        if not self.defines:
+            return super()._function(vpt)
+        tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
+        return _variant_module(self.defines).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
 
 
 def main() -> int:
@@ -25,7 +52,10 @@ def main() -> int:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
+    ap.add_argument("--ops", default="softmax,layernorm,rmsnorm,addrmsnorm")
+    ap.add_argument("--variants", default="base")
     args = ap.parse_args()
+    variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
     spin = _spin(SPIN_CYCLES)
     results = []
@@ -41,17 +71,17 @@ def main() -> int:
             b = _random_storage(rng, (cols,), dtype)
             launches = {"memcpy": lambda: out.data.copy_from_device_async(x.data, x.nbytes)}
             moved = {}
-            for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm"):
-                for pt, mode in settings:
+            for op in args.ops.split(","):
+                for (pt, mode), defines in itertools.product(settings, variants):
                     if mode and dtype == "float32":
                         continue
-                    k = ProdKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode))
+                    k = SweepKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), defines=defines)
                     arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
                     shape = k.shape(cols)
                     fn = k._function(shape.vpt)
                     # registers per thread and spilled (local) bytes, as compiled here
                     name = (f"{op} pt{pt}{mode} tpr{shape.tpr} vpt{shape.vpt} "
-                            f"r{fn.num_regs} l{fn.local_size_bytes}")
+                            f"r{fn.num_regs} l{fn.local_size_bytes} {'+'.join(defines) or 'base'}")
                     launches[name] = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
                     moved[name] = 2 if op == "addrmsnorm" else 1
             for fn in launches.values():
@@ -64,7 +94,7 @@ def main() -> int:
             for n, ms in med.items():
                 pct = 100 * moved.get(n, 1) * med["memcpy"] / ms
                 results.append({"dtype": dtype, "cols": cols, "kernel": n, "ms": ms, "pct_memcpy": pct})
-                print(f"{dtype:9s} {cols:6d} {n:44s} {ms:8.4f} ms {pct:6.1f}% of memcpy", flush=True)
+                print(f"{dtype:9s} {cols:6d} {n:64s} {ms:8.4f} ms {pct:6.1f}% of memcpy", flush=True)
             del x, res, out, launches
             cupy.get_default_memory_pool().free_all_blocks()
     if args.json:

@@ -1,0 +1,108 @@
+"""Bit-for-bit A/B of prod.cu against another copy of it (an older commit's) on the GPU: every op,
+storage type and path, ragged / aligned / misaligned / streaming widths, and rows that are normal,
+huge, tiny, offset by a large mean, or hold a NaN and an infinity. A change meant to leave the
+arithmetic alone (memory access, launch details) must give 0 differing outputs; then the older
+code's deep-run results still describe the new one. Usage on the device:
+    python3 scripts/ab_bits.py --against scripts/prod_head.cu"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import sys
+
+import cupy
+
+from normprops._cuda import BUILDS, compile_source
+from normprops.backends.prod_kernels import DTYPE_CODES, PACKED_VPTS, ProdKernel
+
+OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
+WIDTHS = (1, 3, 33, 255, 257, 1000, 1024, 1025, 2048, 4096, 4100, 8192, 16384, 32768, 70001)
+ROWS = 9  # a partly empty last block for every narrow layout
+# float32 values per row family; float16 cannot hold the huge / tiny ones (they become inf / 0).
+FAMILIES = {"normal": (1.0, 0.0), "huge": (1e30, 0.0), "tiny": (1e-30, 0.0), "large_mean": (1.0, 3000.0),
+            "nonfinite": (1.0, 0.0)}
+
+
+@functools.cache
+def _other_module(path: str):
+    with open(path) as f:
+        return compile_source(f.read(), filename="prod.cu", options=BUILDS["default"])
+
+
+class OtherKernel(ProdKernel):
+    """A ProdKernel whose entry points come from another prod.cu."""
+
+    def __init__(self, op: str, *, dtype: str, path: str, source: str) -> None:
+        super().__init__(op, dtype=dtype, path=path)
+        self.source = source
+
+    def _function(self, vpt: int):
+        tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
+        return _other_module(self.source).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
+
+
+def _storage(x: cupy.ndarray, dtype: str) -> cupy.ndarray:
+    if dtype == "float32":
+        return x
+    if dtype == "bfloat16":
+        return (x.view(cupy.uint32) >> 16).astype(cupy.uint16)
+    return x.astype(cupy.float16).view(cupy.uint16)
+
+
+def _bits(a: cupy.ndarray) -> cupy.ndarray:
+    return a.view(cupy.uint32) if a.dtype == cupy.float32 else a
+
+
+def _buffer(a: cupy.ndarray, shift: int) -> cupy.ndarray:
+    """A copy of a, starting `shift` elements past an aligned allocation (misaligned when shift > 0)."""
+    flat = cupy.zeros(a.size + shift, dtype=a.dtype)
+    view = flat[shift:]
+    view[...] = a.ravel()
+    return view.reshape(a.shape)
+
+
+def _run(k: ProdKernel, x, res, g, b, shift: int):
+    xs, gs, bs = _buffer(x, shift), _buffer(g, shift), _buffer(b, shift)
+    rs = None if res is None else _buffer(res, shift)
+    out = _buffer(cupy.zeros_like(x), shift)
+    k.launch(*k.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs), rows=x.shape[0], cols=x.shape[1],
+             eps=1e-5)
+    return [out] if rs is None else [out, rs]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--against", required=True, help="path of the other prod.cu")
+    args = ap.parse_args()
+    rng = cupy.random.default_rng(0)
+    cases = differing = 0
+    for op, dtype, path in itertools.product(OPS, DTYPE_CODES, ("auto", "stream")):
+        new = ProdKernel(op, dtype=dtype, path=path)
+        old = OtherKernel(op, dtype=dtype, path=path, source=args.against)
+        for cols, (family, (scale, offset)), shift in itertools.product(WIDTHS, FAMILIES.items(), (0, 1)):
+            if path == "stream" and cols > 4100:
+                continue
+            x = rng.standard_normal((ROWS, cols), dtype=cupy.float32) * scale + offset
+            if family == "nonfinite":  # one NaN row, one row with an infinity
+                x[ROWS - 1, cols // 2] = cupy.nan
+                x[ROWS - 2, cols // 3] = cupy.inf
+            res = rng.standard_normal((ROWS, cols), dtype=cupy.float32) if op == "addrmsnorm" else None
+            g = rng.standard_normal(cols, dtype=cupy.float32)
+            b = rng.standard_normal(cols, dtype=cupy.float32)
+            arrays = [_storage(a, dtype) if a is not None else None for a in (x, res, g, b)]
+            got = _run(new, *arrays, shift)
+            want = _run(old, *arrays, shift)
+            cases += 1
+            for a, w in zip(got, want):
+                bad = int(cupy.count_nonzero(_bits(a) != _bits(w)))
+                if bad:
+                    differing += 1
+                    print(f"DIFFER {op} {dtype} {path} cols={cols} {family} shift={shift}: {bad} elements")
+    print(f"{cases} cases, {differing} with differing bits")
+    return 1 if differing else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

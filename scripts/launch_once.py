@@ -1,0 +1,43 @@
+"""Launch one production kernel twice on a 1 GiB batch, for a profiler to catch (the second launch
+is the warm one). Usage on the device:
+    ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:layernorm \\
+        python3 scripts/launch_once.py --op layernorm --dtype bfloat16 --cols 16384 [--per-thread 64]"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import cupy
+
+from normprops.backends.prod_kernels import OPS, ProdKernel
+from normprops.bench import _random_storage
+from normprops.strategies import get_dtype
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--op", choices=OPS, required=True)
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--cols", type=int, default=4096)
+    ap.add_argument("--per-thread", type=int)
+    args = ap.parse_args()
+    rows = (1 << 30) // get_dtype(args.dtype).itemsize // args.cols
+    rng = cupy.random.default_rng(0)
+    x = _random_storage(rng, (rows, args.cols), args.dtype)
+    res = _random_storage(rng, (rows, args.cols), args.dtype)
+    g = _random_storage(rng, (args.cols,), args.dtype)
+    b = _random_storage(rng, (args.cols,), args.dtype)
+    out = cupy.empty_like(x)
+    k = ProdKernel(args.op, dtype=args.dtype, per_thread=args.per_thread)
+    launch = k.launcher(*k.operands(x=x, out=out, residual=res, gamma=g, beta=b), rows=rows, cols=args.cols,
+                        eps=1e-5)
+    for _ in range(2):
+        launch()
+    cupy.cuda.get_current_stream().synchronize()
+    print(f"{args.op} {args.dtype} {rows}x{args.cols}: shape {k.shape(args.cols)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
