@@ -148,7 +148,14 @@ def _random_storage(rng: Any, shape: tuple[int, ...], dtype: str) -> Any:
     """Standard normal values in the storage type (16-bit types as uint16 bits, truncated)."""
     import cupy
 
-    x = rng.standard_normal(shape, dtype=cupy.float32)
+    return _device_storage(rng.standard_normal(shape, dtype=cupy.float32), dtype)
+
+
+def _device_storage(x: Any, dtype: str) -> Any:
+    """A CuPy float32 array in the storage type: bfloat16 truncated (a timing input needs no
+    rounding), float16 rounded by CuPy; both as uint16 bits."""
+    import cupy
+
     if dtype == "float32":
         return x
     if dtype == "bfloat16":

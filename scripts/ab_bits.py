@@ -2,20 +2,22 @@
 storage type and path, ragged / aligned / misaligned / streaming widths, and rows that are normal,
 huge, tiny, offset by a large mean, or hold a NaN and an infinity. A change meant to leave the
 arithmetic alone (memory access, launch details) must give 0 differing outputs; then the older
-code's deep-run results still describe the new one. Usage on the device:
-    python3 scripts/ab_bits.py --against scripts/prod_head.cu"""
+code's deep-run results still describe the new one. Usage on the device (the old copy inside the
+repository, untracked, so that it travels there):
+    git show COMMIT:normprops/prod.cu > old_prod.cu
+    python3 scripts/ab_bits.py --against old_prod.cu"""
 
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
 import sys
 
 import cupy
+from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
 
-from normprops._cuda import BUILDS, compile_source
-from normprops.backends.prod_kernels import DTYPE_CODES, PACKED_VPTS, ProdKernel
+from normprops.backends.prod_kernels import DTYPE_CODES, ProdKernel
+from normprops.bench import _device_storage
 
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
 WIDTHS = (1, 3, 33, 255, 257, 1000, 1024, 1025, 2048, 4096, 4100, 8192, 16384, 32768, 70001)
@@ -23,32 +25,6 @@ ROWS = 9  # a partly empty last block for every narrow layout
 # float32 values per row family; float16 cannot hold the huge / tiny ones (they become inf / 0).
 FAMILIES = {"normal": (1.0, 0.0), "huge": (1e30, 0.0), "tiny": (1e-30, 0.0), "large_mean": (1.0, 3000.0),
             "nonfinite": (1.0, 0.0)}
-
-
-@functools.cache
-def _other_module(path: str):
-    with open(path) as f:
-        return compile_source(f.read(), filename="prod.cu", options=BUILDS["default"])
-
-
-class OtherKernel(ProdKernel):
-    """A ProdKernel whose entry points come from another prod.cu."""
-
-    def __init__(self, op: str, *, dtype: str, path: str, source: str) -> None:
-        super().__init__(op, dtype=dtype, path=path)
-        self.source = source
-
-    def _function(self, vpt: int):
-        tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
-        return _other_module(self.source).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
-
-
-def _storage(x: cupy.ndarray, dtype: str) -> cupy.ndarray:
-    if dtype == "float32":
-        return x
-    if dtype == "bfloat16":
-        return (x.view(cupy.uint32) >> 16).astype(cupy.uint16)
-    return x.astype(cupy.float16).view(cupy.uint16)
 
 
 def _bits(a: cupy.ndarray) -> cupy.ndarray:
@@ -80,7 +56,7 @@ def main() -> int:
     cases = differing = 0
     for op, dtype, path in itertools.product(OPS, DTYPE_CODES, ("auto", "stream")):
         new = ProdKernel(op, dtype=dtype, path=path)
-        old = OtherKernel(op, dtype=dtype, path=path, source=args.against)
+        old = SweepKernel(op, dtype=dtype, path=path, defines=(f"src={args.against}",))
         for cols, (family, (scale, offset)), shift in itertools.product(WIDTHS, FAMILIES.items(), (0, 1)):
             if path == "stream" and cols > 4100:
                 continue
@@ -91,7 +67,7 @@ def main() -> int:
             res = rng.standard_normal((ROWS, cols), dtype=cupy.float32) if op == "addrmsnorm" else None
             g = rng.standard_normal(cols, dtype=cupy.float32)
             b = rng.standard_normal(cols, dtype=cupy.float32)
-            arrays = [_storage(a, dtype) if a is not None else None for a in (x, res, g, b)]
+            arrays = [_device_storage(a, dtype) if a is not None else None for a in (x, res, g, b)]
             got = _run(new, *arrays, shift)
             want = _run(old, *arrays, shift)
             cases += 1

@@ -33,10 +33,11 @@ def _variant_module(defines: tuple[str, ...]):
 
 
 class SweepKernel(ProdKernel):
-    """A ProdKernel whose entry points come from a variant's module."""
+    """A ProdKernel whose entry points come from a variant's module (defines: -D macros and at most
+    one "src=PATH"; empty: the packaged prod.cu). Also used by scripts/ab_bits.py."""
 
-    def __init__(self, op: str, *, dtype: str, per_thread: int, packed: bool, defines: tuple[str, ...]) -> None:
-        super().__init__(op, dtype=dtype, per_thread=per_thread, packed=packed)
+    def __init__(self, op: str, *, defines: tuple[str, ...], **kwargs) -> None:
+        super().__init__(op, **kwargs)
         self.defines = defines
 
     def _function(self, vpt: int):
