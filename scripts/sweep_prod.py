@@ -3,9 +3,9 @@ for several elements-per-thread settings (which set threads per row). Usage on t
     python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
         [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
-float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another copy of prod.cu (an older commit's, for an
-A/B in one run). Each configuration is
-timed like normprops bench (spin, CUDA events, interleaved rounds, median)."""
+float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another
+copy of prod.cu (an older commit's, for an A/B in one run). Each configuration is timed like
+normprops bench (spin, CUDA events, interleaved rounds, median)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import sys
 import cupy
 
 from normprops._cuda import BUILDS, compile_source, source_text
-from normprops.backends.prod_kernels import DTYPE_CODES, PACKED_VPTS, ProdKernel
+from normprops.backends.prod_kernels import ProdKernel
 from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
 from normprops.strategies import get_dtype
 
@@ -40,11 +40,8 @@ class SweepKernel(ProdKernel):
         super().__init__(op, **kwargs)
         self.defines = defines
 
-    def _function(self, vpt: int):
-        if not self.defines:
-            return super()._function(vpt)
-        tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
-        return _variant_module(self.defines).get_function(f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}")
+    def _module(self):
+        return _variant_module(self.defines) if self.defines else super()._module()
 
 
 def main() -> int:

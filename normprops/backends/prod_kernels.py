@@ -137,12 +137,16 @@ class ProdKernel:
         self._functions: dict[int, Any] = {}
         self._shapes: dict[int, Shape] = {}
 
+    def _module(self) -> Any:
+        """The compiled prod.cu (scripts/sweep_prod.py's variants override this)."""
+        return module(self.build, source=SOURCE)
+
     def _function(self, vpt: int) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
         if vpt not in self._functions:
             tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
             name = f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}"
-            self._functions[vpt] = module(self.build, source=SOURCE).get_function(name)
+            self._functions[vpt] = self._module().get_function(name)
         return self._functions[vpt]
 
     def shape(self, cols: int) -> Shape:
