@@ -1,38 +1,60 @@
-"""The ``normprops`` command: ``hunt``, ``replay``, ``kernels``.
+"""The ``normprops`` command: ``hunt``, ``replay``, ``kernels``, ``bench``, ``census``.
 
-Exit codes (scripts rely on them): 0 nothing found (or every registered kernel behaved as declared),
-1 counterexample(s) found, 2 usage or import error.
+Exit status (scripts rely on it):
+
+- 0: nothing found (registry hunts: every kernel behaved as its registry entry declares);
+- 1: counterexample(s) found, or (replay) a fixture still fails;
+- 2: a usage error: a bad flag, path, module or value, named in one line;
+- 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
+- 4: an internal error of normprops (please report it; the JSON report holds the traceback);
+- 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
+
+The ``--json`` report is written on every one of these paths (atomically), with an ``error`` field
+when the run did not finish.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
+import importlib
+import os
+import signal
 import sys
-from dataclasses import dataclass, replace
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence, TextIO
-
-import numpy as np
+from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 from normprops import __version__
-from normprops.hunt import HuntConfig, HuntResult, hunt
-from normprops.launch import (ImplError, Target, target_from_cuda_source, target_from_impl,
-                              target_from_spec)
+from normprops.api import hunt_families, target_json
+from normprops.case import ShapeConstraints
+from normprops.dtypes import DTYPES
+from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError
+from normprops.frameworks import FRAMEWORKS
+from normprops.hunt import HuntConfig, HuntResult
+from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
 from normprops.oracles import ORACLES, POLICIES
+from normprops.ops import IGNORABLE, OPS, check_ignore
 from normprops.regressions import iter_fixtures, load_fixture, replay
-from normprops.specs import KERNELS, OPS, KernelSpec, backend_status
-from normprops.strategies import Case, families_for
+from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
+from normprops.specs import KERNELS, KernelSpec, backend_status
+from normprops.strategies import families_for
 
-__all__ = ["main", "describe_case"]
+__all__ = ["main", "EXIT_OK", "EXIT_FOUND", "EXIT_USAGE", "EXIT_UNREADABLE", "EXIT_INTERNAL",
+           "EXIT_INTERRUPTED", "DEFAULT_FIXTURES"]
 
-DEFAULT_FIXTURES = Path("tests/regressions")
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+#: Where findings are saved unless --fixtures-dir says otherwise: beside the user's work, never
+#: inside a package (the suite's own committed fixtures live in tests/regressions).
+DEFAULT_FIXTURES = Path("normprops-fixtures")
 BACKEND_PREFERENCE = ("cuda", "numpy")
 
 
-class UsageError(Exception):
-    """A problem with the command line; printed and exits 2."""
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)")
 
 
 def _positive_int(text: str) -> int:
@@ -45,13 +67,51 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds but got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds but got {text}")
+    return value
+
+
+def _ignore_list(text: str) -> frozenset[str]:
+    try:
+        return check_ignore(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
+    """What a user's kernel takes and promises: shared by hunt and replay."""
+    g = p.add_argument_group("your kernel (with --impl)")
+    g.add_argument("--dtype", choices=tuple(DTYPES),
+                   help="storage type it reads and writes (default float32; replay: each fixture's)")
+    g.add_argument("--framework", choices=FRAMEWORKS, default="numpy",
+                   help="the arrays it takes and returns (default numpy)")
+    g.add_argument("--device", metavar="DEV",
+                   help="where its arrays live: torch 'cuda' (default when available) or 'cpu'; "
+                        "jax 'gpu' or 'cpu'; cupy 'cuda:N'")
+    g.add_argument("--ignore", type=_ignore_list, default=frozenset(), metavar="P1,P2",
+                   help="properties it does not promise, not judged: "
+                        + ", ".join(sorted(IGNORABLE)))
+    g.add_argument("--ftz", action="store_true",
+                   help="it flushes subnormals to zero (FTZ/DAZ); without this it is judged as IEEE")
+    g.add_argument("--threads", type=_positive_int, metavar="T",
+                   help="threads cooperating on a row: the depth of the error bound (default 32); "
+                        "with --cuda-source also the block size (default 256)")
+    g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
+                   help="a call that does not return within SECONDS stops the run and is reported "
+                        "(default 60)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="normprops",
-        description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.",
-    )
+    parser = _Parser(prog="normprops",
+                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.")
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     h = sub.add_parser("hunt", help="hunt a kernel (or every registered kernel) for counterexamples")
     h.add_argument("--op", choices=sorted(OPS), help="the op (required with --impl)")
@@ -69,31 +129,35 @@ def _parser() -> argparse.ArgumentParser:
                         "the registered kernel(s) of this name")
     h.add_argument("--families", metavar="A,B,...", help="comma-separated families (default: all)")
     h.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
-                   help="examples per family (default 100)")
+                   help="examples per family and property (default 100)")
     h.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed, for a repeatable hunt")
-    h.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
+    h.add_argument("--json", type=Path, metavar="PATH",
+                   help="write a JSON report here (always written, also on errors and Ctrl-C)")
     fx = h.add_mutually_exclusive_group()
     fx.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
-                    help=f"where failures are saved, as DIR/<op>/*.json (default {DEFAULT_FIXTURES})")
-    fx.add_argument("--no-fixtures", action="store_true", help="do not save failures")
+                    help=f"where findings are saved, as DIR/<op>/*.json (default ./{DEFAULT_FIXTURES})")
+    fx.add_argument("--no-fixtures", action="store_true", help="do not save findings")
     h.add_argument("--policy", choices=POLICIES, default="default",
-                   help="tolerance policy: condition-aware default, or the seed's rtol gate")
+                   help="tolerance policy: condition-aware default, or the flat rtol table gate")
     h.add_argument("--oracle", choices=ORACLES, default="float64", help="reference precision")
-    h.add_argument("--threads", type=_positive_int, metavar="T",
-                   help="threads cooperating on a row: sets the error bound's depth for --impl "
-                        "(default 32) and the block size for --cuda-source (default 256)")
     h.add_argument("--backend", help="registry mode: hunt this backend's kernels (default: the "
                                      "best available)")
-    h.add_argument("--call-timeout", type=float, default=60.0, metavar="SECONDS",
-                   help="--impl: a call that does not return within SECONDS stops the hunt and is "
-                        "reported (default 60)")
+    _add_kernel_flags(h)
+    shape = h.add_argument_group("the widths your kernel accepts")
+    shape.add_argument("--cols-multiple-of", type=_positive_int, default=1, metavar="K",
+                       help="every drawn width is a multiple of K (e.g. 4 for 16-byte float32 "
+                            "vectors); the ragged edges are counted in vectors of K")
+    shape.add_argument("--min-cols", type=_positive_int, metavar="N", help="narrowest row it takes")
+    shape.add_argument("--max-cols", type=_positive_int, metavar="N", help="widest row it takes")
 
     r = sub.add_parser("replay", help="run stored regression fixtures against a function")
     r.add_argument("--op", choices=sorted(OPS), required=True)
     r.add_argument("--impl", metavar="MODULE:FUNC", required=True)
-    r.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR")
+    r.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                   help=f"the directory the hunt saved into (default ./{DEFAULT_FIXTURES})")
     r.add_argument("--policy", choices=POLICIES, default="default")
-    r.add_argument("--threads", type=_positive_int, metavar="T")
+    r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
+    _add_kernel_flags(r)
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
 
@@ -114,6 +178,65 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --- checks made before any hunting ----------------------------------------------------------
+
+
+def _writable_ancestor(path: Path, flag: str) -> None:
+    """The nearest existing ancestor of ``path`` must be a writable directory."""
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{flag} {path}: {parent} is a file, not a directory")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{flag} {path}: {parent} is not writable")
+
+
+def _check_output_file(path: Path | None, flag: str) -> None:
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a directory; name a file, e.g. {path / 'report.json'}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path} is not writable")
+    _writable_ancestor(path, flag)
+
+
+def _check_output_dir(path: Path | None, flag: str) -> None:
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path} is a file; name a directory")
+    if path.is_dir():
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{flag} {path} is not writable")
+        return
+    _writable_ancestor(path, flag)
+
+
+def resolve_impl(impl: str) -> Callable[..., Any]:
+    """``MODULE:FUNC`` (importable from the current directory or PYTHONPATH) -> the callable."""
+    module_name, sep, attr = impl.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImplError(f"--impl must look like MODULE:FUNC (e.g. mykernels:softmax) but was {impl!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of the user's module is a usage error
+        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: "
+                        f"{type(exc).__name__}: {exc}") from None
+    fn: object = module
+    for part in attr.split("."):
+        try:
+            fn = getattr(fn, part)
+        except AttributeError:
+            raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
+    if not callable(fn):
+        raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
+    return fn
+
+
 def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
     """--families A,B,...: every name must be in ``allowed``; None means all of them."""
     if text is None:
@@ -126,138 +249,175 @@ def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) ->
     return chosen
 
 
-def _expectation(spec: KernelSpec, family: str) -> str:
-    """What the registry declares for ``spec`` on ``family``: its known bug, a claim, or nothing."""
-    if spec.bug is not None and spec.bug.family == family:
-        return "bug"
-    return "claim" if family in spec.claims else "unclaimed"
-
-
-def describe_case(case: Case, row: int | None = None, col: int | None = None) -> str:
-    """A few lines a person can read: shape, parameters, and the failing row."""
-    lines = [f"input: {case.rows} x {case.cols} float32"
-             + ("" if case.eps is None else
-                f", eps={np.format_float_positional(np.float32(case.eps), unique=True, trim='-')}")
-             + f"; drawn with {', '.join(f'{k}={v!r}' for k, v in case.params.items())}"]
-    r = 0 if row is None else row
-    values = case.x[r]
-    if case.cols <= 12:
-        shown = ", ".join(repr(float(v)) for v in values)
-        lines.append(f"x[{r}] = [{shown}]")
-    else:
-        finite = values[np.isfinite(values)].astype(np.float64)
-        stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
-                 f"std {finite.std():.6g}" if finite.size else "no finite values")
-        lines.append(f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite")
-        if col is not None:
-            lines.append(f"x[{r}, {col}] = {float(values[col])!r}")
-    for name in ("gamma", "beta"):
-        arr = getattr(case, name)
-        if arr is not None and col is not None:
-            lines.append(f"{name}[{col}] = {float(arr[col])!r}")
-    return "\n".join(lines)
-
-
-def _result_json(result: HuntResult, *, expected: str | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "target": result.label,
-        "family": result.family,
-        "passed": result.passed,
-        "examples": result.examples,
-        "elapsed_s": round(result.elapsed_s, 4),
-        "max_ratio": result.max_ratio if math.isfinite(result.max_ratio) else repr(result.max_ratio),
-        "fixture": None if result.fixture is None else str(result.fixture),
-    }
-    if expected is not None:
-        out["expected"] = expected
-    if result.failure is not None:
-        out["failure"] = result.failure.to_json()
-    return out
-
-
-def _failure_json(result: HuntResult) -> dict[str, Any]:
-    assert result.failure is not None and result.minimal is not None
-    doc = result.failure.to_json()
-    doc["fixture"] = None if result.fixture is None else str(result.fixture)
-    doc["minimal_shape"] = list(result.minimal.x.shape)
-    doc["flaky"] = result.flaky
-    if result.worst_verdict is not None:
-        doc["worst"] = result.worst_verdict.to_json()
-    return doc
-
-
-def _print_failure(result: HuntResult, out: TextIO, indent: str = "    ") -> None:
-    assert result.failure is not None and result.minimal is not None
-    print(f"{indent}{result.failure.message()}", file=out)
-    for line in describe_case(result.minimal, result.failure.row, result.failure.col).splitlines():
-        print(f"{indent}  {line}", file=out)
-    if result.worst_verdict is not None and result.worst is not result.minimal:
-        print(f"{indent}  worst seen: {result.worst_verdict.message()}", file=out)
-    if result.flaky:
-        print(f"{indent}  (flaky: the failure did not reproduce on replay; nondeterminism?)", file=out)
-    if result.fixture is not None:
-        print(f"{indent}  fixture: {result.fixture}", file=out)
-
-
-def _write_json(path: Path | None, doc: dict[str, Any]) -> None:
-    if path is None:
-        return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1) + "\n")
+def _constraints(args: argparse.Namespace) -> ShapeConstraints:
+    try:
+        return ShapeConstraints(cols_multiple_of=args.cols_multiple_of,
+                                min_cols=args.min_cols or 1, max_cols=args.max_cols)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("cols_multiple_of", "--cols-multiple-of")
+                         .replace("min_cols", "--min-cols").replace("max_cols", "--max-cols")) from None
 
 
 def _config(args: argparse.Namespace) -> HuntConfig:
     return HuntConfig(max_examples=args.max_examples, seed=args.seed, policy=args.policy,
-                      oracle=args.oracle,
-                      fixtures_dir=None if args.no_fixtures else args.fixtures_dir)
+                      oracle=args.oracle)
 
 
-def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+# --- running, with the report written whatever happens ---------------------------------------
+
+
+@dataclass
+class _Run:
+    """The report of the run in progress: written on every exit path."""
+
+    report: Report
+    json_path: Path | None
+    out: TextIO
+    err: TextIO
+    summary: Callable[[], None] = lambda: None  # prints what was found so far (on Ctrl-C)
+
+
+def _finish(run: _Run, code: int) -> int:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose it
+    try:
+        run.report.write(run.json_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return code
+
+
+def _guarded(run: _Run, body: Callable[[], int]) -> int:
+    """``body()``, with the report written and a documented exit status on every path."""
+    try:
+        code = body()
+    except KeyboardInterrupt:
+        run.report.error = "interrupted"
+        print("\ninterrupted: what was found so far follows", file=run.out)
+        run.summary()
+        code = EXIT_INTERRUPTED
+    except UsageError:
+        raise
+    except Exception as exc:  # a bug of ours: one line, the traceback kept in the report
+        run.report.error = f"internal error: {type(exc).__name__}: {exc}"
+        run.report.extra["traceback"] = traceback.format_exc()
+        where = f"; the traceback is in {run.json_path}" if run.json_path else ""
+        print(f"normprops {run.report.command}: internal error: {type(exc).__name__}: {exc} "
+              f"(a bug in normprops, please report it{where})", file=run.err)
+        code = EXIT_INTERNAL
+    return _finish(run, code)
+
+
+def _family_line(result: HuntResult, note: str | None) -> str:
+    status = "pass" if result.passed else "FAIL " + ",".join(result.properties)
+    if result.interrupted and result.passed:
+        status = "stopped"
+    line = (f"  {result.family:16s} {status:24s} {result.examples:6d} examples  worst err/tol "
+            f"{result.max_ratio:.3g}  {result.elapsed_s:.1f}s")
+    if note:
+        line += f"  ({note})"
+    return line
+
+
+def _warnings_line(result: HuntResult) -> str | None:
+    if not result.warnings:
+        return None
+    return (f"    {result.warnings} warning{'s' * (result.warnings != 1)} from the kernel's own code "
+            f"(first: {result.first_warning})")
+
+
+def _fixtures_line(results: list[HuntResult], directory: Path | None) -> str | None:
+    saved = {f.fixture for r in results for f in r.findings if f.fixture is not None}
+    if directory is None or not saved:
+        return None
+    return (f"fixtures: {len(saved)} saved under {directory}/ (--fixtures-dir DIR to change, "
+            f"--no-fixtures to skip; replay with normprops replay)")
+
+
+def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
     flag = "--impl" if args.impl else "--cuda-source"
     if args.op is None:
         raise UsageError(f"{flag} needs --op {{softmax,layernorm,rmsnorm}}")
+    constraints = _constraints(args)
     if args.impl:
         if args.kernel:
             raise UsageError("--kernel goes with --cuda-source, not --impl")
-        if not args.call_timeout > 0:
-            raise UsageError(f"--call-timeout must be a positive number of seconds but was {args.call_timeout}")
-        target = target_from_impl(args.impl, op=args.op, threads=args.threads,
-                                  timeout_s=args.call_timeout)
-        source = args.impl
-    else:
-        if not args.kernel:
-            raise UsageError("--cuda-source needs --kernel NAME")
-        target = target_from_cuda_source(str(args.cuda_source), op=args.op, kernel=args.kernel,
-                                         threads=args.threads or 256)
-        source = f"{args.cuda_source}:{args.kernel}"
+        fn = resolve_impl(args.impl)
+        target = target_from_callable(fn, op=args.op, name=args.impl.partition(":")[2],
+                                      dtype=args.dtype or "float32", framework=args.framework,
+                                      device=args.device, ignore=args.ignore,
+                                      constraints=constraints, threads=args.threads, ftz=args.ftz,
+                                      timeout_s=args.call_timeout)
+        return target, args.impl
+    if not args.kernel:
+        raise UsageError("--cuda-source needs --kernel NAME")
+    if (args.dtype or "float32") != "float32" or args.framework != "numpy" or args.device:
+        raise UsageError("--cuda-source kernels take float32 device pointers: --dtype, --framework "
+                         "and --device go with --impl")
+    target = target_from_cuda_source(args.cuda_source, op=args.op, kernel=args.kernel,
+                                     threads=args.threads or 256, ignore=args.ignore,
+                                     constraints=constraints, ftz=args.ftz)
+    return target, f"{args.cuda_source}:{args.kernel}"
+
+
+def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    target, source = _user_target(args)
     families = _parse_families(args.families, allowed=families_for(args.op),
                                what=f"a family of {args.op}")
     config = _config(args)
-    print(f"normprops hunt: {target.label} from {source}, {len(families)} families, "
-          f"{config.max_examples} examples each, policy {config.policy}", file=out)
-    results = []
-    for family in families:
-        result = hunt(target, family=family, config=config)
-        results.append(result)
-        status = "pass" if result.passed else "FAIL"
-        print(f"  {family:16s} {status}  {result.examples:5d} examples  worst err/tol "
-              f"{result.max_ratio:.3g}  {result.elapsed_s:.1f}s", file=out)
-        if not result.passed:
-            _print_failure(result, out)
-        if result.fatal:
-            print("  stopped: the target cannot be called again in this process", file=out)
-            break
-    failed = [r for r in results if not r.passed]
-    print(f"{len(failed)} of {len(results)} families failed." if failed
-          else f"clean: {len(results)} families, no counterexample.", file=out)
-    _write_json(args.json, {
-        "normprops": __version__, "command": "hunt", "op": args.op, "impl": source,
-        "policy": config.policy, "oracle": config.oracle, "max_examples": config.max_examples,
-        "seed": config.seed,
-        "results": [_result_json(r) for r in results],
-        "failures": [_failure_json(r) for r in failed],
-    })
-    return 1 if failed else 0
+    fixtures = None if args.no_fixtures else args.fixtures_dir
+    report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
+                                      "oracle": config.oracle, "max_examples": config.max_examples,
+                                      "seed": config.seed, "families": list(families)},
+                    targets=[target_json(target)])
+    run = _Run(report, args.json, out, err)
+
+    def summary() -> None:
+        results = [r for r, _ in report.results]
+        if not results:
+            return
+        cells = [Cell(target.label, target.name, r.family, cell_text(r)) for r in results]
+        print("\n" + render_matrix(cells), file=out)
+        print(matrix_legend(cells), file=out)
+        line = _fixtures_line(results, fixtures)
+        if line:
+            print(line, file=out)
+
+    run.summary = summary
+
+    def body() -> int:
+        adapter = target.adapter
+        ignored = f"; not judged: {', '.join(sorted(target.ignore))}" if target.ignore else ""
+        arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
+        print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
+              f"{len(families)} families, {config.max_examples} examples each; widths: "
+              f"{target.constraints.describe()}; {arithmetic}{ignored}", file=out)
+
+        def show(result: HuntResult, note: str | None) -> None:
+            report.results.append((result, None))
+            print(_family_line(result, note), file=out, flush=True)
+            warned = _warnings_line(result)
+            if warned:
+                print(warned, file=out)
+            if note is None:
+                for finding in result.findings:
+                    print(format_finding(finding), file=out)
+
+        hunted = hunt_families(target, families=families, config=config, fixtures_dir=fixtures,
+                               on_result=show)
+        if hunted.interrupted:
+            raise KeyboardInterrupt
+        if hunted.stopped:
+            report.notes.append(f"stopped: {hunted.stopped}")
+            print(f"  stopped: {hunted.stopped}", file=out)
+        summary()
+        failed = [r for r, _ in report.results if not r.passed]
+        findings = sum(len(r.findings) for r in failed)
+        print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
+              f"{'s' * (findings != 1)})." if failed
+              else f"clean: {len(report.results)} families, no counterexample.", file=out)
+        return EXIT_FOUND if failed else EXIT_OK
+
+    return _guarded(run, body)
 
 
 def _best_backend(requested: str | None) -> str:
@@ -272,35 +432,36 @@ def _best_backend(requested: str | None) -> str:
     raise UsageError("no usable backend")
 
 
-@dataclass(frozen=True)
-class _Cell:
-    spec: KernelSpec
-    result: HuntResult
+def _expectation(spec: KernelSpec, family: str) -> str:
+    """What the registry declares for ``spec`` on ``family``: its known bug, a claim, or nothing."""
+    if spec.bug is not None and spec.bug.family == family:
+        return "bug"
+    return "claim" if family in spec.claims else "unclaimed"
 
-    @property
-    def expectation(self) -> str:
-        return _expectation(self.spec, self.result.family)
 
-    @property
-    def as_declared(self) -> bool:
-        if self.expectation == "bug":
-            return not self.result.passed
-        if self.expectation == "claim":
-            return self.result.passed
-        return True
+def _as_declared(spec: KernelSpec, result: HuntResult) -> bool:
+    expected = _expectation(spec, result.family)
+    if expected == "bug":
+        return not result.passed or result.interrupted
+    if expected == "claim":
+        return result.passed
+    return True
 
-    def text(self) -> str:
-        fid = "" if self.result.fixture is None else " " + self.result.fixture.stem.rsplit("-", 1)[-1]
-        if self.expectation == "bug":
-            return ("caught" + fid) if not self.result.passed else "MISSED"
-        if self.expectation == "claim":
-            return "pass" if self.result.passed else "FAIL" + fid
-        return "(pass)" if self.result.passed else "(fail" + fid + ")"
+
+def _user_only_flags(args: argparse.Namespace) -> list[str]:
+    given = [("--threads", args.threads is not None), ("--dtype", args.dtype is not None),
+             ("--framework", args.framework != "numpy"), ("--device", args.device is not None),
+             ("--ignore", bool(args.ignore)), ("--ftz", args.ftz),
+             ("--cols-multiple-of", args.cols_multiple_of != 1),
+             ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None)]
+    return [flag for flag, used in given if used]
 
 
 def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    if args.threads is not None:
-        raise UsageError("--threads applies to --impl only")
+    flags = _user_only_flags(args)
+    if flags:
+        raise UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to --impl and "
+                         f"--cuda-source; a registered kernel declares its own")
     backend = _best_backend(args.backend)
     config = _config(args)
     specs = [k for k in KERNELS if k.backend == backend and (args.op is None or k.op == args.op)
@@ -311,81 +472,153 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
     every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
     chosen = _parse_families(args.families, allowed=every_family, what="a family")
-    plan = [(spec, family) for spec in specs for family in families_for(spec.op) if family in chosen]
-    print(f"normprops hunt: {len(specs)} {backend} kernels, {len(plan)} hunts of "
-          f"{config.max_examples} examples, policy {config.policy}", file=out)
-    cells: list[_Cell] = []
-    for i, (spec, family) in enumerate(plan, 1):
-        # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
-        # claim is hunted for the matrix, not saved.
-        declared = _expectation(spec, family) != "unclaimed"
-        run_config = config if declared else replace(config, fixtures_dir=None)
-        result = hunt(target_from_spec(spec), family=family, config=run_config)
-        cell = _Cell(spec, result)
-        cells.append(cell)
-        print(f"  [{i}/{len(plan)}] {spec.name} x {family}: {cell.text()} "
-              f"({result.examples} examples, {result.elapsed_s:.1f}s)", file=err, flush=True)
-    _print_matrix(cells, out)
-    surprises = [c for c in cells if not c.as_declared]
-    for c in surprises:
-        print(f"\nnot as declared: {c.spec.label} x {c.result.family} "
-              f"({'claimed' if c.expectation == 'claim' else 'known bug'})", file=out)
-        if c.result.failure is not None:
-            _print_failure(c.result, out)
-    caught = [c for c in cells if c.expectation == "bug" and not c.result.passed]
-    for c in caught:
-        print(f"\nknown bug of {c.spec.label} ({c.spec.bug.summary}):", file=out)
-        _print_failure(c.result, out)
-    print("\nevery kernel behaved as its registry entry declares." if not surprises
-          else f"\n{len(surprises)} hunt(s) not as declared.", file=out)
-    failures = [c for c in cells if not c.result.passed]
-    _write_json(args.json, {
-        "normprops": __version__, "command": "hunt", "backend": backend, "policy": config.policy,
-        "max_examples": config.max_examples, "seed": config.seed,
-        "results": [_result_json(c.result, expected=c.expectation) for c in cells],
-        "failures": [dict(_failure_json(c.result), expected=c.expectation) for c in failures],
-        "not_as_declared": [f"{c.spec.label} x {c.result.family}" for c in surprises],
-    })
-    return 1 if surprises else 0
+    plan = [(spec, [f for f in families_for(spec.op) if f in chosen]) for spec in specs]
+    total = sum(len(fams) for _, fams in plan)
+    fixtures = None if args.no_fixtures else args.fixtures_dir
+    report = Report("hunt", settings={"backend": backend, "policy": config.policy,
+                                      "oracle": config.oracle, "max_examples": config.max_examples,
+                                      "seed": config.seed})
+    run = _Run(report, args.json, out, err)
+    hunted: list[tuple[KernelSpec, HuntResult]] = []
+
+    def summary() -> None:
+        cells = [Cell(f"{spec.op} ({spec.backend})", spec.name, r.family,
+                      cell_text(r, expected=_expectation(spec, r.family))) for spec, r in hunted]
+        if not cells:
+            return
+        print("\n" + render_matrix(cells), file=out)
+        print(matrix_legend(cells), file=out)
+
+    run.summary = summary
+
+    def body() -> int:
+        print(f"normprops hunt: {len(specs)} {backend} kernels, {total} hunts of "
+              f"{config.max_examples} examples, policy {config.policy}", file=out)
+        done = 0
+        for spec, families in plan:
+            target = target_from_spec(spec)
+            report.targets.append(target_json(target))
+
+            def show(result: HuntResult, note: str | None, spec: KernelSpec = spec) -> None:
+                nonlocal done
+                done += 1
+                expected = _expectation(spec, result.family)
+                hunted.append((spec, result))
+                report.results.append((result, expected))
+                print(f"  [{done}/{total}] {spec.name} x {result.family}: "
+                      f"{cell_text(result, expected=expected)} ({result.examples} examples, "
+                      f"{result.elapsed_s:.1f}s)", file=err, flush=True)
+
+            # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
+            # claim is hunted for the matrix, not saved.
+            outcome = hunt_families(target, families=families, config=config, fixtures_dir=fixtures,
+                                    save=lambda f, spec=spec: _expectation(spec, f) != "unclaimed",
+                                    on_result=show)
+            if outcome.interrupted:
+                raise KeyboardInterrupt
+            if outcome.stopped:
+                report.notes.append(f"{spec.label} stopped: {outcome.stopped}")
+        summary()
+        surprises = [(s, r) for s, r in hunted if not _as_declared(s, r)]
+        for spec, result in surprises:
+            expected = _expectation(spec, result.family)
+            print(f"\nnot as declared: {spec.label} x {result.family} "
+                  f"({'claimed' if expected == 'claim' else 'known bug'})", file=out)
+            for finding in result.findings:
+                print(format_finding(finding), file=out)
+        for spec, result in hunted:
+            if _expectation(spec, result.family) == "bug" and not result.passed:
+                print(f"\nknown bug of {spec.label} ({spec.bug.summary}):", file=out)
+                for finding in result.findings:
+                    print(format_finding(finding), file=out)
+        line = _fixtures_line([r for _, r in hunted], fixtures)
+        if line:
+            print("\n" + line, file=out)
+        print("\nevery kernel behaved as its registry entry declares." if not surprises
+              else f"\n{len(surprises)} hunt(s) not as declared.", file=out)
+        report.extra["not_as_declared"] = [f"{s.label} x {r.family}" for s, r in surprises]
+        return EXIT_FOUND if surprises else EXIT_OK
+
+    return _guarded(run, body)
 
 
-def _print_matrix(cells: list[_Cell], out: TextIO) -> None:
-    """kernel x family, one table per op: pass / FAIL id for claims, caught id / MISSED for known
-    bugs, and (pass) / (fail id) for families a kernel does not claim."""
-    for op in OPS:
-        op_cells = [c for c in cells if c.spec.op == op]
-        if not op_cells:
-            continue
-        families = list(dict.fromkeys(c.result.family for c in op_cells))
-        kernels = list(dict.fromkeys(c.spec.name for c in op_cells))
-        grid = {(c.spec.name, c.result.family): c.text() for c in op_cells}
-        width = {f: max(len(f), *(len(grid.get((k, f), "")) for k in kernels)) for f in families}
-        name_w = max(len(k) for k in kernels)
-        print(f"\n{op}", file=out)
-        print("  " + " " * name_w + "  " + "  ".join(f"{f:{width[f]}s}" for f in families), file=out)
-        for k in kernels:
-            print("  " + f"{k:{name_w}s}" + "  "
-                  + "  ".join(f"{grid.get((k, f), '-'):{width[f]}s}" for f in families), file=out)
+def _hunt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _check_output_file(args.json, "--json")
+    if not args.no_fixtures:
+        _check_output_dir(args.fixtures_dir, "--fixtures-dir")
+    return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
 
 
 def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    target: Target = target_from_impl(args.impl, op=args.op, threads=args.threads)
-    paths = iter_fixtures(args.fixtures_dir, op=args.op)
-    if not paths:
-        print(f"no fixtures for {args.op} under {args.fixtures_dir}", file=out)
-        return 0
-    failed = 0
-    for path in paths:
-        fixture = load_fixture(path)
-        found = replay(target, fixture, policy=args.policy)
-        if found:
-            failed += 1
-            print(f"FAIL {path.name}: {found[0].message()}", file=out)
-        else:
-            print(f"pass {path.name}", file=out)
-    print(f"{failed} of {len(paths)} fixtures failed." if failed
-          else f"all {len(paths)} fixtures pass.", file=out)
-    return 1 if failed else 0
+    _check_output_file(args.json, "--json")
+    directory: Path = args.fixtures_dir
+    if not directory.is_dir():
+        raise UsageError(f"--fixtures-dir {directory}: "
+                         f"{'not a directory' if directory.exists() else 'no such directory'} "
+                         f"(the directory a hunt saved its fixtures into)")
+    fn = resolve_impl(args.impl)
+    targets: dict[str, Target] = {}
+
+    def target_for(dtype: str) -> Target:
+        if dtype not in targets:
+            targets[dtype] = target_from_callable(
+                fn, op=args.op, name=args.impl.partition(":")[2], dtype=dtype,
+                framework=args.framework, device=args.device, ignore=args.ignore,
+                threads=args.threads, ftz=args.ftz, timeout_s=args.call_timeout)
+        return targets[dtype]
+
+    target_for(args.dtype or "float32")  # a bad --framework or --device is a usage error now
+    paths = iter_fixtures(directory, op=args.op)
+    report = Report("replay", settings={"op": args.op, "impl": args.impl,
+                                        "fixtures_dir": str(directory), "policy": args.policy})
+    rows: list[dict[str, Any]] = []
+    report.extra["fixtures"] = rows
+    run = _Run(report, args.json, out, err)
+
+    def body() -> int:
+        if not paths:
+            print(f"no {args.op} fixtures under {directory}", file=out)
+            return EXIT_OK
+        for path in paths:
+            try:
+                fixture = load_fixture(path)
+            except FixtureError as exc:
+                rows.append({"path": str(path), "outcome": "unreadable", "reason": str(exc)})
+                print(f"unreadable {exc}", file=out)
+                continue
+            dtype = args.dtype or fixture.dtype
+            if not fixture.fits(dtype):
+                rows.append({"path": str(path), "outcome": "skipped",
+                             "reason": f"{fixture.dtype} values, not exact in {dtype}"})
+                print(f"skip {path.name}: it holds {fixture.dtype} values, not exact in {dtype}",
+                      file=out)
+                continue
+            try:
+                found = replay(target_for(dtype), fixture, policy=args.policy)
+            except FatalTargetError as exc:
+                rows.append({"path": str(path), "outcome": "fail", "reason": str(exc)})
+                print(f"FAIL {path.name}: {exc}; replay stopped (the kernel cannot be called "
+                      f"again)", file=out)
+                break
+            rows.append({"path": str(path), "outcome": "fail" if found else "pass",
+                         "messages": [v.message() for v in found]})
+            print(f"FAIL {path.name}: {found[0].message()}" if found else f"pass {path.name}",
+                  file=out)
+        failed = sum(r["outcome"] == "fail" for r in rows)
+        unreadable = sum(r["outcome"] == "unreadable" for r in rows)
+        skipped = sum(r["outcome"] == "skipped" for r in rows)
+        parts = [f"{len(rows) - failed - unreadable - skipped} passed", f"{failed} failed"]
+        if unreadable:
+            parts.append(f"{unreadable} could not be read")
+        if skipped:
+            parts.append(f"{skipped} skipped")
+        print(f"all {len(paths)} fixtures pass." if len(rows) - failed - unreadable - skipped == len(paths)
+              else f"{len(paths)} fixtures: {', '.join(parts)}.", file=out)
+        if failed:
+            return EXIT_FOUND
+        return EXIT_UNREADABLE if unreadable else EXIT_OK
+
+    return _guarded(run, body)
 
 
 def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -448,23 +681,29 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     out = sys.stdout if out is None else out
     err = sys.stderr if err is None else err
     parser = _parser()
+    command = "hunt"
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
-        return int(exc.code or 0)
-    try:
-        if args.command == "hunt":
-            return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
-        if args.command == "replay":
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exc:  # --help and --version
+            return int(exc.code or 0)
+        command = args.command
+        if command == "hunt":
+            return _hunt(args, out, err)
+        if command == "replay":
             return _replay(args, out, err)
-        if args.command == "bench":
+        if command == "bench":
             return _bench(args, out, err)
-        if args.command == "census":
+        if command == "census":
             from normprops.census import census
 
             census(backend=_best_backend(args.backend), out=out)
-            return 0
+            return EXIT_OK
         return _kernels(args, out, err)
-    except (UsageError, ImplError) as exc:
-        print(f"normprops {args.command}: error: {exc}", file=err)
-        return 2
+    except UsageError as exc:
+        prefix = "normprops" if argv is not None and not list(argv) else f"normprops {command}"
+        print(f"{prefix}: error: {exc}", file=err)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("normprops: interrupted", file=err)
+        return EXIT_INTERRUPTED

@@ -1,29 +1,37 @@
-"""The hunt: Hypothesis drives one family of cases at one target until a property fails, then shrinks.
+"""The hunt: Hypothesis drives one family of cases at one target, property by property.
 
-``hunt`` returns a :class:`HuntResult` with the minimal counterexample (the last failing example
-Hypothesis replays after shrinking) and the worst one seen (largest err/tol), and writes both to a
-regression fixture when a fixtures directory is configured.
+A round runs Hypothesis until some property fails, then shrinks that failure while holding on to
+the property it failed (a shrink never trades a NaN for a rounding error). The property is then
+set aside and the family is hunted again for the others, each round with the full example budget,
+until a round comes back clean. :func:`hunt` returns a :class:`HuntResult` with one
+:class:`Finding` per failed property, most severe first; it writes nothing (the caller saves
+fixtures, :mod:`normprops.regressions`).
 """
 
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed as hypothesis_seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
+from normprops.case import Case
+from normprops.errors import FatalTargetError
 from normprops.judge import Verdict
-from normprops.launch import FatalTargetError, Target
+from normprops.launch import Target
 from normprops.oracles import ORACLES, POLICIES
+from normprops.ops import PROPERTIES
 from normprops.properties import evaluate
-from normprops.regressions import save_fixture
-from normprops.strategies import MAX_COLS, Case, cases, families_for
+from normprops.strategies import MAX_COLS, cases, families_for
 
-__all__ = ["HuntConfig", "HuntResult", "hunt", "Counterexample"]
+__all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample"]
+
+_ORDER = {name: i for i, name in enumerate(PROPERTIES)}
 
 
 class _StopHunt(BaseException):
@@ -41,7 +49,7 @@ class Counterexample(Exception):
 
 @dataclass(frozen=True)
 class HuntConfig:
-    """Everything a hunt needs, read once from the CLI or pytest options."""
+    """Everything a hunt needs, read once from the CLI, the API or pytest's options."""
 
     max_examples: int = 100
     seed: int | None = None
@@ -52,12 +60,11 @@ class HuntConfig:
     max_rows: int = 5
     min_cols: int = 1
     max_cols: int = MAX_COLS
-    fixtures_dir: Path | None = None
     parent: settings | None = None  # a Hypothesis profile to start from (pytest's current one)
 
     def __post_init__(self) -> None:
-        if self.max_examples < 1:
-            raise ValueError(f"max_examples must be at least 1 but was {self.max_examples}")
+        if not isinstance(self.max_examples, int) or self.max_examples < 1:
+            raise ValueError(f"max_examples must be at least 1 but was {self.max_examples!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES} but was {self.policy!r}")
         if self.oracle not in ORACLES:
@@ -79,89 +86,177 @@ class HuntConfig:
 
 
 @dataclass(frozen=True)
+class Finding:
+    """One property that failed in one family: the shrunk counterexample and the worst one seen."""
+
+    label: str  # op[kernel]
+    family: str
+    property: str
+    verdict: Verdict  # on the minimal case
+    minimal: Case
+    worst: Case
+    worst_verdict: Verdict
+    flaky: bool = False  # the failure did not reproduce when Hypothesis replayed it
+    fixture: Path | None = None  # where the caller saved it
+
+    @property
+    def message(self) -> str:
+        return self.verdict.message()
+
+
+@dataclass(frozen=True)
 class HuntResult:
+    """One family hunted on one target."""
+
     label: str
     op: str
     family: str
     examples: int
     elapsed_s: float
     max_ratio: float  # the worst err/tol seen on any example
-    failure: Verdict | None = None
-    minimal: Case | None = None
-    worst: Case | None = None
-    worst_verdict: Verdict | None = None
-    fixture: Path | None = None
-    flaky: bool = False
-    fatal: bool = False  # the target cannot run again in this process (a GPU fault)
+    findings: tuple[Finding, ...] = ()
+    fatal: bool = False  # the target cannot run again in this process (a GPU fault, a hang)
+    interrupted: bool = False  # Ctrl-C: what was found before it is kept
+    warnings: int = 0  # warnings the target's own code raised
+    first_warning: str | None = None
 
     @property
     def passed(self) -> bool:
-        return self.failure is None
+        return not self.findings
+
+    @property
+    def properties(self) -> tuple[str, ...]:
+        return tuple(f.property for f in self.findings)
+
+    # The most severe finding, for callers that show one.
+    @property
+    def failure(self) -> Verdict | None:
+        return self.findings[0].verdict if self.findings else None
+
+    @property
+    def minimal(self) -> Case | None:
+        return self.findings[0].minimal if self.findings else None
+
+    @property
+    def worst(self) -> Case | None:
+        return self.findings[0].worst if self.findings else None
+
+    @property
+    def worst_verdict(self) -> Verdict | None:
+        return self.findings[0].worst_verdict if self.findings else None
+
+    @property
+    def fixture(self) -> Path | None:
+        return self.findings[0].fixture if self.findings else None
+
+    @property
+    def flaky(self) -> bool:
+        return bool(self.findings) and self.findings[0].flaky
 
 
 @dataclass
-class _Seen:
+class _Round:
     examples: int = 0
     max_ratio: float = 0.0
+    focus: str | None = None  # the property this round shrinks (the first failure's worst one)
     last: tuple[Case, Verdict] | None = None
     worst: tuple[Case, Verdict] | None = None
     current: Case | None = None
     fatal: str | None = None
+    flaky: bool = False
+    interrupted: bool = False
+    skip: frozenset[str] = field(default_factory=frozenset)
 
 
-def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> HuntResult:
-    """Hunt ``target`` with cases of ``family`` under ``config``."""
-    if family not in families_for(target.op):
-        raise ValueError(f"family {family!r} does not apply to op {target.op!r}; families for "
-                         f"{target.op}: {', '.join(families_for(target.op))}")
-    seen = _Seen()
+def _strategy(target: Target, family: str, config: HuntConfig):
+    # The kernel's own limits win over the hunt's default range; a kernel that only takes rows
+    # wider than that range is hunted up to twice its minimum.
+    c = target.constraints
+    min_cols = max(config.min_cols, c.min_cols)
+    max_cols = c.max_cols if c.max_cols is not None else max(config.max_cols, 2 * min_cols)
+    return cases(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
+                 min_cols=min_cols, max_cols=max_cols,
+                 cols_multiple_of=c.cols_multiple_of, dtype=target.dtype)
+
+
+def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]) -> _Round:
+    seen = _Round(skip=skip)
 
     def body(case: Case) -> None:
         seen.examples += 1
         seen.current = case
         try:
-            evaluation = evaluate(target, case, policy=config.policy, oracle=config.oracle)
+            evaluation = evaluate(target, case, policy=config.policy, oracle=config.oracle, skip=skip)
         except FatalTargetError as exc:
             seen.fatal = str(exc)
             raise _StopHunt from exc
         if math.isfinite(evaluation.worst_ratio):
             seen.max_ratio = max(seen.max_ratio, evaluation.worst_ratio)
             hypothesis_target(min(evaluation.worst_ratio, 1e300), label="err/tol")
-        if evaluation.failures:
-            verdict = evaluation.failures[0]
-            seen.last = (case, verdict)
-            if seen.worst is None or verdict.ratio >= seen.worst[1].ratio:
-                seen.worst = (case, verdict)
-            raise Counterexample(verdict)
+        if not evaluation.failures:
+            return
+        if seen.focus is None:
+            seen.focus = evaluation.failures[0].property
+        verdict = next((v for v in evaluation.failures if v.property == seen.focus), None)
+        if verdict is None:  # another property: its own round will shrink it
+            return
+        seen.last = (case, verdict)
+        if seen.worst is None or verdict.ratio >= seen.worst[1].ratio:
+            seen.worst = (case, verdict)
+        raise Counterexample(verdict)
 
-    strategy = cases(op=target.op, family=family, min_rows=config.min_rows,
-                     max_rows=config.max_rows, min_cols=config.min_cols, max_cols=config.max_cols,
-                     dtype=target.dtype)
-    test = settings(config.hypothesis_settings())(given(strategy)(body))
+    test = settings(config.hypothesis_settings())(given(_strategy(target, family, config))(body))
     if config.seed is not None:
         test = hypothesis_seed(config.seed)(test)
-    start = time.perf_counter()
-    flaky = fatal = False
     try:
         test()
     except Counterexample:
         pass
     except Flaky:
-        flaky = True  # e.g. a nondeterministic kernel whose failure did not reproduce on replay
+        seen.flaky = True  # e.g. a nondeterministic kernel whose failure did not reproduce
     except _StopHunt:
-        # The target cannot run again (a GPU fault): the case that caused it is the counterexample.
-        fatal = True
-        verdict = Verdict(target.label, "contract", family, None, None, None, None, None, None,
-                          math.inf, f"{seen.fatal} (input shape {seen.current.x.shape}); hunt stopped")
+        # The target cannot run again: the case that caused it is the counterexample.
+        verdict = Verdict.contract(target.label, family, f"{seen.fatal} (input shape "
+                                   f"{seen.current.x.shape}); hunt stopped")
         seen.last = seen.worst = (seen.current, verdict)
-    elapsed = time.perf_counter() - start
-    if seen.last is None:
-        return HuntResult(target.label, target.op, family, seen.examples, elapsed, seen.max_ratio)
-    minimal, verdict = seen.last
-    result = HuntResult(target.label, target.op, family, seen.examples, elapsed,
-                        max(seen.max_ratio, 0.0), verdict, minimal, seen.worst[0], seen.worst[1],
-                        flaky=flaky, fatal=fatal)
-    if config.fixtures_dir is not None:
-        result = replace(result, fixture=save_fixture(result, target=target,
-                                                      directory=config.fixtures_dir))
-    return result
+    except KeyboardInterrupt:
+        seen.interrupted = True
+    return seen
+
+
+def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> HuntResult:
+    """Hunt ``target`` with cases of ``family`` under ``config``, one property at a time."""
+    if family not in families_for(target.op):
+        raise ValueError(f"family {family!r} does not apply to op {target.op!r}; families for "
+                         f"{target.op}: {', '.join(families_for(target.op))}")
+    start = time.perf_counter()
+    findings: list[Finding] = []
+    skip: frozenset[str] = frozenset()
+    examples, max_ratio = 0, 0.0
+    fatal = interrupted = False
+    target.warnings.take()
+    while len(skip) < len(PROPERTIES):
+        seen = _round(target, family, config, skip)
+        examples += seen.examples
+        max_ratio = max(max_ratio, seen.max_ratio)
+        if seen.last is not None:
+            (minimal, verdict), (worst, worst_verdict) = seen.last, seen.worst
+            findings.append(Finding(target.label, family, verdict.property, verdict, minimal, worst,
+                                    worst_verdict, flaky=seen.flaky))
+            skip = skip | {verdict.property}
+        fatal = seen.fatal is not None
+        interrupted = seen.interrupted
+        if seen.last is None or fatal or interrupted:
+            break
+    findings.sort(key=lambda f: _ORDER[f.property])
+    count, first = target.warnings.take()
+    return HuntResult(target.label, target.op, family, examples, time.perf_counter() - start,
+                      max_ratio, tuple(findings), fatal=fatal, interrupted=interrupted,
+                      warnings=count, first_warning=first)
+
+
+def with_fixtures(result: HuntResult, paths: dict[str, Path]) -> HuntResult:
+    """``result`` with the fixture paths its caller saved, by property."""
+    return replace(result, findings=tuple(replace(f, fixture=paths.get(f.property, f.fixture))
+                                          for f in result.findings))
+

@@ -8,12 +8,13 @@ fails outright, naming row and column.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from normprops.oracles import Reference, Tolerance
+from normprops.ops import PROPERTIES
 from normprops.strategies import Case
 
 __all__ = [
@@ -25,30 +26,23 @@ __all__ = [
     "bits_equal",
 ]
 
-#: Every property the judge can fail, in the order a report lists them.
-PROPERTIES: dict[str, str] = {
-    "contract": "the call returns a float32 array of the input's shape and leaves its inputs alone",
-    "accuracy": "within the condition-aware tolerance of the exact result",
-    "finite": "finite output wherever the exact result is finite",
-    "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge)",
-    "nan_propagation": "a row with NaN (or an infinity) gives NaN or the IEEE limit, nothing else",
-    "masked_rows": "a fully masked softmax row gives all NaN or all zeros",
-    "sum_to_one": "softmax rows sum to 1 within the bound",
-    "bounds": "softmax outputs lie in [0, 1]",
-    "argmax": "softmax keeps the argmax",
-    "determinism": "two calls on the same input are bitwise equal",
-    "batch_invariance": "a row's output is bitwise the same alone, in any batch, at any position",
-    "shift_invariance": "adding an exact constant to a row changes nothing (softmax, layer norm)",
-    "scale_invariance": "scaling x by 2^k and eps by 4^k changes nothing (norms)",
-}
 
-
-def _num(value: float | None) -> str:
+def _num(value: float | None, digits: int = 5) -> str:
     if value is None:
         return "-"
     if value == 0 or not math.isfinite(value):
         return repr(float(value))
-    return f"{value:.5g}"
+    return f"{value:.{digits}g}"
+
+
+def _distinct(got: float | None, expected: float | None) -> tuple[str, str]:
+    """``got`` and ``expected`` with the fewest significant digits (at least 5) that tell them
+    apart: ``got 0.99999988 expected 1``, never ``got 1 expected 1``."""
+    digits = 5
+    while (digits < 17 and got is not None and expected is not None and got != expected
+           and _num(got, digits) == _num(expected, digits)):
+        digits += 1
+    return _num(got, digits), _num(expected, digits)
 
 
 def _compact(value: float) -> str:
@@ -73,15 +67,23 @@ class Verdict:
     tolerance: float | None
     ratio: float  # error / tolerance; inf for outright failures
     reason: str
+    # When the failing output came from another input than the case itself (the case's rows tiled
+    # into a stress batch, reversed, alone): that input, in words. ``row`` is still the case's row
+    # whose copy failed, so the case describes the values.
+    batch: str | None = None
+
+    @classmethod
+    def contract(cls, label: str, family: str, reason: str) -> Verdict:
+        """The kernel broke its calling contract (raised, returned the wrong thing, hung)."""
+        return cls(label, "contract", family, None, None, None, None, None, None, math.inf, reason)
 
     def message(self) -> str:
-        head = f"{self.label} {self.family}"
-        if self.property not in ("accuracy",):
-            head += f" {self.property}"
+        head = f"{self.label} {self.family} {self.property}"
         where = "" if self.row is None else f" row {self.row}" + ("" if self.col is None else f" col {self.col}")
         if self.error is not None and self.tolerance is not None:
             ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
-            detail = (f" got {_num(self.got)} expected {_num(self.expected)} "
+            got, expected = _distinct(self.got, self.expected)
+            detail = (f" got {got} expected {expected} "
                       f"|err| {_num(self.error)} > tol {_num(self.tolerance)}{ratio}")
             return f"{head}:{where}{detail}" + (f"; {self.reason}" if self.reason else "")
         return f"{head}:{where} {self.reason}"
@@ -220,20 +222,30 @@ def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Toler
 
 
 def judge_bitwise(prop: str, first: np.ndarray, second: np.ndarray, *, case: Case, label: str,
-                  rows: np.ndarray | None = None, what: str) -> Verdict | None:
-    """Bitwise equality of two outputs that must be identical (``rows`` maps second -> first)."""
+                  rows: np.ndarray | None = None, origin: np.ndarray | None = None,
+                  batch: str | None = None, what: str) -> Verdict | None:
+    """Bitwise equality of two outputs that must be identical: ``first[rows]`` (``first`` when
+    ``rows`` is None) against ``second``.
+
+    The verdict names the case's row: ``origin`` maps a row of ``second`` to it (default ``rows``,
+    or the same row). When ``second`` came from another input than the case (``batch`` says which,
+    e.g. "a stress batch of 2048 rows"), the verdict says which of its rows failed."""
     expected = first if rows is None else first[rows]
     same = bits_equal(expected, second)
     if same.all():
         return None
     r, c = np.unravel_index(int(np.argmax(~same)), same.shape)
-    src = int(r) if rows is None else int(rows[r])
+    mapping = origin if origin is not None else rows
+    src = int(r) if mapping is None else int(mapping[r])
     v = _Verdicts(label, case.family)
     diff = abs(float(second[r, c]) - float(expected[r, c]))
     v.add(prop, row=src, col=int(c), got=second[r, c], expected=expected[r, c],
           reason=f"{what}: {float(second[r, c])!r} vs {float(expected[r, c])!r} "
                  f"(differs by {diff:.3g}; must be bitwise equal)")
-    return v.found[prop]
+    found = v.found[prop]
+    if batch is not None:
+        found = replace(found, batch=f"row {int(r)} of {batch}, a copy of the case's row {src}")
+    return found
 
 
 def judge_close(prop: str, base: np.ndarray, other: np.ndarray, tol: np.ndarray, *, case: Case,

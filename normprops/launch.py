@@ -1,42 +1,58 @@
 """Targets: anything the hunt can call on a case, with the contract checked on every call.
 
-A target is one of our registered kernels (``KernelSpec``) or a user's Python function named as
-``MODULE:FUNC``. Either way it is called with the op's user signature (softmax ``fn(x)``, layernorm
-``fn(x, gamma, beta, eps)``, rmsnorm ``fn(x, gamma, eps)``) on private copies of the inputs, and what
-comes back must be a float32 numpy array of ``x``'s shape.
+A target is one of our registered kernels (``KernelSpec``), a user's callable, or a user's CUDA
+kernel. Either way it is called with the op's user signature (softmax ``fn(x)``, layernorm
+``fn(x, gamma, beta, eps)``, rmsnorm ``fn(x, gamma, eps)``) on fresh copies of the inputs, as arrays
+of its framework and storage type (:mod:`normprops.frameworks`), and what comes back must be that
+framework's array of the same type, shape and device.
 """
 
 from __future__ import annotations
 
-import importlib
-import os
 import signal
-import sys
 import threading
-from dataclasses import dataclass, replace
+import warnings
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec, get_op
-from normprops.strategies import Case
+from normprops.case import Case, ShapeConstraints
+from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError
+from normprops.frameworks import Adapter, get_adapter
+from normprops.ops import check_ignore, get_op
+from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 
-__all__ = ["Target", "ContractError", "ImplError", "FatalTargetError", "GPU_BACKENDS",
-           "target_from_spec", "target_from_impl", "target_from_cuda_source"]
+__all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
+           "target_from_callable", "target_from_cuda_source"]
 
-
-class ContractError(Exception):
-    """The target broke the calling contract (wrong output type, shape, dtype; mutated input)."""
-
-
-class FatalTargetError(RuntimeError):
-    """The target cannot be called again in this process (a GPU fault poisons the CUDA context):
-    the hunt stops at the case that caused it and reports it."""
+GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "torch-cuda", "cuda-user"})
+GPU_STRESS_ROWS = 2048
 
 
-class ImplError(ValueError):
-    """``MODULE:FUNC`` could not be resolved to a callable (a usage error, not a finding)."""
+class WarningLog:
+    """Warnings a target's own code raised (numpy's RuntimeWarnings, say), counted rather than
+    printed: the first message is kept."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: str | None = None
+
+    def add(self, caught: list[warnings.WarningMessage]) -> None:
+        if caught and self.first is None:
+            w = caught[0]
+            self.first = f"{w.category.__name__}: {w.message}"
+        self.count += len(caught)
+
+    def take(self) -> tuple[int, str | None]:
+        """The count and first message since the last call, and start afresh."""
+        found = self.count, self.first
+        self.count, self.first = 0, None
+        return found
+
+
+_NUMPY_FLOAT32 = get_adapter("numpy", dtype="float32")
 
 
 @dataclass(frozen=True)
@@ -50,37 +66,41 @@ class Target:
     # GPU targets: determinism and row isolation are also checked on the case's rows tiled into a
     # batch this large, launched twice, so a race has thousands of blocks to show itself in.
     stress_rows: int = 0
-    exempt: frozenset[str] = frozenset()  # properties not judged (see KernelSpec.exempt)
+    ignore: frozenset[str] = frozenset()  # properties the kernel does not promise: never judged
     timeout_s: float | None = None  # a call that does not return in time stops the hunt
     dtype: str = "float32"  # storage type: the hunt's cases hold values exact in it
+    # How the arguments are passed (framework, storage type, device). Our registered kernels take
+    # float32 numpy arrays whatever their storage type; a user's kernel takes its own.
+    adapter: Adapter = _NUMPY_FLOAT32
+    constraints: ShapeConstraints = ShapeConstraints()
+    warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
 
     @property
     def label(self) -> str:
         return f"{self.op}[{self.name}]"
 
     def run(self, case: Case) -> np.ndarray:
-        """Call the target on copies of ``case``'s inputs and check what comes back."""
+        """Call the target on fresh copies of ``case``'s inputs; the output as float32 numpy."""
         if case.op != self.op:
             raise ValueError(f"case is for op {case.op!r} but target {self.label} computes {self.op!r}")
         if case.dtype != self.dtype:
             raise ValueError(f"case holds {case.dtype} values but target {self.label} stores {self.dtype}")
-        args = tuple(a.copy() if isinstance(a, np.ndarray) else a for a in case.args())
-        out = _call_with_timeout(self.fn, args, self.timeout_s)
-        if not isinstance(out, np.ndarray):
-            raise ContractError(f"returned {type(out).__module__}.{type(out).__qualname__}; "
-                                f"expected a numpy float32 array of shape {case.x.shape}")
-        if out.shape != case.x.shape:
-            raise ContractError(f"returned shape {out.shape}; expected {case.x.shape}")
-        if out.dtype != np.float32:
-            raise ContractError(f"returned dtype {out.dtype}; expected float32")
-        for name, before, after in zip(get_op(self.op).params, case.args(), args):
-            if isinstance(before, np.ndarray) and not np.array_equal(before, after, equal_nan=True):
-                raise ContractError(f"modified its input {name} in place")
-        return out
-
-
-GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "torch-cuda", "cuda-user"})
-GPU_STRESS_ROWS = 2048
+        params = get_op(self.op).params
+        native = tuple(self.adapter.to_native(a, name) if isinstance(a, np.ndarray) else a
+                       for name, a in zip(params, case.args()))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = _call_with_timeout(self.fn, native, self.timeout_s)
+        self.warnings.add(caught)
+        if isinstance(out, tuple) and len(out) == 1:
+            out = out[0]
+        result = self.adapter.from_native(out, case.x.shape, "the output")
+        for name, before, after in zip(params, case.args(), native):
+            if isinstance(before, np.ndarray):
+                now = self.adapter.from_native(after, before.shape, f"input {name} after the call")
+                if not np.array_equal(before, now, equal_nan=True):
+                    raise ContractError(f"modified its input {name} in place")
+        return result
 
 
 class _CallTimeout(BaseException):
@@ -104,7 +124,7 @@ def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
     try:
         return fn(*args)
     except _CallTimeout:
-        raise FatalTargetError(f"did not return within {seconds:g} s (--call-timeout)") from None
+        raise FatalTargetError(f"did not return within {seconds:g} s (call timeout)") from None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -113,36 +133,52 @@ def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
 def target_from_spec(spec: KernelSpec) -> Target:
     stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS else 0
     return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
-                  stress_rows=stress, exempt=spec.exempt, dtype=spec.dtype)
+                  stress_rows=stress, ignore=spec.exempt, dtype=spec.dtype)
 
 
-def target_from_impl(impl: str, *, op: str, threads: int | None = None,
-                     timeout_s: float | None = None) -> Target:
-    """Resolve ``MODULE:FUNC`` (importable from the current directory or PYTHONPATH)."""
-    get_op(op)
-    module_name, sep, attr = impl.partition(":")
-    if not sep or not module_name or not attr:
-        raise ImplError(f"--impl must look like MODULE:FUNC (e.g. mykernels:softmax) but was {impl!r}")
-    if os.getcwd() not in sys.path and "" not in sys.path:
-        sys.path.insert(0, os.getcwd())
+def _check_ignore(ignore: object) -> frozenset[str]:
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # any import-time failure of the user's module is a usage error
-        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: "
-                        f"{type(exc).__name__}: {exc}") from exc
-    fn: object = module
-    for part in attr.split("."):
-        try:
-            fn = getattr(fn, part)
-        except AttributeError:
-            raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
+        return check_ignore(ignore)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None = None,
+                         dtype: str = "float32", framework: str = "numpy",
+                         device: str | None = None, ignore: frozenset[str] | tuple[str, ...] = (),
+                         constraints: ShapeConstraints = ShapeConstraints(),
+                         threads: int | None = None, ftz: bool = False,
+                         timeout_s: float | None = None) -> Target:
+    """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
+    arrays of ``dtype`` on ``device`` and returns the same kind of array.
+
+    ``threads``: how many threads cooperate on a row (the depth of the error bound's reduction;
+    default 32). ``ftz``: the kernel flushes subnormals to zero (the tolerance allows for it).
+    Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
-        raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
-    model = FOREIGN_ERROR_MODEL if threads is None else replace(FOREIGN_ERROR_MODEL, threads=threads)
-    return Target(attr, op, "python", fn, model, timeout_s=timeout_s)
+        raise UsageError(f"fn must be callable but was a {type(fn).__name__}")
+    try:
+        get_op(op)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    if threads is not None and (not isinstance(threads, int) or threads < 1):
+        raise UsageError(f"threads must be a positive integer but was {threads!r}")
+    if timeout_s is not None and not timeout_s > 0:
+        raise UsageError(f"call timeout must be a positive number of seconds but was {timeout_s!r}")
+    adapter = get_adapter(framework, dtype=dtype, device=device)
+    model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz),
+                    **({} if threads is None else {"threads": threads}))
+    label = name or getattr(fn, "__name__", None) or type(fn).__name__
+    return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
+                  stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
+                  ignore=_check_ignore(ignore), timeout_s=timeout_s, dtype=dtype,
+                  adapter=adapter, constraints=constraints)
 
 
-def target_from_cuda_source(path: str, *, op: str, kernel: str, threads: int = 256) -> Target:
+def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: int = 256,
+                            ignore: frozenset[str] | tuple[str, ...] = (),
+                            constraints: ShapeConstraints = ShapeConstraints(),
+                            ftz: bool = False) -> Target:
     """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
     get_op(op)
     from normprops._cuda import KernelCompileError, cuda_status
@@ -157,11 +193,13 @@ def target_from_cuda_source(path: str, *, op: str, kernel: str, threads: int = 2
     except (FileNotFoundError, LookupError, KernelCompileError) as exc:
         raise ImplError(str(exc)) from exc
 
-    def guarded(*args: object) -> object:
+    def guarded(*args: Any) -> object:
         try:
             return fn(*args)
         except KernelFault as exc:
             raise FatalTargetError(str(exc)) from exc
 
-    return Target(kernel, op, "cuda-user", guarded, replace(FOREIGN_ERROR_MODEL, threads=threads),
-                  stress_rows=GPU_STRESS_ROWS)
+    return Target(kernel, op, "cuda-user", guarded,
+                  replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz)),
+                  stress_rows=GPU_STRESS_ROWS, ignore=_check_ignore(ignore),
+                  constraints=constraints)

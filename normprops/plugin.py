@@ -126,7 +126,7 @@ def hunt_config(normprops_options: PluginOptions):
     current = settings()
     return HuntConfig(max_examples=current.max_examples, derandomize=current.derandomize,
                       policy=normprops_options.policy, oracle=normprops_options.oracle,
-                      fixtures_dir=normprops_options.fixtures_dir, parent=current)
+                      parent=current)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -146,16 +146,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                         devices[value["device"]] = devices.get(value["device"], 0) + 1
     if not cells:
         return
+    from normprops.report import Cell, matrix_legend, render_matrix
+
+    matrix = [Cell(f"{op} ({backend})", kernel, family, text)
+              for (backend, op), table in cells.items() for (kernel, family), text in table.items()]
     terminalreporter.section("normprops robustness matrix")
-    for (backend, op), table in sorted(cells.items()):
-        families = sorted({f for _, f in table})
-        kernels = sorted({k for k, _ in table})
-        width = max(len(k) for k in kernels)
-        terminalreporter.write_line(f"{op} ({backend})")
-        terminalreporter.write_line(" " * (width + 2) + "  ".join(f"{f:>9s}"[-max(9, len(f)):] for f in families))
-        for k in kernels:
-            terminalreporter.write_line(
-                f"{k:{width}s}  " + "  ".join(f"{table.get((k, f), '-'):>{max(9, len(f))}s}" for f in families))
+    for line in render_matrix(matrix, sort=True).splitlines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(matrix_legend(matrix))
     if devices:
         terminalreporter.write_line("GPU hunts per device: " + ", ".join(
             f"cuda:{d} {n}" for d, n in sorted(devices.items())))

@@ -12,10 +12,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normprops.judge import PROPERTIES, Verdict, judge_bitwise, judge_close, judge_output
-from normprops.launch import ContractError, FatalTargetError, Target
+from normprops.case import Case
+from normprops.dtypes import get_dtype, to_dtype
+from normprops.errors import ContractError, FatalTargetError
+from normprops.judge import Verdict, judge_bitwise, judge_close, judge_output
+from normprops.launch import Target
 from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
-from normprops.strategies import Case, get_dtype, to_dtype
+from normprops.ops import PROPERTIES
 
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
 
@@ -42,8 +45,7 @@ def _call(target: Target, case: Case) -> np.ndarray | Verdict:
         reason = str(exc)
     except Exception as exc:  # a user's kernel may raise anything; that is a finding, not a crash
         reason = f"raised {type(exc).__name__}: {exc}"
-    return Verdict(target.label, "contract", case.family, None, None, None, None, None, None,
-                   math.inf, f"{reason} (input shape {case.x.shape})")
+    return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
 
 
 def _is_float32(values: np.ndarray, dtype: str = "float32") -> bool:
@@ -94,7 +96,7 @@ def _comparable_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
     return ref.judged_rows & ref.in_domain & ~tol.finite_only
 
 
-def _stress(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
+def _stress(target: Target, case: Case, out: np.ndarray, skip: frozenset[str]) -> Verdict | None:
     """The case's rows tiled into a batch of ``target.stress_rows``, launched twice: every copy of
     row r must equal ``out[r]`` bitwise (races, leaks between blocks, position dependence)."""
     # At most ~1M elements per stress launch: hundreds to thousands of blocks, few megabytes copied.
@@ -102,6 +104,7 @@ def _stress(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
     reps = max(1, -(-rows // case.rows))
     tiled = case.replace(x=np.ascontiguousarray(np.tile(case.x, (reps, 1))))
     order = np.tile(np.arange(case.rows), reps)
+    batch = f"a stress batch of {len(order)} rows (the case's {case.rows} rows tiled {reps} times)"
     first = _call(target, tiled)
     if isinstance(first, Verdict):
         return first
@@ -110,17 +113,21 @@ def _stress(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
         return second
     # The same launch twice must agree bit for bit (a race shows here). Copies of one row at other
     # positions of one launch, and the batch against the case's own launch, must agree too unless
-    # the kernel is exempt from batch invariance: a kernel whose reduction order follows a row's
-    # address alignment (PyTorch's softmax on odd widths) differs there without any race.
-    found = judge_bitwise("determinism", first, second, case=case, label=target.label,
-                          what=f"two launches of the same {len(order)} rows")
-    if found or "batch_invariance" in target.exempt:
+    # batch invariance is not judged: a kernel whose reduction order follows a row's address
+    # alignment (PyTorch's softmax on odd widths) differs there without any race.
+    found = None
+    if "determinism" not in skip:
+        found = judge_bitwise("determinism", first, second, case=case, label=target.label,
+                              origin=order, batch=batch,
+                              what=f"two launches of the same {len(order)} rows")
+    if found or "batch_invariance" in skip:
         return found
     found = judge_bitwise("batch_invariance", first[: case.rows], first, case=case,
-                          label=target.label, rows=order,
+                          label=target.label, rows=order, batch=batch,
                           what=f"copies of a row in one launch of {len(order)} rows")
     return found or judge_bitwise("batch_invariance", out, first, case=case, label=target.label,
-                                  rows=order, what=f"the rows tiled into a batch of {len(order)}")
+                                  rows=order, batch=batch,
+                                  what=f"the rows tiled into a batch of {len(order)}")
 
 
 def _batch_invariance(target: Target, case: Case, out: np.ndarray) -> Verdict | None:
@@ -132,7 +139,8 @@ def _batch_invariance(target: Target, case: Case, out: np.ndarray) -> Verdict | 
     if isinstance(alone, Verdict):
         return alone
     found = judge_bitwise("batch_invariance", out, alone, case=case, label=label,
-                          rows=np.array([r]), what=f"row {r} computed alone")
+                          rows=np.array([r]), batch=f"row {r} alone (a batch of 1 row)",
+                          what=f"row {r} computed alone")
     if found:
         return found
     order = np.concatenate([np.arange(case.rows)[::-1], [r]])
@@ -140,36 +148,38 @@ def _batch_invariance(target: Target, case: Case, out: np.ndarray) -> Verdict | 
     if isinstance(shuffled, Verdict):
         return shuffled
     return judge_bitwise("batch_invariance", out, shuffled, case=case, label=label, rows=order,
+                         batch=f"the case's rows reversed, plus row {r} again ({len(order)} rows)",
                          what=f"rows reversed in a batch of {len(order)}")
 
 
 def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
-                 policy: str, oracle: str) -> Verdict | None:
+                 policy: str, oracle: str, skip: frozenset[str]) -> Verdict | None:
     label = target.label
-    again = _call(target, case)
-    if isinstance(again, Verdict):
-        return again
-    found = judge_bitwise("determinism", out, again, case=case, label=label,
-                          what="second call on the same input")
-    if found:
-        return found
-    if target.stress_rows:
-        found = _stress(target, case, out)
+    if "determinism" not in skip:
+        again = _call(target, case)
+        if isinstance(again, Verdict):
+            return again
+        found = judge_bitwise("determinism", out, again, case=case, label=label,
+                              what="second call on the same input")
         if found:
             return found
-    if "batch_invariance" not in target.exempt:
+    if target.stress_rows and not {"determinism", "batch_invariance"} <= skip:
+        found = _stress(target, case, out, skip)
+        if found:
+            return found
+    if "batch_invariance" not in skip:
         found = _batch_invariance(target, case, out)
         if found:
             return found
 
     transformed: list[tuple[str, Case, str]] = []
-    if case.op in ("softmax", "layernorm"):
+    if case.op in ("softmax", "layernorm") and "shift_invariance" not in skip:
         c = exact_shift(case.x, case.dtype)
         if c is not None:
             with np.errstate(all="ignore"):
                 shifted = (case.x.astype(np.float64) + c).astype(np.float32)
             transformed.append(("shift_invariance", case.replace(x=shifted), f"x + {c:g} (exact)"))
-    if case.op in ("layernorm", "rmsnorm"):
+    if case.op in ("layernorm", "rmsnorm") and "scale_invariance" not in skip:
         k = exact_scale(case)
         if k is not None:
             scaled = (case.x.astype(np.float64) * 2.0**k).astype(np.float32)
@@ -190,18 +200,23 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
 
 
 def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str = "float64",
-             metamorphic: bool = True) -> Evaluation:
-    """Judge ``target`` on ``case``: every failure found, worst first by property order."""
+             metamorphic: bool = True, skip: frozenset[str] = frozenset()) -> Evaluation:
+    """Judge ``target`` on ``case``: every failure found, most severe first.
+
+    Properties in ``skip`` or in the target's ``ignore`` are not judged (a hunt skips those that
+    already failed, so it can go on hunting the others). The metamorphic properties cost further
+    calls and run only when the output itself passed."""
+    skip = frozenset(skip) | target.ignore
     out = _call(target, case)
-    if isinstance(out, Verdict):
-        return Evaluation((out,), math.inf)
+    if isinstance(out, Verdict):  # a contract failure: nothing else can be judged
+        return Evaluation(() if out.property in skip else (out,), math.inf)
     ref = reference(case, oracle=oracle)
     tol = tolerance(case, ref, model=target.error_model, policy=policy)
     failures, worst = judge_output(case, out, ref, tol, label=target.label)
-    failures = [v for v in failures if v.property not in target.exempt]
+    failures = [v for v in failures if v.property not in skip]
     if not failures and metamorphic:
-        found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle)
-        if found:
+        found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle, skip=skip)
+        if found and found.property not in skip:
             failures = [found]
     failures.sort(key=lambda v: _ORDER[v.property])
     return Evaluation(tuple(failures), worst)

@@ -15,6 +15,8 @@ from typing import Callable
 
 import numpy as np
 
+from normprops.ops import FLOAT32_EPS, OPS, OpSpec, get_op
+
 __all__ = [
     "OPS",
     "KERNELS",
@@ -27,54 +29,6 @@ __all__ = [
     "backend_status",
     "FLOAT32_EPS",
 ]
-
-#: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
-FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    """What an op computes (PyTorch semantics) and how a user function for it is called."""
-
-    name: str
-    params: tuple[str, ...]
-    default_eps: float | None
-    formula: str
-
-    @property
-    def signature(self) -> str:
-        return f"fn({', '.join(self.params)})"
-
-    @property
-    def has_gamma(self) -> bool:
-        return "gamma" in self.params
-
-    @property
-    def has_beta(self) -> bool:
-        return "beta" in self.params
-
-
-OPS: dict[str, OpSpec] = {
-    op.name: op
-    for op in (
-        OpSpec("softmax", ("x",), None, "exp(x - max x) / sum exp(x - max x), over the last axis"),
-        OpSpec(
-            "layernorm",
-            ("x", "gamma", "beta", "eps"),
-            1e-5,
-            "(x - mean) / sqrt(var + eps) * gamma + beta, population variance",
-        ),
-        OpSpec("rmsnorm", ("x", "gamma", "eps"), FLOAT32_EPS, "x / sqrt(mean(x^2) + eps) * gamma"),
-    )
-}
-
-
-def get_op(name: str) -> OpSpec:
-    try:
-        return OPS[name]
-    except KeyError:
-        raise ValueError(f"op must be one of {sorted(OPS)} but was {name!r}") from None
-
 
 @dataclass(frozen=True)
 class ErrorModel:

@@ -12,13 +12,15 @@ shows), and draws gamma, beta and eps for the norms.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 from hypothesis import strategies as st
 
-from normprops.specs import FLOAT32_EPS, get_op
+from normprops.case import Case
+from normprops.dtypes import DTYPES, StorageType, get_dtype, to_dtype
+from normprops.ops import FLOAT32_EPS, get_op
 
 __all__ = [
     "Case",
@@ -29,6 +31,7 @@ __all__ = [
     "Family",
     "FAMILIES",
     "EDGE_COLS",
+    "edge_cols",
     "families_for",
     "get_family",
     "cases",
@@ -48,101 +51,6 @@ EDGE_COLS: tuple[int, ...] = (
 )
 
 EPS_CHOICES: tuple[float, ...] = (1e-5, 1e-6, FLOAT32_EPS, 1e-12, 1e-3)
-
-
-@dataclass(frozen=True)
-class StorageType:
-    """A storage type kernels may read and write (arithmetic stays float32)."""
-
-    name: str
-    bits: int  # significand bits, the implicit one included
-    max: float  # largest finite value
-    tiny: float  # smallest positive subnormal
-    min_normal: float
-    itemsize: int  # bytes per value in memory
-    large_weight: float  # scale of the "large" gamma / beta kinds: outputs stay in range
-
-    @property
-    def u(self) -> float:
-        """Unit roundoff of round-to-nearest into this type."""
-        return 2.0 ** -self.bits
-
-
-DTYPES: dict[str, StorageType] = {
-    t.name: t
-    for t in (
-        StorageType("float32", 24, float(np.finfo(F32).max), 2.0**-149, 2.0**-126, 4, 1e4),
-        StorageType("bfloat16", 8, float(np.float32(np.uint32(0x7F7F0000).view(F32))), 2.0**-133, 2.0**-126, 2, 1e4),
-        StorageType("float16", 11, 65504.0, 2.0**-24, 2.0**-14, 2, 10.0),
-    )
-}
-
-
-def get_dtype(name: str) -> StorageType:
-    try:
-        return DTYPES[name]
-    except KeyError:
-        raise ValueError(f"dtype must be one of {sorted(DTYPES)} but was {name!r}") from None
-
-
-def to_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
-    """float32 values rounded (to nearest, ties to even) to ``dtype``, returned as float32. Finite
-    values beyond the type's range saturate to its largest finite value; NaN and infinities stay."""
-    kind = get_dtype(dtype)
-    a = np.ascontiguousarray(a, dtype=F32)
-    if dtype == "float32":
-        return a.copy()
-    with np.errstate(all="ignore"):
-        if dtype == "bfloat16":
-            u = a.view(np.uint32).astype(np.uint64)
-            rounded = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(F32)
-            out = np.where(np.isfinite(a), rounded, a)
-        else:
-            out = a.astype(np.float16).astype(F32)
-        finite = np.isfinite(a)
-        out = np.where(finite & (np.abs(out) > kind.max), np.copysign(F32(kind.max), a), out)
-    return np.ascontiguousarray(out, dtype=F32)
-
-
-@dataclass(frozen=True, eq=False)
-class Case:
-    """One example: a batch of rows and the op's parameters, exactly as the kernel receives them."""
-
-    op: str
-    family: str
-    x: np.ndarray  # float32, (rows, cols), C-contiguous
-    gamma: np.ndarray | None = None  # float32, (cols,)
-    beta: np.ndarray | None = None  # float32, (cols,)
-    eps: float | None = None  # the exact value of a float32
-    params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
-    # The storage type the kernel reads and writes. x, gamma and beta stay float32 arrays whose
-    # values are exactly representable in it (see to_dtype); the kernel's output is rounded to it.
-    dtype: str = "float32"
-
-    @property
-    def rows(self) -> int:
-        return int(self.x.shape[0])
-
-    @property
-    def cols(self) -> int:
-        return int(self.x.shape[1])
-
-    def args(self) -> tuple[Any, ...]:
-        """The positional arguments of the op's user signature."""
-        op = get_op(self.op)
-        return tuple({"x": self.x, "gamma": self.gamma, "beta": self.beta, "eps": self.eps}[p]
-                     for p in op.params)
-
-    def replace(self, **changes: Any) -> Case:
-        fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
-                  "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype}
-        fields.update(changes)
-        return Case(**fields)
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
-        eps = "" if self.eps is None else f", eps={self.eps!r}"
-        return f"Case({self.op}, {self.family}, shape={self.x.shape}{eps}; {shown})"
 
 
 @dataclass(frozen=True)
@@ -294,7 +202,9 @@ def _huge_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np
     if p["pattern"] == "constant":
         return _f32(np.full(shape, m))  # e.g. a row of 3e19: x*x overflows, the answer is 1
     if p["pattern"] == "normal":
-        return _f32(m * rng.standard_normal(shape) / 4.0)
+        # Normal values, scaled so each row's largest is |m| (the family promises >= 1e16).
+        z = rng.standard_normal(shape)
+        return _f32(m * z / np.max(np.abs(z), axis=1, keepdims=True))
     if p["pattern"] == "positive":
         return _f32(m * (0.5 + 0.5 * rng.random(shape)))
     x = _f32(rng.standard_normal(shape))
@@ -587,13 +497,34 @@ def _check_positive(name: str, value: int, minimum: int = 1) -> None:
         raise ValueError(f"{name} must be an integer of at least {minimum} but was {value!r}")
 
 
+def edge_cols(*, min_cols: int = 1, max_cols: int = MAX_COLS, multiple_of: int = 1) -> tuple[int, ...]:
+    """The edge widths inside ``[min_cols, max_cols]`` that are multiples of ``multiple_of``,
+    smallest first.
+
+    Without a constraint these are :data:`EDGE_COLS`. A kernel that needs widths in multiples of K
+    (K-element vectors) still has edges, counted in vectors: K times each edge count (one vector
+    past a power of two, a last vector alone, a prime number of vectors), and a power of two plus
+    or minus one vector."""
+    _check_positive("multiple_of", multiple_of)
+    k = multiple_of
+    found = {k * c for c in EDGE_COLS}
+    if k > 1:
+        p = 1
+        while p <= max_cols + k:
+            found |= {q for q in (p - k, p, p + k) if q > 0 and q % k == 0}
+            p *= 2
+    return tuple(sorted(c for c in found if min_cols <= c <= max_cols))
+
+
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
-          max_cols: int = MAX_COLS, dtype: str = "float32") -> st.SearchStrategy[Case]:
+          max_cols: int = MAX_COLS, cols_multiple_of: int = 1,
+          dtype: str = "float32") -> st.SearchStrategy[Case]:
     """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
 
     ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
-    row beside a poisoned one). Column counts come from :data:`EDGE_COLS` or anywhere up to
-    ``max_cols`` (at least ``min_cols``); ``ragged`` draws only edge counts.
+    row beside a poisoned one). Column counts are multiples of ``cols_multiple_of`` in
+    ``[min_cols, max_cols]``, drawn from the edge widths (:func:`edge_cols`) or anywhere in the
+    range; ``ragged`` draws only edge widths.
     """
     spec = get_op(op)
     get_dtype(dtype)
@@ -605,19 +536,24 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     _check_positive("max_rows", max_rows)
     _check_positive("min_cols", min_cols)
     _check_positive("max_cols", max_cols)
+    _check_positive("cols_multiple_of", cols_multiple_of)
     if max_cols < min_cols:
         raise ValueError(f"max_cols must be at least min_cols={min_cols} but was {max_cols}")
+    lowest, highest = -(-min_cols // cols_multiple_of), max_cols // cols_multiple_of
+    if highest < lowest:
+        raise ValueError(f"no multiple of cols_multiple_of={cols_multiple_of} lies in "
+                         f"[min_cols={min_cols}, max_cols={max_cols}]; widen the range")
     if max_rows < min_rows:
         raise ValueError(f"max_rows must be at least min_rows={min_rows} but was {max_rows}")
     low_rows = max(min_rows, fam.min_rows)
     if max_rows < low_rows:
         raise ValueError(f"family {family!r} needs at least {fam.min_rows} rows but max_rows was "
                          f"{max_rows}")
-    edges = [c for c in EDGE_COLS if min_cols <= c <= max_cols]
+    edges = list(edge_cols(min_cols=min_cols, max_cols=max_cols, multiple_of=cols_multiple_of))
     if fam.edge_cols_only and not edges:
         raise ValueError(f"family {family!r} draws edge column counts only, and none lies in "
                          f"[{min_cols}, {max_cols}]")
-    anywhere = st.integers(min_cols, max_cols)
+    anywhere = st.integers(lowest, highest).map(lambda n: n * cols_multiple_of)
     if fam.edge_cols_only:
         cols_strategy = st.sampled_from(edges)
     else:

@@ -35,10 +35,10 @@ def test_planted_bug_is_caught(planted, tmp_path: Path) -> None:
                               f"normprops.examples.planted:{planted.func}",
                               "--families", planted.family, "--max-examples", "300")
     assert code == 1, f"{planted.func} ({planted.bug}) not caught:\n{out}"
-    (failure,) = report["failures"]
-    assert failure["family"] == planted.family
+    assert {f["family"] for f in report["failures"]} == {planted.family}
     if planted.property is not None:
-        assert failure["property"] == planted.property, failure["message"]
+        # The bug's own property is the most severe finding: the headline names it.
+        assert report["failures"][0]["property"] == planted.property, report["failures"][0]["message"]
 
 
 @pytest.mark.parametrize("impl", CORRECT, ids=lambda i: i.func)

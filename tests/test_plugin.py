@@ -37,7 +37,7 @@ def test_options_reach_the_hunt_config(pytester: pytest.Pytester) -> None:
             assert normprops_options.policy == "seed"
             assert hunt_config.policy == "seed"
             assert hunt_config.max_examples == 10_000
-            assert str(hunt_config.fixtures_dir).endswith("fx")
+            assert str(normprops_options.fixtures_dir).endswith("fx")
     """)
     # A subprocess: numpy cannot be imported twice into one process.
     result = pytester.runpytest_subprocess("--normprops-policy", "seed", "--hypothesis-profile",

@@ -27,7 +27,7 @@ import numpy as np
 
 from normprops._cuda import module
 from normprops.backends.cuda_kernels import KernelFault, validate
-from normprops.launch import ContractError
+from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 from normprops.strategies import get_dtype, to_dtype
 

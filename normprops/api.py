@@ -1,0 +1,180 @@
+"""Hunting a whole kernel: every family, fixtures saved, one report. The Python API lives here.
+
+:func:`hunt_families` is the loop the CLI, the API and scripts share: it hunts one target family by
+family, saves fixtures, and stops early (with the reason) when the target cannot be called again,
+when Ctrl-C arrives, or when a second family fails the calling contract for the same cause (one
+message, not one per family).
+
+:func:`hunt_kernel` and :func:`assert_robust` are the user-facing entry points::
+
+    import normprops
+
+    def test_my_rms_norm():
+        normprops.assert_robust(my_rms_norm, op="rmsnorm", dtype="bfloat16", framework="torch")
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from hypothesis import settings as hypothesis_settings
+
+from normprops.case import ShapeConstraints
+from normprops.errors import UsageError
+from normprops.hunt import HuntConfig, HuntResult, hunt
+from normprops.launch import Target, target_from_callable
+from normprops.ops import get_op
+from normprops.regressions import save_findings
+from normprops.report import Report, format_finding
+from normprops.strategies import families_for
+
+__all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json"]
+
+
+@dataclass
+class HuntRun:
+    """The families hunted so far, and why the loop ended early (None: it did not)."""
+
+    results: list[HuntResult] = field(default_factory=list)
+    stopped: str | None = None
+    interrupted: bool = False
+
+
+def _cause(reason: str) -> str:
+    """A contract failure's cause, without the input shape it happened on."""
+    return reason.rsplit(" (input shape", 1)[0]
+
+
+def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig,
+                  fixtures_dir: Path | None = None, save: Callable[[str], bool] = lambda f: True,
+                  on_result: Callable[[HuntResult, str | None], None] | None = None) -> HuntRun:
+    """Hunt ``target`` on each of ``families`` in turn; fixtures under ``fixtures_dir`` for the
+    families ``save`` accepts. ``on_result(result, note)`` sees each family as it finishes (note:
+    a one-line remark, e.g. that its contract failure repeats an earlier one)."""
+    run = HuntRun()
+    contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
+    for family in families:
+        result = hunt(target, family=family, config=config)
+        repeat = None
+        contract = next((f for f in result.findings if f.property == "contract"), None)
+        if contract is not None:
+            cause = _cause(contract.verdict.reason)
+            repeat = contract_causes.get(cause)
+            contract_causes.setdefault(cause, family)
+        if fixtures_dir is not None and save(family) and result.findings and repeat is None:
+            result = save_findings(result, target=target, directory=fixtures_dir)
+        run.results.append(result)
+        note = None
+        if repeat is not None:
+            note = f"the same contract failure as in {repeat}"
+            run.stopped = (f"{repeat} and {family} failed the calling contract the same way "
+                           f"({_cause(contract.verdict.reason)}); the remaining families were not "
+                           f"hunted: fix that first")
+        elif result.fatal:
+            run.stopped = "the target cannot be called again in this process"
+        elif result.interrupted:
+            run.stopped = "interrupted"
+            run.interrupted = True
+        if on_result is not None:
+            on_result(result, note)
+        if run.stopped:
+            break
+    return run
+
+
+def target_json(target: Target) -> dict[str, Any]:
+    """What a report says about a target: where it runs and what it was hunted under."""
+    return {
+        "label": target.label, "name": target.name, "op": target.op, "backend": target.backend,
+        "framework": target.adapter.framework, "device": target.adapter.device,
+        "dtype": target.dtype, "constraints": target.constraints.to_json(),
+        "ignore": sorted(target.ignore), "ftz": target.error_model.ftz,
+        "threads": target.error_model.threads,
+    }
+
+
+def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
+    allowed = families_for(op)
+    if families is None:
+        return allowed
+    chosen = tuple(f.strip() for f in families.split(",")) if isinstance(families, str) else tuple(families)
+    unknown = [f for f in chosen if f not in allowed]
+    if unknown or not chosen:
+        raise UsageError(f"families: {', '.join(map(repr, unknown)) or '(none)'} not a family of "
+                         f"{op}; choose from {', '.join(allowed)}")
+    return chosen
+
+
+def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
+                framework: str = "numpy", device: str | None = None,
+                families: Iterable[str] | str | None = None, ignore: Iterable[str] = (),
+                cols_multiple_of: int = 1, min_cols: int | None = None,
+                max_cols: int | None = None, max_examples: int | None = None,
+                seed: int | None = None, fixtures_dir: str | Path | None = None,
+                ftz: bool = False, threads: int | None = None,
+                call_timeout: float | None = None) -> Report:
+    """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
+
+    ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
+    rmsnorm ``fn(x, gamma, eps)``) on ``framework``'s arrays of ``dtype`` on ``device`` (torch:
+    ``"cuda"`` when available, else ``"cpu"``), and returns the same kind of array.
+
+    - ``ignore``: properties ``fn`` does not promise (e.g. ``"batch_invariance"``): not judged.
+    - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
+    - ``max_examples``: per family and property; default the active Hypothesis profile's (100
+      unless a profile, such as the pytest plugin's ``deep``, says otherwise).
+    - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved).
+    - ``ftz``: ``fn`` flushes subnormals to zero; the tolerance allows for it.
+    - ``threads``: threads that cooperate on a row in ``fn``'s reduction (default 32).
+
+    Returns a :class:`~normprops.report.Report`: ``.passed``, and ``.failures`` with one entry
+    per (family, property) that failed. Raises :class:`~normprops.errors.UsageError` (a
+    ``ValueError``) naming a bad argument."""
+    try:
+        get_op(op)
+        constraints = ShapeConstraints(cols_multiple_of=cols_multiple_of,
+                                       min_cols=1 if min_cols is None else min_cols,
+                                       max_cols=max_cols)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    target = target_from_callable(fn, op=op, dtype=dtype, framework=framework, device=device,
+                                  ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
+                                  timeout_s=call_timeout)
+    chosen = _families(op, families)
+    current = hypothesis_settings()
+    try:
+        config = HuntConfig(max_examples=current.max_examples if max_examples is None else max_examples,
+                            seed=seed, derandomize=current.derandomize, parent=current)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    run = hunt_families(target, families=chosen, config=config,
+                        fixtures_dir=None if fixtures_dir is None else Path(fixtures_dir))
+    report = Report("hunt", settings={"op": op, "max_examples": config.max_examples, "seed": seed,
+                                      "families": list(chosen)},
+                    targets=[target_json(target)], results=[(r, None) for r in run.results])
+    if run.interrupted:  # Ctrl-C is the user's, not ours to swallow
+        raise KeyboardInterrupt
+    if run.stopped:
+        report.notes.append(f"stopped: {run.stopped}")
+    return report
+
+
+def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
+    """:func:`hunt_kernel`, raising ``AssertionError`` when anything fails. The message holds each
+    verdict, its minimal input and its fixture; the traceback stops at the caller (pytest hides
+    this frame). Meant for a user's own tests."""
+    __tracebackhide__ = True
+    report = hunt_kernel(fn, **kwargs)
+    if report.passed:
+        return report
+    target = report.targets[0]
+    lines = [f"normprops: {target['label']} ({target['framework']} {target['dtype']}) failed "
+             f"{len(report.failures)} propert{'y' if len(report.failures) == 1 else 'ies'}:"]
+    lines += [format_finding(f, indent="  ") for f in report.failures]
+    lines += report.notes
+    if any(f.fixture for f in report.failures):
+        lines.append(f"replay: normprops replay --op {target['op']} --impl MODULE:FUNC "
+                     f"--fixtures-dir {kwargs.get('fixtures_dir')}")
+    raise AssertionError("\n".join(lines))

@@ -1,0 +1,102 @@
+"""One example: a batch of rows and the op's parameters, exactly as a kernel receives them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from normprops.ops import get_op
+
+__all__ = ["Case", "ShapeConstraints"]
+
+
+@dataclass(frozen=True, eq=False)
+class Case:
+    """A batch of rows plus gamma, beta and eps where the op has them.
+
+    ``x``, ``gamma`` and ``beta`` are float32 arrays whose values are exactly representable in
+    ``dtype`` (the storage type the kernel reads and writes; see :mod:`normprops.dtypes`).
+    """
+
+    op: str
+    family: str
+    x: np.ndarray  # float32, (rows, cols), C-contiguous
+    gamma: np.ndarray | None = None  # float32, (cols,)
+    beta: np.ndarray | None = None  # float32, (cols,)
+    eps: float | None = None  # the exact value of a float32
+    params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
+    dtype: str = "float32"
+
+    @property
+    def rows(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def cols(self) -> int:
+        return int(self.x.shape[1])
+
+    def args(self) -> tuple[Any, ...]:
+        """The positional arguments of the op's user signature."""
+        op = get_op(self.op)
+        return tuple({"x": self.x, "gamma": self.gamma, "beta": self.beta, "eps": self.eps}[p]
+                     for p in op.params)
+
+    def replace(self, **changes: Any) -> Case:
+        fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
+                  "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype}
+        fields.update(changes)
+        return Case(**fields)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        eps = "" if self.eps is None else f", eps={self.eps!r}"
+        return f"Case({self.op}, {self.family}, shape={self.x.shape}{eps}; {shown})"
+
+
+@dataclass(frozen=True)
+class ShapeConstraints:
+    """The row widths a kernel accepts: every drawn width is a multiple of ``cols_multiple_of``
+    between ``min_cols`` and ``max_cols`` (None: the hunt's own limit)."""
+
+    cols_multiple_of: int = 1
+    min_cols: int = 1
+    max_cols: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("cols_multiple_of", "min_cols"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1 but was {value!r}")
+        if self.max_cols is not None:
+            if not isinstance(self.max_cols, int) or isinstance(self.max_cols, bool):
+                raise ValueError(f"max_cols must be an integer but was {self.max_cols!r}")
+            lowest = -(-self.min_cols // self.cols_multiple_of) * self.cols_multiple_of
+            if self.max_cols < lowest:
+                raise ValueError(
+                    f"max_cols must be at least {lowest} (the smallest multiple of "
+                    f"cols_multiple_of={self.cols_multiple_of} from min_cols={self.min_cols}) but was "
+                    f"{self.max_cols}")
+
+    @property
+    def unconstrained(self) -> bool:
+        return self.cols_multiple_of == 1 and self.min_cols == 1 and self.max_cols is None
+
+    def allows(self, cols: int) -> bool:
+        return (cols % self.cols_multiple_of == 0 and cols >= self.min_cols
+                and (self.max_cols is None or cols <= self.max_cols))
+
+    def describe(self) -> str:
+        parts = []
+        if self.cols_multiple_of > 1:
+            parts.append(f"cols a multiple of {self.cols_multiple_of}")
+        if self.min_cols > 1:
+            parts.append(f"cols >= {self.min_cols}")
+        if self.max_cols is not None:
+            parts.append(f"cols <= {self.max_cols}")
+        return ", ".join(parts) or "any width"
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"cols_multiple_of": self.cols_multiple_of, "min_cols": self.min_cols,
+                "max_cols": self.max_cols}

@@ -1,0 +1,103 @@
+"""Storage types: the formats kernels read and write (their arithmetic is float32 throughout).
+
+Every stage below the strategies shares this table: the strategies draw values exact in a type, the
+oracle adds the type's output rounding to the tolerance, the framework adapters convert exactly, and
+fixtures record the type. Rounding into bfloat16 and float16 is ``ml_dtypes``' (round to nearest,
+ties to even), the same package JAX uses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import ml_dtypes
+import numpy as np
+
+__all__ = ["StorageType", "DTYPES", "get_dtype", "to_dtype", "numpy_dtype", "to_numpy_storage",
+           "from_numpy_storage"]
+
+F32 = np.float32
+
+
+@dataclass(frozen=True)
+class StorageType:
+    """A storage type kernels may read and write."""
+
+    name: str
+    bits: int  # significand bits, the implicit one included
+    max: float  # largest finite value
+    tiny: float  # smallest positive subnormal
+    min_normal: float
+    itemsize: int  # bytes per value in memory
+    large_weight: float  # scale of the "large" gamma / beta kinds: outputs stay in range
+
+    @property
+    def u(self) -> float:
+        """Unit roundoff of round-to-nearest into this type."""
+        return 2.0 ** -self.bits
+
+
+DTYPES: dict[str, StorageType] = {
+    t.name: t
+    for t in (
+        StorageType("float32", 24, float(np.finfo(F32).max), 2.0**-149, 2.0**-126, 4, 1e4),
+        StorageType("bfloat16", 8, float(ml_dtypes.finfo(ml_dtypes.bfloat16).max), 2.0**-133,
+                    2.0**-126, 2, 1e4),
+        StorageType("float16", 11, 65504.0, 2.0**-24, 2.0**-14, 2, 10.0),
+    )
+}
+
+_NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
+          "float16": np.dtype(np.float16)}
+
+
+def get_dtype(name: str) -> StorageType:
+    try:
+        return DTYPES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} but was {name!r}") from None
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of a storage type (``ml_dtypes.bfloat16`` for bfloat16)."""
+    get_dtype(name)
+    return _NUMPY[name]
+
+
+def to_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
+    """float32 values rounded (to nearest, ties to even) to ``dtype``, returned as float32. Finite
+    values beyond the type's range saturate to its largest finite value; NaN and infinities stay."""
+    kind = get_dtype(dtype)
+    a = np.ascontiguousarray(a, dtype=F32)
+    if dtype == "float32":
+        return a.copy()
+    with np.errstate(all="ignore"):
+        out = a.astype(_NUMPY[dtype]).astype(F32)
+        # A finite value that rounds past the largest one saturates (a kernel's inputs are finite
+        # numbers of the type, never an infinity made up by the conversion).
+        over = np.isfinite(a) & ~np.isfinite(out)
+        out = np.where(over, np.copysign(F32(kind.max), a), out)
+    return np.ascontiguousarray(out, dtype=F32)
+
+
+def to_numpy_storage(a: np.ndarray, dtype: str, *, name: str = "array") -> np.ndarray:
+    """float32 values exact in ``dtype`` -> a numpy array of that type (exact; never rounds).
+
+    Raises ValueError naming ``name`` and the first value that is not exactly representable."""
+    a = np.ascontiguousarray(a, dtype=F32)
+    if dtype == "float32":
+        return a.copy()
+    with np.errstate(all="ignore"):
+        out = a.astype(numpy_dtype(dtype))
+        back = out.astype(F32)
+    bad = ~((back == a) | (np.isnan(a) & np.isnan(back)))
+    if bad.any():
+        i = np.unravel_index(int(np.argmax(bad)), a.shape)
+        raise ValueError(f"{name}[{', '.join(map(str, i))}] = {a[i]!r} is not exactly representable "
+                         f"in {dtype}; round it first (normprops.dtypes.to_dtype)")
+    return out
+
+
+def from_numpy_storage(a: np.ndarray) -> np.ndarray:
+    """A numpy float32, bfloat16 or float16 array -> float32 (exact: every value widens)."""
+    return np.ascontiguousarray(np.asarray(a).astype(F32))

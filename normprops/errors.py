@@ -1,0 +1,38 @@
+"""The exceptions every stage shares: what went wrong, and whose fault it is.
+
+- :class:`ContractError`: the kernel broke its calling contract (a finding, reported as
+  ``contract``).
+- :class:`FatalTargetError`: the kernel cannot be called again in this process (a GPU fault, a call
+  that never returned): the hunt stops at the case that caused it.
+- :class:`UsageError`: the user asked for something impossible (a bad path, flag or value): one line,
+  exit status 2.
+- :class:`FixtureError`: a fixture file cannot be read (damaged, truncated, not a fixture).
+"""
+
+from __future__ import annotations
+
+__all__ = ["ContractError", "FatalTargetError", "UsageError", "ImplError", "FixtureError"]
+
+
+class ContractError(Exception):
+    """The target broke the calling contract (wrong output type, shape, dtype, device; mutated
+    input)."""
+
+
+class FatalTargetError(RuntimeError):
+    """The target cannot be called again in this process (a GPU fault poisons the CUDA context; a
+    call did not return in time): the hunt stops at the case that caused it and reports it."""
+
+
+class UsageError(ValueError):
+    """A problem with what the user asked for (command line or API arguments); a usage error, not a
+    finding."""
+
+
+class ImplError(UsageError):
+    """A kernel named on the command line could not be resolved or built (``MODULE:FUNC``, a CUDA
+    file that does not compile)."""
+
+
+class FixtureError(ValueError):
+    """A fixture file that cannot be read: the message names the file and what is wrong."""

@@ -1,0 +1,219 @@
+"""How a kernel receives and returns arrays: numpy, torch, JAX or CuPy, in a storage type, on a device.
+
+The hunt's cases hold float32 values that are exact in the storage type. An :class:`Adapter` turns
+each input into the framework's own array of that type on the chosen device, and turns what the
+kernel returns back into float32 numpy, checking on the way that it is the framework's array type,
+of the storage type, of the input's shape and on the input's device. Every conversion is exact:
+values move as they are (or widen, on the way back), never through float64 and never rounded.
+
+A framework is imported only when an adapter for it is asked for.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from normprops.dtypes import from_numpy_storage, get_dtype, numpy_dtype, to_numpy_storage
+from normprops.errors import ContractError, UsageError
+
+__all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status"]
+
+FRAMEWORKS = ("numpy", "torch", "jax", "cupy")
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """Inputs into a framework's arrays and outputs back, for one storage type and device."""
+
+    framework: str
+    dtype: str
+    device: str  # where the arrays live, as the framework names it ("cpu", "cuda:0", ...)
+    on_gpu: bool
+    to_native: Callable[[np.ndarray, str], Any]  # (float32 values exact in dtype, argument name)
+    # (returned object, the shape it must have, what it is called) -> float32 numpy, or ContractError
+    from_native: Callable[[Any, tuple[int, ...], str], np.ndarray]
+
+    @property
+    def description(self) -> str:
+        return f"{self.framework} {self.dtype} on {self.device}"
+
+
+def _describe(obj: Any) -> str:
+    kind = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    parts = [kind]
+    for attr in ("dtype", "shape", "device"):
+        value = getattr(obj, attr, None)
+        if value is not None and not callable(value):
+            parts.append(f"{attr} {value}")
+    return ", ".join(parts)
+
+
+def _mismatch(obj: Any, what: str, expected: str) -> ContractError:
+    return ContractError(f"{what} is {_describe(obj)}; expected {expected}")
+
+
+# --- numpy -------------------------------------------------------------------------------------
+
+
+def _numpy_adapter(dtype: str, device: str | None) -> Adapter:
+    if device not in (None, "cpu"):
+        raise UsageError(f"device must be 'cpu' (or left out) for framework numpy but was {device!r}")
+    want = numpy_dtype(dtype)
+
+    def to_native(a: np.ndarray, name: str) -> np.ndarray:
+        return to_numpy_storage(a, dtype, name=name)
+
+    def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        expected = f"a numpy {want.name} array of shape {shape}"
+        if not isinstance(obj, np.ndarray) or obj.dtype != want or obj.shape != shape:
+            raise _mismatch(obj, what, expected)
+        return from_numpy_storage(obj)
+
+    return Adapter("numpy", dtype, "cpu", False, to_native, from_native)
+
+
+# --- torch -------------------------------------------------------------------------------------
+
+
+def _torch_adapter(dtype: str, device: str | None) -> Adapter:
+    torch = _import("torch")
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise UsageError(f"device {device!r} is not a torch device ({exc}); try 'cuda' or 'cpu'") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"device {device!r}: torch {torch.__version__} sees no CUDA device; "
+                             f"use --device cpu")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        if dev.index >= torch.cuda.device_count():
+            raise UsageError(f"device {device!r}: torch sees {torch.cuda.device_count()} CUDA devices")
+    want = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+
+    def to_native(a: np.ndarray, name: str) -> Any:
+        host = to_numpy_storage(a, dtype, name=name)
+        if dtype == "bfloat16":  # numpy cannot hand ml_dtypes' bfloat16 to torch: move the bits
+            t = torch.from_numpy(host.view(np.int16)).view(torch.bfloat16)
+        else:
+            t = torch.from_numpy(host)
+        return t.to(dev)
+
+    def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        expected = f"a torch.Tensor of dtype {want} and shape {shape} on {dev}"
+        if (not isinstance(obj, torch.Tensor) or obj.dtype != want or tuple(obj.shape) != shape
+                or obj.device != dev):
+            raise _mismatch(obj, what, expected)
+        host = obj.detach().contiguous().cpu()
+        if dtype == "bfloat16":
+            return from_numpy_storage(host.view(torch.int16).numpy().view(numpy_dtype("bfloat16")))
+        return from_numpy_storage(host.numpy())
+
+    return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native)
+
+
+# --- JAX ---------------------------------------------------------------------------------------
+
+
+def _jax_adapter(dtype: str, device: str | None) -> Adapter:
+    jax = _import("jax")
+    try:
+        dev = jax.devices()[0] if device is None else jax.devices(_jax_platform(device))[0]
+    except RuntimeError as exc:
+        raise UsageError(f"device {device!r}: JAX has no such device ({exc}); try 'cpu' or 'gpu'") from None
+    want = numpy_dtype(dtype)  # JAX's bfloat16 is ml_dtypes'
+
+    def to_native(a: np.ndarray, name: str) -> Any:
+        return jax.device_put(to_numpy_storage(a, dtype, name=name), dev)
+
+    def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        expected = f"a jax.Array of dtype {want.name} and shape {shape} on {dev}"
+        if (not isinstance(obj, jax.Array) or np.dtype(obj.dtype) != want or tuple(obj.shape) != shape
+                or obj.devices() != {dev}):
+            raise _mismatch(obj, what, expected)
+        return from_numpy_storage(np.asarray(obj))
+
+    return Adapter("jax", dtype, str(dev), dev.platform == "gpu", to_native, from_native)
+
+
+def _jax_platform(device: str) -> str:
+    name = device.split(":")[0]
+    return "gpu" if name == "cuda" else name
+
+
+# --- CuPy --------------------------------------------------------------------------------------
+
+
+def _cupy_adapter(dtype: str, device: str | None) -> Adapter:
+    cupy = _import("cupy")
+    index = 0
+    if device is not None:
+        text = device.removeprefix("cuda:").removeprefix("cuda")
+        if not (text == "" or text.isdigit()):
+            raise UsageError(f"device must be 'cuda' or 'cuda:N' for framework cupy but was {device!r}")
+        index = int(text or 0)
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as exc:  # no driver, no device
+        raise UsageError(f"framework cupy needs a CUDA GPU: {type(exc).__name__}: {exc}") from None
+    if index >= count:
+        raise UsageError(f"device {device!r}: CuPy sees {count} CUDA devices")
+    if dtype == "bfloat16" and not hasattr(cupy, "bfloat16"):
+        raise UsageError(f"CuPy {cupy.__version__} has no bfloat16 dtype; hunt a bfloat16 kernel "
+                         f"through --framework torch or jax")
+    want = np.dtype(getattr(cupy, "bfloat16", None) if dtype == "bfloat16" else numpy_dtype(dtype))
+
+    def to_native(a: np.ndarray, name: str) -> Any:
+        with cupy.cuda.Device(index):
+            return cupy.asarray(to_numpy_storage(a, dtype, name=name))
+
+    def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        expected = f"a cupy.ndarray of dtype {want.name} and shape {shape} on cuda:{index}"
+        if (not isinstance(obj, cupy.ndarray) or obj.dtype != want or obj.shape != shape
+                or obj.device.id != index):
+            raise _mismatch(obj, what, expected)
+        return from_numpy_storage(cupy.asnumpy(obj))
+
+    return Adapter("cupy", dtype, f"cuda:{index}", True, to_native, from_native)
+
+
+def _import(name: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(name)
+    except Exception as exc:  # ImportError, or a build that fails to load its native libraries
+        raise UsageError(f"framework {name} is not importable here ({type(exc).__name__}: {exc}); "
+                         f"install it or choose another --framework") from None
+
+
+_ADAPTERS = {"numpy": _numpy_adapter, "torch": _torch_adapter, "jax": _jax_adapter,
+             "cupy": _cupy_adapter}
+
+
+def get_adapter(framework: str, *, dtype: str = "float32", device: str | None = None) -> Adapter:
+    """The adapter for ``framework`` (one of :data:`FRAMEWORKS`) and storage type ``dtype``.
+
+    Raises :class:`~normprops.errors.UsageError` naming what is wrong: an unknown framework, one
+    that is not importable, a device it does not have, a dtype it cannot hold."""
+    if framework not in _ADAPTERS:
+        raise UsageError(f"framework must be one of {', '.join(FRAMEWORKS)} but was {framework!r}")
+    try:
+        get_dtype(dtype)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return _ADAPTERS[framework](dtype, device)
+
+
+def framework_status(framework: str) -> tuple[bool, str]:
+    """Whether ``framework`` can be used here, and its version or why not (never raises)."""
+    try:
+        module = _import(framework)
+    except UsageError as exc:
+        return False, str(exc)
+    return True, f"{framework} {getattr(module, '__version__', '?')}"

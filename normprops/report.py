@@ -1,0 +1,290 @@
+"""Everything people read: case descriptions, findings, the robustness matrix, and the JSON report.
+
+The CLI, the Python API and the pytest plugin all format through here, so a verdict reads the same
+wherever it shows up. The JSON report (:class:`Report`) is written atomically, on every exit path,
+with an ``error`` field when the run did not finish; :func:`load_report` reads one back, checking
+what it reads (for ``normprops report merge``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from normprops.case import Case
+from normprops.hunt import Finding, HuntResult
+from normprops.judge import Verdict
+from normprops.ops import PROPERTIES
+
+__all__ = ["REPORT_FORMAT", "Cell", "Report", "describe_case", "format_finding", "render_matrix",
+           "matrix_legend", "cell_text", "load_report", "ReportError", "SHORT"]
+
+REPORT_FORMAT = "normprops-report/1"
+
+#: Short names of the properties for matrix cells (the legend spells them out).
+SHORT = {"contract": "contract", "finite": "finite", "nan_propagation": "nan",
+         "masked_rows": "masked", "range_safety": "range", "accuracy": "acc", "sum_to_one": "sum",
+         "bounds": "bounds", "argmax": "argmax", "determinism": "det", "batch_invariance": "batch",
+         "shift_invariance": "shift", "scale_invariance": "scale"}
+
+
+class ReportError(ValueError):
+    """A JSON report that cannot be read: the message names the file and what is wrong."""
+
+
+def _value(v: float) -> str:
+    return np.format_float_positional(np.float32(v), unique=True, trim="-") if abs(v) >= 1e-4 or v == 0 \
+        else repr(float(np.float32(v)))
+
+
+def describe_case(case: Case, verdict: Verdict | None = None) -> str:
+    """A few lines a person can read: shape, parameters, and the failing row's input.
+
+    When the verdict's output came from another input than the case (a stress batch, a reordered
+    batch), that input is named first; its failing row is a copy of one of the case's rows."""
+    eps = "" if case.eps is None else f", eps={_value(case.eps)}"
+    lines = [f"input: {case.rows} x {case.cols} {case.dtype}{eps}; drawn with "
+             + ", ".join(f"{k}={v!r}" for k, v in case.params.items())]
+    row = None if verdict is None else verdict.row
+    col = None if verdict is None else verdict.col
+    if verdict is not None and verdict.batch:
+        lines.append(f"failing output: {verdict.batch}")
+    if row is not None and not 0 <= row < case.rows:
+        lines.append(f"(row {row} is outside the case's {case.rows} rows)")
+        row = None
+    if col is not None and not 0 <= col < case.cols:
+        col = None
+    r = 0 if row is None else row
+    values = case.x[r]
+    if case.cols <= 12:
+        lines.append(f"x[{r}] = [{', '.join(repr(float(v)) for v in values)}]")
+    else:
+        finite = values[np.isfinite(values)].astype(np.float64)
+        stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
+                 f"std {finite.std():.6g}" if finite.size else "no finite values")
+        lines.append(f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite")
+        if col is not None:
+            lines.append(f"x[{r}, {col}] = {float(values[col])!r}")
+    for name in ("gamma", "beta"):
+        arr = getattr(case, name)
+        if arr is not None and col is not None:
+            lines.append(f"{name}[{col}] = {float(arr[col])!r}")
+    return "\n".join(lines)
+
+
+def format_finding(finding: Finding, *, indent: str = "    ") -> str:
+    """The verdict, the minimal input, the worst seen and the fixture, indented."""
+    lines = [finding.message]
+    lines += ["  " + line for line in describe_case(finding.minimal, finding.verdict).splitlines()]
+    if finding.worst is not finding.minimal:
+        lines.append(f"  worst seen: {finding.worst_verdict.message()}")
+    if finding.flaky:
+        lines.append("  (flaky: the failure did not reproduce on replay; nondeterminism?)")
+    if finding.fixture is not None:
+        lines.append(f"  fixture: {finding.fixture}")
+    return "\n".join(indent + line for line in lines)
+
+
+def cell_text(result: HuntResult | None, *, expected: str | None = None) -> str:
+    """A matrix cell. ``expected`` is the registry's word for the family: "claim", "bug" (the
+    kernel's known bug lives here), "unclaimed", or None for a kernel that declares nothing."""
+    if result is None:
+        return "-"
+    props = "+".join(SHORT.get(p, p) for p in result.properties)
+    if result.interrupted and result.passed:
+        return "stopped"
+    if expected == "bug":
+        return "caught" if not result.passed else "MISSED"
+    if expected == "claim":
+        return "pass" if result.passed else f"FAIL:{props}"
+    if expected == "unclaimed":
+        return "(pass)" if result.passed else f"(fail:{props})"
+    return "pass" if result.passed else props
+
+
+@dataclass(frozen=True)
+class Cell:
+    group: str  # one table per group: "softmax (numpy)", "rmsnorm"
+    kernel: str
+    family: str
+    text: str
+
+
+def render_matrix(cells: Iterable[Cell], *, sort: bool = False) -> str:
+    """kernel x family, one table per group; kernels and families in first-seen order, or sorted
+    by name (``sort``: cells gathered from parallel workers come in no particular order)."""
+    out: list[str] = []
+    cells = list(cells)
+    order = sorted if sort else list
+    for group in order(dict.fromkeys(c.group for c in cells)):
+        mine = [c for c in cells if c.group == group]
+        families = order(dict.fromkeys(c.family for c in mine))
+        kernels = order(dict.fromkeys(c.kernel for c in mine))
+        grid = {(c.kernel, c.family): c.text for c in mine}
+        width = {f: max(len(f), *(len(grid.get((k, f), "-")) for k in kernels)) for f in families}
+        name_w = max(len(k) for k in kernels)
+        out.append(group)
+        out.append("  " + " " * name_w + "  " + "  ".join(f"{f:>{width[f]}s}" for f in families))
+        for k in kernels:
+            out.append("  " + f"{k:{name_w}s}" + "  "
+                       + "  ".join(f"{grid.get((k, f), '-'):>{width[f]}s}" for f in families))
+    return "\n".join(out)
+
+
+def matrix_legend(cells: Iterable[Cell]) -> str:
+    """What the cells of this matrix mean, and the short property names used in it."""
+    texts = {c.text for c in cells}
+    words = {w.strip("()").split(":", 1)[0] for w in texts}
+    parts = []
+    if "pass" in words:
+        parts.append("pass: hunted, nothing found")
+    if "caught" in words or "MISSED" in words:
+        parts.append("caught / MISSED: the kernel's known bug found / not found")
+    if "FAIL" in words:
+        parts.append("FAIL:p: a family the kernel claims failed property p")
+    if any(t.startswith("(") for t in texts):
+        parts.append("(pass) / (fail:p): a family the kernel does not claim")
+    if "-" in texts:
+        parts.append("-: not hunted")
+    if "stopped" in texts:
+        parts.append("stopped: interrupted before anything was found")
+    known = {"pass", "caught", "MISSED", "FAIL", "-", "stopped"}
+    if any(not t.startswith("(") and t.split(":", 1)[0] not in known for t in texts):
+        parts.append("a+b: the properties that failed")
+    used = {p for t in texts for p in t.strip("()").split(":", 1)[-1].split("+")}
+    short = [f"{s} {name}" for name, s in SHORT.items() if s in used and s != name]
+    if short:
+        parts.append("properties: " + ", ".join(short))
+    return "legend: " + "; ".join(parts)
+
+
+def _finite_or_text(v: float) -> float | str:
+    return v if math.isfinite(v) else repr(float(v))
+
+
+def result_json(result: HuntResult, *, expected: str | None = None) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "target": result.label,
+        "family": result.family,
+        "passed": result.passed,
+        "properties": list(result.properties),
+        "examples": result.examples,
+        "elapsed_s": round(result.elapsed_s, 4),
+        "max_ratio": _finite_or_text(result.max_ratio),
+        "warnings": result.warnings,
+    }
+    if result.first_warning:
+        doc["first_warning"] = result.first_warning
+    if result.interrupted:
+        doc["interrupted"] = True
+    if result.fatal:
+        doc["fatal"] = True
+    if expected is not None:
+        doc["expected"] = expected
+    return doc
+
+
+def failure_json(finding: Finding, *, expected: str | None = None) -> dict[str, Any]:
+    doc = finding.verdict.to_json()
+    doc["target"] = finding.label
+    doc["fixture"] = None if finding.fixture is None else str(finding.fixture)
+    doc["minimal_shape"] = list(finding.minimal.x.shape)
+    doc["input"] = describe_case(finding.minimal, finding.verdict)
+    doc["flaky"] = finding.flaky
+    doc["worst"] = finding.worst_verdict.to_json()
+    if expected is not None:
+        doc["expected"] = expected
+    return doc
+
+
+@dataclass
+class Report:
+    """What a run found: its results per (target, family), and how the run ended.
+
+    ``passed`` is True when nothing failed; ``failures`` has one :class:`~normprops.hunt.Finding`
+    per (target, family, property) that failed, each with ``family``, ``property``, ``message``
+    and ``fixture``."""
+
+    command: str
+    settings: dict[str, Any] = field(default_factory=dict)
+    targets: list[dict[str, Any]] = field(default_factory=list)
+    results: list[tuple[HuntResult, str | None]] = field(default_factory=list)  # with expectation
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why the run did not finish
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and not self.failures
+
+    @property
+    def failures(self) -> list[Finding]:
+        return [f for result, _ in self.results for f in result.findings]
+
+    def to_json(self) -> dict[str, Any]:
+        from normprops import __version__
+
+        return {
+            "format": REPORT_FORMAT,
+            "normprops": __version__,
+            "command": self.command,
+            **self.settings,
+            "targets": self.targets,
+            "complete": self.error is None,
+            "error": self.error,
+            "notes": self.notes,
+            "results": [result_json(r, expected=e) for r, e in self.results],
+            "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings],
+            **self.extra,
+        }
+
+    def write(self, path: Path | None) -> None:
+        """Write the JSON report to ``path`` atomically (a temporary file, then a rename)."""
+        if path is None:
+            return
+        write_json_atomically(Path(path), self.to_json())
+
+
+def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A JSON report written by :meth:`Report.write`, its shape checked: ReportError otherwise."""
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ReportError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    except ValueError as exc:
+        raise ReportError(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise ReportError(f"{path}: not a normprops report (format {found!r}, expected "
+                          f"{REPORT_FORMAT!r})")
+    for key in ("results", "failures"):
+        if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
+            raise ReportError(f"{path}: '{key}' is missing or not a list of objects")
+    for i, r in enumerate(doc["results"]):
+        for key, kind in (("target", str), ("family", str), ("passed", bool), ("properties", list)):
+            if not isinstance(r.get(key), kind):
+                raise ReportError(f"{path}: results[{i}].{key} is missing or not a {kind.__name__}")
+        if not all(isinstance(p, str) and p in PROPERTIES for p in r["properties"]):
+            raise ReportError(f"{path}: results[{i}].properties names an unknown property")
+    return doc

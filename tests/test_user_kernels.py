@@ -1,0 +1,394 @@
+"""Hunting a user's own kernel: storage types, frameworks, width limits, per-property hunting and the
+Python API (``normprops.hunt_kernel`` / ``assert_robust``)."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import normprops
+from normprops.cli import main
+from normprops.errors import UsageError
+
+BF16 = ml_dtypes.bfloat16
+
+
+# --- user kernels ------------------------------------------------------------------------------
+
+
+def rms_norm_16bit(x, gamma, eps):
+    """Correct for any storage type: float32 inside, one rounding at the end (like prod.cu)."""
+    x32 = x.astype(np.float32)
+    scale = np.float32(2.0) ** -np.floor(np.log2(np.maximum(np.abs(x32).max(axis=1, keepdims=True),
+                                                             np.float32(2.0**-126))))
+    xs = x32 * scale  # exact: a power of two, the row's largest element near 1
+    ms = np.mean(xs.astype(np.float64) ** 2, axis=1, keepdims=True)
+    out = xs / np.sqrt(ms + np.float64(eps) * scale.astype(np.float64) ** 2) * gamma.astype(np.float64)
+    return out.astype(x.dtype)
+
+
+def rms_norm_bf16_accumulate(x, gamma, eps):
+    """Buggy: the sum of squares is kept in bfloat16 (8 significant bits)."""
+    acc = np.zeros((x.shape[0], 1), dtype=BF16)
+    for c in range(x.shape[1]):
+        acc = (acc.astype(np.float32) + x[:, c:c + 1].astype(np.float32) ** 2).astype(BF16)
+    ms = acc.astype(np.float32) / np.float32(x.shape[1])
+    return (x.astype(np.float32) / np.sqrt(ms + np.float32(eps)) * gamma.astype(np.float32)).astype(x.dtype)
+
+
+def softmax_vec4(x):
+    """A vectorized softmax that only takes widths in multiples of 4 (16-byte float32 vectors)."""
+    assert x.shape[1] % 4 == 0, "cols must be a multiple of 4"
+    z = x.astype(np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def softmax_vec4_tail_bug(x):
+    """Like softmax_vec4, but a width that is not a multiple of 32 drops its last vector from the
+    sum (a tail the unrolled loop forgot)."""
+    assert x.shape[1] % 4 == 0, "cols must be a multiple of 4"
+    z = x.astype(np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    kept = x.shape[1] if x.shape[1] % 32 == 0 else x.shape[1] - 4
+    return (e / e[:, :kept].sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+def layer_norm_batch_dependent_and_inaccurate(x, gamma, beta, eps):
+    """Two bugs: the mean is taken in float16 (inaccurate on large means), and the last bit depends
+    on the batch size (not batch invariant)."""
+    x64 = x.astype(np.float64)
+    mean = x64.mean(axis=1, keepdims=True).astype(np.float16).astype(np.float64)
+    d = x64 - mean
+    var = np.mean(d * d, axis=1, keepdims=True)
+    out = (d / np.sqrt(var + eps) * gamma + beta).astype(np.float32)
+    return np.nextafter(out, np.float32(np.inf)) if x.shape[0] == 1 else out
+
+
+# --- storage types -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_user_function_receives_and_returns_its_type(dtype: str) -> None:
+    seen = []
+
+    def spy(x, gamma, eps):
+        seen.append((x.dtype, gamma.dtype, type(eps)))
+        return rms_norm_16bit(x, gamma, eps)
+
+    report = normprops.hunt_kernel(spy, op="rmsnorm", dtype=dtype, families=["ordinary", "tiny"],
+                                   max_examples=30, seed=0)
+    assert report.passed, [f.message for f in report.failures]
+    want = np.dtype(BF16) if dtype == "bfloat16" else np.dtype(np.float16)
+    assert set(seen) == {(want, want, float)}
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_16bit_correct_kernel_is_clean_everywhere(dtype: str) -> None:
+    report = normprops.hunt_kernel(rms_norm_16bit, op="rmsnorm", dtype=dtype, max_examples=40,
+                                   seed=1)
+    assert report.passed, [f.message for f in report.failures]
+
+
+def test_bfloat16_accumulation_is_caught() -> None:
+    report = normprops.hunt_kernel(rms_norm_bf16_accumulate, op="rmsnorm", dtype="bfloat16",
+                                   families=["ordinary"], max_examples=100, seed=0)
+    assert not report.passed
+    assert report.failures[0].property == "accuracy"
+    assert report.failures[0].minimal.dtype == "bfloat16"
+
+
+def test_returning_float32_from_a_bfloat16_kernel_is_a_contract_failure() -> None:
+    def widens(x, gamma, eps):
+        return rms_norm_16bit(x, gamma, eps).astype(np.float32)
+
+    report = normprops.hunt_kernel(widens, op="rmsnorm", dtype="bfloat16", families=["ordinary"],
+                                   max_examples=5, seed=0)
+    (failure,) = report.failures
+    assert failure.property == "contract"
+    assert "dtype float32" in failure.message and "bfloat16" in failure.message
+
+
+def test_cli_dtype_flag_and_fixture_records_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    report = tmp_path / "r.json"
+    code = main(["hunt", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_bf16_accumulate",
+                 "--dtype", "bfloat16", "--families", "ordinary", "--max-examples", "100",
+                 "--seed", "0", "--json", str(report)], out=io.StringIO(), err=io.StringIO())
+    assert code == 1
+    doc = json.loads(report.read_text())
+    assert doc["targets"][0]["dtype"] == "bfloat16"
+    fixture = json.loads(Path(doc["failures"][0]["fixture"]).read_text())
+    assert fixture["minimal"]["dtype"] == "bfloat16"
+    # Replay takes each fixture's own storage type: the bug is still there, the correct one passes.
+    out = io.StringIO()
+    assert main(["replay", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_bf16_accumulate"],
+                out=out, err=io.StringIO()) == 1
+    out = io.StringIO()
+    assert main(["replay", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_16bit"],
+                out=out, err=io.StringIO()) == 0, out.getvalue()
+
+
+# --- width limits ------------------------------------------------------------------------------
+
+
+def test_width_limited_kernel_is_clean_under_its_constraint() -> None:
+    widths = []
+
+    def spy(x):
+        widths.append(x.shape[1])
+        return softmax_vec4(x)
+
+    report = normprops.hunt_kernel(spy, op="softmax", cols_multiple_of=4, max_cols=4096,
+                                   max_examples=40, seed=0)
+    assert report.passed, [f.message for f in report.failures]
+    assert all(w % 4 == 0 and w <= 4096 for w in widths)
+    # Ragged hunting still happens inside the constraint: a vector past a power of two, a last
+    # vector alone.
+    assert {4, 36} & set(widths) and any(w % 32 == 4 for w in widths)
+    assert report.targets[0]["constraints"] == {"cols_multiple_of": 4, "min_cols": 1, "max_cols": 4096}
+
+
+def test_width_limited_kernel_without_its_constraint_fails_the_contract() -> None:
+    report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"],
+                                   max_examples=20, seed=0)
+    assert report.failures[0].property == "contract"
+    assert "cols must be a multiple of 4" in report.failures[0].message
+
+
+def test_tail_bug_inside_the_constraint_is_caught_in_ragged() -> None:
+    report = normprops.hunt_kernel(softmax_vec4_tail_bug, op="softmax", families=["ragged"],
+                                   cols_multiple_of=4, max_examples=100, seed=0)
+    assert not report.passed
+    finding = report.failures[0]
+    assert finding.family == "ragged" and finding.minimal.cols % 4 == 0
+    assert finding.minimal.cols % 32 != 0
+
+
+def test_cli_reports_the_constraints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out, report = io.StringIO(), tmp_path / "r.json"
+    code = main(["hunt", "--op", "softmax", "--impl", "test_user_kernels:softmax_vec4",
+                 "--cols-multiple-of", "4", "--min-cols", "8", "--max-cols", "512",
+                 "--families", "ragged", "--max-examples", "20", "--seed", "0", "--no-fixtures",
+                 "--json", str(report)], out=out, err=io.StringIO())
+    assert code == 0, out.getvalue()
+    assert "widths: cols a multiple of 4, cols >= 8, cols <= 512" in out.getvalue()
+    assert json.loads(report.read_text())["targets"][0]["constraints"]["min_cols"] == 8
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--cols-multiple-of", "8", "--min-cols", "9", "--max-cols", "15"], "--max-cols must be at least 16"),
+    (["--cols-multiple-of", "0"], "expected a positive integer but got 0"),
+    (["--ignore", "finite"], "'finite' cannot be ignored"),
+    (["--ignore", "batch"], "'batch' cannot be ignored"),
+    (["--dtype", "int8"], "invalid choice: 'int8'"),
+    (["--framework", "tensorflow"], "invalid choice: 'tensorflow'"),
+    (["--device", "cuda"], "device must be 'cpu'"),
+])
+def test_bad_kernel_flags_are_usage_errors(argv: list[str], message: str) -> None:
+    err = io.StringIO()
+    code = main(["hunt", "--op", "softmax", "--impl", "normprops.examples.correct:softmax_f64", *argv],
+                out=io.StringIO(), err=err)
+    assert code == 2 and message in err.getvalue() and len(err.getvalue().splitlines()) == 1
+
+
+def test_registry_hunt_refuses_user_only_flags() -> None:
+    err = io.StringIO()
+    assert main(["hunt", "--dtype", "bfloat16"], out=io.StringIO(), err=err) == 2
+    assert "--dtype applies to --impl" in err.getvalue()
+
+
+# --- each property hunted on its own -----------------------------------------------------------
+
+
+def test_every_failing_property_is_reported_not_just_the_first() -> None:
+    report = normprops.hunt_kernel(layer_norm_batch_dependent_and_inaccurate, op="layernorm",
+                                   families=["large_mean"], max_examples=100, seed=0)
+    props = {f.property for f in report.failures}
+    assert {"accuracy", "batch_invariance"} <= props
+    assert all(f.family == "large_mean" for f in report.failures)
+    assert len(props) == len(report.failures)  # one entry per (family, property)
+
+
+def test_ignored_property_is_neither_judged_nor_reported(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    out, report = io.StringIO(), tmp_path / "r.json"
+    code = main(["hunt", "--op", "layernorm", "--impl",
+                 "test_user_kernels:layer_norm_batch_dependent_and_inaccurate",
+                 "--families", "ordinary,large_mean", "--ignore", "batch_invariance",
+                 "--max-examples", "100", "--seed", "0", "--no-fixtures", "--json", str(report)],
+                out=out, err=io.StringIO())
+    assert code == 1
+    doc = json.loads(report.read_text())
+    found = {(f["family"], f["property"]) for f in doc["failures"]}
+    assert ("large_mean", "accuracy") in found
+    assert not any(p == "batch_invariance" for _, p in found)
+    assert doc["targets"][0]["ignore"] == ["batch_invariance"]
+    assert "not judged: batch_invariance" in out.getvalue()
+    # The matrix names the failing properties per cell, and explains itself.
+    assert "acc" in out.getvalue().split("legend:")[0].splitlines()[-1]
+    assert "acc accuracy" in out.getvalue()
+
+
+def test_json_failures_have_family_and_property(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    report = tmp_path / "r.json"
+    main(["hunt", "--op", "layernorm", "--impl",
+          "test_user_kernels:layer_norm_batch_dependent_and_inaccurate", "--families",
+          "large_mean", "--max-examples", "100", "--seed", "0", "--no-fixtures", "--json",
+          str(report)], out=io.StringIO(), err=io.StringIO())
+    doc = json.loads(report.read_text())
+    pairs = [(f["family"], f["property"]) for f in doc["failures"]]
+    assert ("large_mean", "accuracy") in pairs and ("large_mean", "batch_invariance") in pairs
+    assert len(pairs) == len(set(pairs))
+    (result,) = doc["results"]
+    assert set(result["properties"]) == {p for _, p in pairs}
+
+
+# --- the Python API ----------------------------------------------------------------------------
+
+
+def test_api_is_exported_and_import_is_cheap() -> None:
+    assert {"hunt_kernel", "assert_robust"} <= set(normprops.__all__)
+    code = ("import sys, normprops; heavy = [m for m in ('numpy', 'hypothesis', 'cupy', 'torch', "
+            "'jax', 'mpmath') if m in sys.modules]; print(heavy)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_hunt_kernel_report() -> None:
+    from normprops.examples.planted import softmax_no_shift
+
+    report = normprops.hunt_kernel(softmax_no_shift, op="softmax", families="overflow_logits",
+                                   max_examples=50, seed=0)
+    assert not report.passed
+    failure = report.failures[0]
+    assert (failure.family, failure.property) == ("overflow_logits", "finite")
+    assert "softmax[softmax_no_shift] overflow_logits finite" in failure.message
+    assert failure.fixture is None  # nothing written unless fixtures_dir is given
+
+
+def test_hunt_kernel_saves_fixtures_when_asked(tmp_path: Path) -> None:
+    from normprops.examples.planted import softmax_no_shift
+
+    report = normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["overflow_logits"],
+                                   max_examples=50, seed=0, fixtures_dir=tmp_path)
+    assert report.failures[0].fixture.is_file()
+    assert report.failures[0].fixture.parent == tmp_path / "softmax"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(op="gelu"), "op must be one of"),
+    (dict(op="softmax", dtype="float8"), "dtype must be one of"),
+    (dict(op="softmax", framework="mxnet"), "framework must be one of"),
+    (dict(op="softmax", families=["eps_scale"]), "not a family of softmax"),
+    (dict(op="softmax", ignore=["contract"]), "'contract' cannot be ignored"),
+    (dict(op="softmax", cols_multiple_of=0), "cols_multiple_of must be an integer of at least 1"),
+    (dict(op="softmax", max_examples=0), "max_examples must be at least 1"),
+])
+def test_hunt_kernel_argument_errors_name_the_argument(kwargs, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        normprops.hunt_kernel(softmax_vec4, **kwargs)
+
+
+def test_assert_robust_passes_quietly_on_a_correct_kernel() -> None:
+    from normprops.examples.correct import softmax_f64
+
+    assert normprops.assert_robust(softmax_f64, op="softmax", families=["ordinary"],
+                                   max_examples=20).passed
+
+
+def test_assert_robust_in_a_users_test_file(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mine=textwrap.dedent('''
+        import numpy as np
+        import normprops
+
+        def my_softmax(x):
+            e = np.exp(x)  # forgot the max shift
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+        def test_my_softmax(tmp_path):
+            normprops.assert_robust(my_softmax, op="softmax", families=["overflow_logits"],
+                                    max_examples=50, fixtures_dir=tmp_path)
+    '''))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hypothesis-profile", "ci")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "softmax[my_softmax] overflow_logits finite" in text
+    assert "input: " in text and "x[0] = [" in text and "fixture: " in text
+    assert "replay: normprops replay" in text
+    # The helper's own frames are hidden: the traceback ends in the user's test.
+    assert "api.py" not in text
+
+
+# --- frameworks --------------------------------------------------------------------------------
+
+
+def test_framework_is_imported_only_when_asked() -> None:
+    code = ("import sys; import normprops; from normprops.examples.correct import softmax_f64; "
+            "normprops.hunt_kernel(softmax_f64, op='softmax', families=['ordinary'], max_examples=3); "
+            "print([m for m in ('torch', 'jax', 'cupy') if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_missing_framework_is_one_clear_usage_error() -> None:
+    err = io.StringIO()
+    for name in ("torch", "jax", "cupy"):
+        try:
+            __import__(name)
+        except ImportError:
+            code = main(["hunt", "--op", "softmax", "--impl", "normprops.examples.correct:softmax_f64",
+                         "--framework", name], out=io.StringIO(), err=err)
+            assert code == 2 and f"framework {name} is not importable here" in err.getvalue()
+            return
+    pytest.skip("torch, jax and cupy are all importable here")
+
+
+def test_torch_bfloat16_kernel_on_the_cpu() -> None:
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    def rms(x, gamma, eps):
+        assert isinstance(x, torch.Tensor) and x.dtype == torch.bfloat16
+        return F.rms_norm(x.float(), (x.shape[-1],), gamma.float(), eps).to(torch.bfloat16)
+
+    report = normprops.hunt_kernel(rms, op="rmsnorm", dtype="bfloat16", framework="torch",
+                                   device="cpu", families=["ordinary", "ragged"], max_examples=30,
+                                   seed=0)
+    assert report.passed, [f.message for f in report.failures]
+    assert report.targets[0]["device"] == "cpu"
+
+
+def test_torch_wrong_dtype_is_named() -> None:
+    torch = pytest.importorskip("torch")
+
+    def softmax(x):
+        return torch.softmax(x.float(), dim=-1)  # returns float32 for bfloat16 input
+
+    report = normprops.hunt_kernel(softmax, op="softmax", dtype="bfloat16", framework="torch",
+                                   device="cpu", families=["ordinary"], max_examples=3)
+    assert report.failures[0].property == "contract"
+    assert "torch.float32" in report.failures[0].message and "torch.bfloat16" in report.failures[0].message
+
+
+def test_jax_kernel_on_the_cpu() -> None:
+    jax = pytest.importorskip("jax")
+
+    def softmax(x):
+        return jax.nn.softmax(x, axis=-1)
+
+    report = normprops.hunt_kernel(softmax, op="softmax", framework="jax", device="cpu",
+                                   families=["ordinary", "overflow_logits"], max_examples=20, seed=0)
+    assert report.passed, [f.message for f in report.failures]
