@@ -8,6 +8,7 @@ import io
 import json
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -229,3 +230,152 @@ def test_png_without_matplotlib_says_how_to_get_it(tmp_path: Path, monkeypatch: 
 def test_run_bench_checks_arguments_before_the_gpu(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         bench.run_bench([], **kwargs)
+
+
+# --- run_bench's bookkeeping on stand-in launchers (the timing itself needs a GPU) -------------
+
+class _Graph:
+    def __init__(self, launches: list) -> None:
+        self.launches = launches
+
+    def launch(self, stream=None) -> None:
+        for fn in self.launches:
+            fn()
+
+
+class _Stream:
+    """Stands for a CuPy stream: a context manager that can capture launches into a graph."""
+
+    ptr = 1
+
+    def __init__(self, non_blocking: bool = False) -> None:
+        self.capturing = False
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        return False
+
+    def synchronize(self) -> None:
+        assert not self.capturing, "a capturing stream was synchronized"
+
+    def begin_capture(self) -> None:
+        assert not self.capturing
+        self.capturing, _Stream.captured = True, []
+
+    def end_capture(self) -> _Graph:
+        assert self.capturing
+        self.capturing = False
+        return _Graph(list(_Stream.captured))
+
+
+@pytest.fixture
+def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
+    """run_bench with its GPU calls replaced: launchers are Python functions that log their calls,
+    a timed batch is the launch's own number, and a graph replays what was captured."""
+    import types
+
+    log: list[str] = []
+    fake_cupy = types.ModuleType("cupy")
+    fake_cupy.cuda = types.SimpleNamespace(Stream=_Stream)
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy)
+    ms = {"memcpy": 0.50, "layerNormFastBf16": 0.52, "F.layer_norm": 0.80, "liger.layer_norm": 0.55,
+          "quack.layernorm": 0.53}
+    current: list[str] = []
+
+    def launcher(name: str, *, fails: str = "") -> Callable[[], None]:
+        def launch() -> None:
+            if _Stream.__dict__.get("capturing_now") and fails == "capture":
+                raise RuntimeError("operation not permitted when stream is capturing")
+            if fails == "always":
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            current.append(name)
+            log.append(name)
+            if _Stream.capturing_now and fails != "outside":  # "outside": runs eagerly, uncaptured
+                _Stream.captured.append(lambda: current.append(name + " (graph)"))
+        return launch
+
+    def fake_event_ms(launch, reps, spin) -> float:
+        """A replayed launch takes 0.8 of a plain one; an uncaptured one takes no time at all."""
+        current.clear()
+        for _ in range(reps):
+            launch()
+        total = sum(0.8 * ms[n.removesuffix(" (graph)")] if n.endswith(" (graph)") else ms[n] for n in current)
+        return total / reps
+
+    def fake_launchers(case, progress=None, *, peers=()):
+        launchers = bench._Launchers({}, {}, {})
+        launchers.add("memcpy", launcher("memcpy"), op="", library="")
+        launchers.add("layerNormFastBf16", launcher("layerNormFastBf16", fails=case_fail.get("ours", "")),
+                      op="layernorm", library="normprops")
+        launchers.add("F.layer_norm", launcher("F.layer_norm"), op="layernorm", library="torch")
+        launchers.add("liger.layer_norm", launcher("liger.layer_norm", fails=case_fail.get("liger", "")),
+                      op="layernorm", library="liger")
+        launchers.add("quack.layernorm", launcher("quack.layernorm", fails=case_fail.get("quack", "")),
+                      op="layernorm", library="quack")
+        return launchers
+
+    case_fail: dict[str, str] = {}
+    real_capture = bench._capture
+
+    def capture(stream, launch, reps):
+        _Stream.capturing_now = True
+        try:
+            return real_capture(stream, launch, reps)
+        finally:
+            _Stream.capturing_now = False
+
+    _Stream.capturing_now = False
+    monkeypatch.setattr(bench, "_launchers", fake_launchers)
+    monkeypatch.setattr(bench, "_spin", lambda cycles: (lambda: None))
+    monkeypatch.setattr(bench, "_event_ms", fake_event_ms)
+    monkeypatch.setattr(bench, "_host_paced_ms", lambda launch, reps: (launch(), 0.02)[1])
+    monkeypatch.setattr(bench, "_healthy", lambda: None)
+    monkeypatch.setattr(bench, "_free_device_memory", lambda: None)
+    monkeypatch.setattr(bench, "_capture", capture)
+    return case_fail
+
+
+_DECODE = BenchCase("1x2048 bf16", "model", 1, 2048, "bfloat16", ("layernorm",), decode=True)
+
+
+def test_run_bench_drops_a_failing_peer_with_a_note(stand_in_gpu) -> None:
+    stand_in_gpu["liger"] = "always"
+    result = bench.run_bench([_DECODE], rounds=3, reps=2, peers=("liger", "quack"))
+    assert {r.kernel for r in result.rows} == {"memcpy", "layerNormFastBf16", "F.layer_norm", "quack.layernorm"}
+    texts = [n.line() for n in result.notes]
+    assert "1x2048 bf16: liger.layer_norm: dropped: it raised RuntimeError: CUDA error: an illegal memory " \
+           "access was encountered" in texts
+    # A library that cannot run here gets one note for the whole run (the stand-in rows above come
+    # from the stand-in launchers, not from the libraries).
+    from normprops.backends.peers import peer_status
+
+    unusable = [lib for lib in ("liger", "quack") if not peer_status(lib)[0]]
+    assert [t.split(": ")[1] for t in texts if t.startswith("every case: ")] == unusable
+    (lead,) = lead_table(result.rows)
+    assert lead.fastest_peer == "quack.layernorm" and lead.ratio == pytest.approx(0.52 / 0.53)
+
+
+def test_run_bench_stops_with_one_line_when_ours_fails(stand_in_gpu) -> None:
+    stand_in_gpu["ours"] = "always"
+    with pytest.raises(bench.BenchError, match=r"^layerNormFastBf16 failed on 1x2048 bf16: RuntimeError: CUDA "
+                                               r"error: an illegal memory access was encountered$"):
+        bench.run_bench([_DECODE], rounds=3, reps=2, peers=())
+
+
+def test_graphs_time_every_contender_and_note_what_cannot_be_captured(stand_in_gpu) -> None:
+    stand_in_gpu["quack"] = "capture"
+    stand_in_gpu["liger"] = "outside"
+    result = bench.run_bench([_DECODE], rounds=3, reps=4, peers=(), graphs=True)
+    by = {r.kernel: r for r in result.launch}
+    assert set(by) == {"memcpy", "layerNormFastBf16", "F.layer_norm", "liger.layer_norm", "quack.layernorm"}
+    assert by["layerNormFastBf16"].device_us == pytest.approx(520.0)
+    assert by["layerNormFastBf16"].graph_us == pytest.approx(0.8 * 520.0)  # replayed what was captured
+    assert by["layerNormFastBf16"].host_paced_us == pytest.approx(20.0) and by["layerNormFastBf16"].note == ""
+    assert by["liger.layer_norm"].note.startswith("suspect: a replay took 0.00 of the device time")
+    assert by["quack.layernorm"].graph_us is None
+    assert by["quack.layernorm"].note == "not capturable: RuntimeError: operation not permitted when stream is " \
+                                         "capturing"
+    prefill = BenchCase("262144x2048 bf16", "model", 262144, 2048, "bfloat16", ("layernorm",), dram_bound=True)
+    assert bench.run_bench([prefill], rounds=3, reps=4, peers=(), graphs=True).launch == []
