@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                         "the L2, 1024/4096/16384 columns), decode (64 x 8192), model (hidden sizes "
                         "2048-8192 and 4097, 5121 in bf16 for the norms, vocabularies 32000, 128256, "
                         "151936 for softmax; 1, 8, 64, 256 rows and prefill of >= 16x the L2)")
+    b.add_argument("--only", metavar="REGEX",
+                   help="keep only the cases whose name matches REGEX (re.search), e.g. 'x(2048|4096) ' "
+                        "or 'x151936' (see --list-cases): to split a long run")
     b.add_argument("--list-cases", action="store_true",
                    help="list the cases of --cases and exit (no GPU needed: without one the L2 is "
                         "taken as the H200's 60 MiB)")
@@ -406,6 +409,8 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    import re
+
     from normprops import bench
     from normprops.backends import peers
 
@@ -417,9 +422,21 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if not set(wanted) <= set(bench.PEER_LIBRARIES):
         raise UsageError(f"--peers: expected none or a comma-separated subset of "
                          f"{','.join(bench.PEER_LIBRARIES)} but got {args.peers!r}")
+    try:
+        only = None if args.only is None else re.compile(args.only)
+    except re.error as exc:
+        raise UsageError(f"--only: {args.only!r} is not a regular expression ({exc})") from None
+
+    def chosen(cases: list[bench.BenchCase]) -> list[bench.BenchCase]:
+        kept = [c for c in cases if only is None or only.search(c.name)]
+        if not kept:
+            raise UsageError(f"--only: {args.only!r} matches none of the {len(cases)} cases of --cases "
+                             f"{args.cases} (normprops bench --list-cases --cases {args.cases})")
+        return kept
+
     if args.list_cases:
         l2_bytes, source = bench.l2_bytes_here()
-        cases = bench.bench_cases(l2_bytes=l2_bytes, sets=sets)
+        cases = chosen(bench.bench_cases(l2_bytes=l2_bytes, sets=sets))
         print(f"L2 {l2_bytes / 2**20:.0f} MiB ({source}); {len(cases)} cases; regime dram: at least "
               f"{bench.L2_MULTIPLE}x the L2 each way", file=out)
         print(bench.format_cases(cases, l2_bytes=l2_bytes), file=out)
@@ -430,7 +447,7 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    cases = bench.bench_cases(l2_bytes=int(props["l2CacheSize"]), sets=sets)
+    cases = chosen(bench.bench_cases(l2_bytes=int(props["l2CacheSize"]), sets=sets))
     status = {lib: peers.peer_status(lib) for lib in wanted}
     print(f"normprops bench on {why}; L2 {props['l2CacheSize'] / 2**20:.0f} MiB; "
           f"{args.rounds} interleaved rounds of {args.reps} launches, CUDA events", file=out)
@@ -464,7 +481,7 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(f"  {'met   ' if t.passed else 'MISSED'} {t.case}: {t.name} {t.value:.3f} "
                       f"(limit {t.limit:g})", file=out)
     lead = bench.lead_table(rows)
-    if lead:
+    if lead or result.notes or result.launch:
         print("\nlead table (us; ratio: ours / the fastest peer):", file=out)
         print(bench.format_lead_table(lead, notes=result.notes, launch=result.launch), file=out)
     meta = {"device": why, "rounds": args.rounds, "reps": args.reps, "graphs": args.graphs,

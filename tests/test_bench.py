@@ -138,6 +138,33 @@ def test_list_cases_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "--cases: expected a comma-separated subset" in err.getvalue()
 
 
+@pytest.mark.parametrize("pattern, names", [
+    pytest.param("x151936 bf16", ["1x151936 bf16", "8x151936 bf16", "64x151936 bf16", "256x151936 bf16",
+                                  "3534x151936 bf16"], id="one-vocabulary"),
+    pytest.param("^256x(4097|5121) ", ["256x4097 bf16", "256x5121 bf16"], id="odd-widths-at-256-rows"),
+])
+def test_only_keeps_the_matching_cases(monkeypatch: pytest.MonkeyPatch, pattern: str, names: list[str]) -> None:
+    from normprops import _cuda
+    from normprops.cli import main
+
+    monkeypatch.setattr(_cuda, "cuda_status", lambda: (False, "no CUDA device"))
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["bench", "--list-cases", "--cases", "model", "--only", pattern], out=out, err=err) == 0
+    assert [line.split()[0] + " " + line.split()[1] for line in out.getvalue().splitlines()[2:]] == names
+
+
+@pytest.mark.parametrize("pattern, message", [
+    pytest.param("x99999", "--only: 'x99999' matches none of the 70 cases of --cases model", id="no-match"),
+    pytest.param("(", "--only: '(' is not a regular expression", id="bad-regex"),
+])
+def test_only_errors(pattern: str, message: str) -> None:
+    from normprops.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    assert main(["bench", "--list-cases", "--cases", "model", "--only", pattern], out=out, err=err) == 2
+    assert message in err.getvalue()
+
+
 def _lead_rows(ours: float, torch_ms: float | None, liger: float | None, quack: float | None,
                memcpy: float = 0.5, *, case: BenchCase | None = None):
     """A layer norm case: ours, PyTorch's, Liger's and QuACK's (None: did not run), and memcpy."""

@@ -105,7 +105,7 @@ def _fake_liger(root: Path, *, version: str = "0.8.5", broken: str | None = None
     (pkg / "__init__.py").write_text("CALLS = []\n")
     (pkg / "ops" / "__init__.py").write_text("")
     for module, cls in _LIGER_OPS.items():
-        body = (f"raise ImportError(\"No module named 'triton'\")\n" if module == broken else textwrap.dedent(f"""
+        body = ("raise ImportError(\"No module named 'triton'\")\n" if module == broken else textwrap.dedent(f"""
             import liger_kernel
 
             class {cls}:
