@@ -8,8 +8,9 @@
 # DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20),
 # SWEEP_ARGS (e.g. "--per-thread 32,32p,64p --dtypes bfloat16"), PROFILE ("op:dtype:cols ...",
 # Nsight Compute on scripts/launch_once.py, default "layernorm:bfloat16:16384"), BENCH_ARGS (more
-# arguments for bench-model, e.g. "--peers liger", "--rounds 5" or "--only x151936" to split a run). Several invocations may run at
-# once on different GPUs (CUDA_VISIBLE_DEVICES); the install happens once.
+# arguments for bench-model, e.g. "--peers liger", "--rounds 5" or "--only x151936" to split a
+# run). Several invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install
+# happens once.
 # Peer libraries (Liger-Kernel, QuACK): wheels carried under .whl (scripts/peers_install.sh says
 # how) are unpacked into /root/peers-site before the steps, and that folder is put on PYTHONPATH
 # whenever it exists, so a later call needs to carry nothing while the machine stays warm.
