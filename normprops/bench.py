@@ -629,31 +629,43 @@ def _launch_overhead(case: BenchCase, launchers: _Launchers, *, rounds: int, rep
     replay: dict[str, list[float]] = {}
     graphs: dict[str, Any] = {}
     why: dict[str, str] = {}
+    timed: list[str] = []
     with _on_stream(stream):
         for name, launch in launchers.run.items():
             try:
                 launch()  # torch's allocator caches per stream: warm this one before capturing
                 stream.synchronize()
-                graph, why[name] = _capture(stream, launch, reps)
             except Exception as exc:
-                graph, why[name] = None, f"not capturable: {_one_line(exc)}"
+                launchers.notes.append(Note(case.name, name, f"no launch-cost row: it raised on a side stream "
+                                                             f"{_one_line(exc)}"))
+                continue
+            timed.append(name)
+            graph, why[name] = _capture(stream, launch, reps)
             if graph is not None:
-                graphs[name] = graph
-                graph.launch(stream)
-        stream.synchronize()
+                try:
+                    graph.launch(stream)
+                    stream.synchronize()
+                    graphs[name] = graph
+                except Exception as exc:
+                    why[name] = f"not replayable: {_one_line(exc)}"
         poisoned = _healthy()
         if poisoned is not None:
             raise BenchError(f"capturing graphs on {case.name} left the GPU unusable: {poisoned}")
         for _ in range(rounds):
-            for name, launch in launchers.run.items():
-                device.setdefault(name, []).append(_event_ms(launch, reps, spin))
-                host.setdefault(name, []).append(_host_paced_ms(launch, reps))
-                if name in graphs:
-                    g = graphs[name]
-                    replay.setdefault(name, []).append(_event_ms(lambda: g.launch(stream), 1, spin) / reps)
+            for name in timed:
+                launch = launchers.run[name]
+                try:
+                    device.setdefault(name, []).append(_event_ms(launch, reps, spin))
+                    host.setdefault(name, []).append(_host_paced_ms(launch, reps))
+                    if name in graphs:
+                        g = graphs[name]
+                        replay.setdefault(name, []).append(_event_ms(lambda: g.launch(stream), 1, spin) / reps)
+                except Exception as exc:  # it ran before: nothing to recover, say where
+                    raise BenchError(f"{name} failed on {case.name} while timing launch cost: "
+                                     f"{_one_line(exc)}") from exc
         stream.synchronize()
     out = []
-    for name in launchers.run:
+    for name in timed:
         device_us, host_us = 1e3 * statistics.median(device[name]), 1e3 * statistics.median(host[name])
         graph_us = 1e3 * statistics.median(replay[name]) if name in replay else None
         note = why.get(name, "")

@@ -3,6 +3,7 @@ timings (no GPU needed)."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -317,6 +318,8 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
                 raise RuntimeError("operation not permitted when stream is capturing")
             if fails == "always":
                 raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            if fails == "side" and _Stream.on_side:
+                raise RuntimeError("expected all tensors to be on the same stream")
             current.append(name)
             log.append(name)
             if _Stream.capturing_now and fails != "outside":  # "outside": runs eagerly, uncaptured
@@ -353,7 +356,19 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
         finally:
             _Stream.capturing_now = False
 
-    _Stream.capturing_now = False
+    real_on_stream = bench._on_stream
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        _Stream.on_side = True
+        try:
+            with real_on_stream(stream):
+                yield
+        finally:
+            _Stream.on_side = False
+
+    _Stream.capturing_now = _Stream.on_side = False
+    monkeypatch.setattr(bench, "_on_stream", on_stream)
     monkeypatch.setattr(bench, "_launchers", fake_launchers)
     monkeypatch.setattr(bench, "_spin", lambda cycles: (lambda: None))
     monkeypatch.setattr(bench, "_event_ms", fake_event_ms)
@@ -406,3 +421,12 @@ def test_graphs_time_every_contender_and_note_what_cannot_be_captured(stand_in_g
                                          "capturing"
     prefill = BenchCase("262144x2048 bf16", "model", 262144, 2048, "bfloat16", ("layernorm",), dram_bound=True)
     assert bench.run_bench([prefill], rounds=3, reps=4, peers=(), graphs=True).launch == []
+
+
+def test_a_contender_failing_on_the_side_stream_gets_a_note_not_a_row(stand_in_gpu) -> None:
+    stand_in_gpu["liger"] = "side"
+    result = bench.run_bench([_DECODE], rounds=3, reps=4, peers=(), graphs=True)
+    assert "liger.layer_norm" not in {r.kernel for r in result.launch}
+    assert "liger.layer_norm" in {r.kernel for r in result.rows}  # the table itself is on the default stream
+    assert any(n.kernel == "liger.layer_norm" and n.text.startswith("no launch-cost row: it raised on a side "
+                                                                    "stream RuntimeError") for n in result.notes)
