@@ -161,16 +161,36 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
 
-    b = sub.add_parser("bench", help="the bandwidth table on the GPU, the seed's predictions and "
-                                     "the RMS-versus-two-pass gates (exit 1 when a gate fails)")
+    b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
+                                     "QuACK, the seed's predictions, the gates and the targets (exit 1 when "
+                                     "a seed gate fails)")
     b.add_argument("--cases", default="seed,l2,l2-bf16,decode", metavar="SETS",
                    help="comma-separated: seed (the two 64 MiB cases), l2 / l2-bf16 / l2-f16 (16x "
-                        "the L2, 1024/4096/16384 columns), decode (64 x 8192)")
+                        "the L2, 1024/4096/16384 columns), decode (64 x 8192), model (hidden sizes "
+                        "2048-8192 and 4097, 5121 in bf16 for the norms, vocabularies 32000, 128256, "
+                        "151936 for softmax; 1, 8, 64, 256 rows and prefill of >= 16x the L2)")
+    b.add_argument("--only", metavar="REGEX",
+                   help="keep only the cases whose name matches REGEX (re.search), e.g. 'x(2048|4096) ' "
+                        "or 'x151936' (see --list-cases): to split a long run")
+    b.add_argument("--list-cases", action="store_true",
+                   help="list the cases of --cases and exit (no GPU needed: without one the L2 is "
+                        "taken as the H200's 60 MiB)")
+    b.add_argument("--peers", default="liger,quack", metavar="LIBS",
+                   help="peer libraries timed beside ours and PyTorch's when importable: comma-separated "
+                        "among liger, quack, or none (default liger,quack)")
+    b.add_argument("--graphs", action="store_true",
+                   help="also time every contender at the decode cases host-paced and as CUDA graph "
+                        "replays (the launch-cost notes under the lead table)")
     b.add_argument("--rounds", type=_positive_int, default=7, help="interleaved rounds (median)")
     b.add_argument("--reps", type=_positive_int, default=10, help="launches per timed round")
     b.add_argument("--json", type=Path, metavar="PATH")
     b.add_argument("--csv", type=Path, metavar="PATH")
     b.add_argument("--png", type=Path, metavar="PATH", help="bar chart of %% of memcpy (needs [plot])")
+    b.add_argument("--lead-csv", type=Path, metavar="PATH",
+                   help="the lead table: per case and op, ours against the fastest peer, with the targets' "
+                        "verdicts")
+    b.add_argument("--lead-png", type=Path, metavar="PATH",
+                   help="chart of the lead table: peer time / ours per case, one panel per op (needs [plot])")
 
     c = sub.add_parser("census", help="the seed's worked numbers: part 0, part 1, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
@@ -622,40 +642,90 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from normprops import bench
+    import re
 
-    ok, why = backend_status("cuda")
-    if not ok:
-        raise UsageError(f"bench needs a usable CUDA GPU: {why}")
+    from normprops import bench
+    from normprops.backends import peers
+
     sets = tuple(s.strip() for s in args.cases.split(","))
     if not sets or not set(sets) <= set(bench.SETS):
         raise UsageError(f"--cases: expected a comma-separated subset of {','.join(bench.SETS)} but "
                          f"got {args.cases!r}")
+    wanted = tuple(p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != "none")
+    if not set(wanted) <= set(bench.PEER_LIBRARIES):
+        raise UsageError(f"--peers: expected none or a comma-separated subset of "
+                         f"{','.join(bench.PEER_LIBRARIES)} but got {args.peers!r}")
+    try:
+        only = None if args.only is None else re.compile(args.only)
+    except re.error as exc:
+        raise UsageError(f"--only: {args.only!r} is not a regular expression ({exc})") from None
+
+    def chosen(cases: list[bench.BenchCase]) -> list[bench.BenchCase]:
+        kept = [c for c in cases if only is None or only.search(c.name)]
+        if not kept:
+            raise UsageError(f"--only: {args.only!r} matches none of the {len(cases)} cases of --cases "
+                             f"{args.cases} (normprops bench --list-cases --cases {args.cases})")
+        return kept
+
+    if args.list_cases:
+        l2_bytes, source = bench.l2_bytes_here()
+        cases = chosen(bench.bench_cases(l2_bytes=l2_bytes, sets=sets))
+        print(f"L2 {l2_bytes / 2**20:.0f} MiB ({source}); {len(cases)} cases; regime dram: at least "
+              f"{bench.L2_MULTIPLE}x the L2 each way", file=out)
+        print(bench.format_cases(cases, l2_bytes=l2_bytes), file=out)
+        return 0
+    ok, why = backend_status("cuda")
+    if not ok:
+        raise UsageError(f"bench needs a usable CUDA GPU: {why}")
     import cupy
 
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
-    cases = bench.bench_cases(l2_bytes=int(props["l2CacheSize"]), sets=sets)
+    cases = chosen(bench.bench_cases(l2_bytes=int(props["l2CacheSize"]), sets=sets))
+    status = {lib: peers.peer_status(lib) for lib in wanted}
     print(f"normprops bench on {why}; L2 {props['l2CacheSize'] / 2**20:.0f} MiB; "
           f"{args.rounds} interleaved rounds of {args.reps} launches, CUDA events", file=out)
-    rows = bench.measure(cases, rounds=args.rounds, reps=args.reps, progress=err)
+    for lib, (lib_ok, lib_why) in status.items():
+        print(f"peer {lib}: {'available' if lib_ok else 'unavailable'} ({lib_why})", file=out)
+    try:
+        result = bench.run_bench(cases, rounds=args.rounds, reps=args.reps, peers=wanted, graphs=args.graphs,
+                                 progress=err)
+    except bench.BenchError as exc:
+        print(f"normprops bench: error: {exc}", file=err)
+        return 2
+    rows = result.rows
     print(bench.format_table(rows), file=out)
-    print("\npredictions (seed cases):", file=out)
-    for p in bench.predictions(rows):
-        print(f"  {'held' if p.held else 'refuted'}: {p.text} ({p.numbers})", file=out)
     results = bench.gates(rows)
-    print("\ngates:", file=out)
-    for g in results:
-        print(f"  {g.text()}", file=out)
-    production = bench.targets(rows)
-    if production:
-        missed = [t for t in production if not t.passed]
-        print(f"\nproduction kernels' targets: {len(production) - len(missed)} of {len(production)} met",
-              file=out)
-        for t in production:
-            print(f"  {'met   ' if t.passed else 'MISSED'} {t.case}: {t.name} {t.value:.3f} "
-                  f"(limit {t.limit:g})", file=out)
-    bench.write_outputs(rows, json_path=args.json, csv_path=args.csv, png_path=args.png,
-                        meta={"device": why, "rounds": args.rounds, "reps": args.reps})
+    if any(r.set == "seed" for r in rows):
+        print("\npredictions (seed cases):", file=out)
+        for p in bench.predictions(rows):
+            print(f"  {'held' if p.held else 'refuted'}: {p.text} ({p.numbers})", file=out)
+    if results:
+        print("\ngates:", file=out)
+        for g in results:
+            print(f"  {g.text()}", file=out)
+    for title, found in (("production kernels' targets (90% of memcpy at the L2 cases, no slower than "
+                          "PyTorch)", bench.targets(rows)),
+                         (f"the lead ({bench.LEAD_MEMCPY_TARGET:g}% of memcpy where DRAM-bound, no slower "
+                          "than the fastest peer)", bench.lead_targets(rows))):
+        if found:
+            missed = [t for t in found if not t.passed]
+            print(f"\n{title}: {len(found) - len(missed)} of {len(found)} met", file=out)
+            for t in found:
+                print(f"  {'met   ' if t.passed else 'MISSED'} {t.case}: {t.name} {t.value:.3f} "
+                      f"(limit {t.limit:g})", file=out)
+    lead = bench.lead_table(rows)
+    if lead or result.notes or result.launch:
+        print("\nlead table (us; ratio: ours / the fastest peer):", file=out)
+        print(bench.format_lead_table(lead, notes=result.notes, launch=result.launch), file=out)
+    meta = {"device": why, "rounds": args.rounds, "reps": args.reps, "graphs": args.graphs,
+            "peers": {lib: {"available": lib_ok, "status": lib_why} for lib, (lib_ok, lib_why) in status.items()}}
+    try:
+        bench.write_outputs(rows, json_path=args.json, csv_path=args.csv, png_path=args.png,
+                            lead_csv_path=args.lead_csv, lead_png_path=args.lead_png, notes=result.notes,
+                            launch=result.launch, meta=meta)
+    except (RuntimeError, ValueError) as exc:  # matplotlib missing, or no lead table to write
+        print(f"normprops bench: error: {exc}", file=err)
+        return 2
     return 0 if all(g.passed for g in results) else 1
 
 

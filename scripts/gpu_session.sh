@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
 #   bash scripts/gpu_session.sh STEP...
-# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench sweep
-#        profile perf flakes pack
+# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench
+#        bench-model sweep profile perf flakes pack
 # Environment: WORKERS (xdist workers, default 16), BACKENDS (numerics' backends, default "cuda
 # cuda-prod torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
 # DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20),
 # SWEEP_ARGS (e.g. "--per-thread 32,32p,64p --dtypes bfloat16"), PROFILE ("op:dtype:cols ...",
-# Nsight Compute on scripts/launch_once.py, default "layernorm:bfloat16:16384"). Several
-# invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install happens once.
+# Nsight Compute on scripts/launch_once.py, default "layernorm:bfloat16:16384"), BENCH_ARGS (more
+# arguments for bench-model, e.g. "--peers liger", "--rounds 5" or "--only x151936" to split a
+# run). Several invocations may run at once on different GPUs (CUDA_VISIBLE_DEVICES); the install
+# happens once.
+# Peer libraries (Liger-Kernel, QuACK): wheels carried under .whl (scripts/peers_install.sh says
+# how) are unpacked into /root/peers-site before the steps, and that folder is put on PYTHONPATH
+# whenever it exists, so a later call needs to carry nothing while the machine stays warm.
 set -uo pipefail
 OUT=${OUT:-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
@@ -16,6 +21,13 @@ WORKERS=${WORKERS:-16}
 ( flock 9; command -v normprops >/dev/null ||
   python3 -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1 ) 9>/tmp/normprops-install.lock
 command -v normprops >/dev/null || { cat "$OUT/install.log"; exit 1; }
+if compgen -G ".whl/*.whl" >/dev/null || compgen -G ".whl/quack-split/call-*" >/dev/null; then
+  ( flock 9; bash scripts/peers_install.sh install .whl >"$OUT/peers_install.log" 2>&1 ) 9>/tmp/normprops-peers.lock \
+    || { cat "$OUT/peers_install.log"; exit 1; }
+  grep -v '^staged ' "$OUT/peers_install.log"
+fi
+# shellcheck disable=SC1091
+[ -f /root/peers-site/env.sh ] && . /root/peers-site/env.sh
 step() { echo "=== $1 ($(date -u +%H:%M:%S))"; }
 for s in "$@"; do
   case $s in
@@ -23,7 +35,9 @@ for s in "$@"; do
       { date -u; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv;
         nvcc --version | tail -1;
         python3 -c 'import sys,numpy,cupy,hypothesis,mpmath,torch; print("python",sys.version.split()[0],"numpy",numpy.__version__,"cupy",cupy.__version__,"hypothesis",hypothesis.__version__,"mpmath",mpmath.__version__,"torch",torch.__version__)';
-        normprops kernels; } 2>&1 | tee "$OUT/env.txt" ;;
+        normprops kernels;
+        python3 -c 'from normprops.backends.peers import LIBRARIES, peer_status
+for lib in LIBRARIES: print("peer", lib, *peer_status(lib))'; } 2>&1 | tee "$OUT/env.txt" ;;
     tests) step tests
       timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_prod.py \
         tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
@@ -59,6 +73,13 @@ for k in KERNELS:
     bench) step bench
       timeout 900 normprops bench --json "$OUT/bench.json" --csv "$OUT/bench.csv" --png "$OUT/bench.png" \
         2>&1 | tee "$OUT/bench.txt" | tail -60 ;;
+    bench-model) step bench-model  # model-shaped cases against PyTorch, Liger and QuACK, graphs at decode
+      timeout "${BENCH_TIMEOUT:-540}" normprops bench --cases model --graphs ${BENCH_ARGS:-} \
+        --json "$OUT/bench_model.json" --csv "$OUT/bench_model.csv" --lead-csv "$OUT/lead_model.csv" \
+        --lead-png "$OUT/lead_model.png" >"$OUT/bench_model.txt" 2>"$OUT/bench_model.err"
+      rc=$?
+      sed -n '/^the lead/,$p' "$OUT/bench_model.txt" | grep -v '^  met ' | head -300
+      [ $rc -eq 0 ] || { echo "bench-model: exit $rc"; tail -5 "$OUT/bench_model.err"; } ;;
     sweep) step sweep
       timeout 600 python3 scripts/sweep_prod.py ${SWEEP_ARGS:-} --json "$OUT/sweep.json" 2>&1 | tee "$OUT/sweep.txt" | tail -80 ;;
     profile) step profile
