@@ -120,12 +120,27 @@ def _nvrtc_image(code: str, options: tuple[str, ...]) -> Path:
     return path
 
 
+def _flushes(options: tuple[str, ...]) -> bool:
+    return any(o.lstrip("-") in ("ftz=true", "use_fast_math") for o in options)
+
+
 def compile_source(code: str, *, filename: str, options: tuple[str, ...]) -> Any:
-    """Compile ``code`` into a CuPy RawModule now (not at first launch); errors carry file:line."""
+    """Compile ``code`` into a CuPy RawModule now (not at first launch); errors carry file:line.
+
+    IEEE builds go through NVRTC with exactly ``options`` (see the module docstring). A build that
+    asks for flush-to-zero goes through ``RawModule(code=...)``, CuPy's own path, whose appended
+    ``-ftz=true`` is then what was asked for: measured on the H200 (NVRTC 13.0), ``--ftz=true``
+    given to NVRTC directly reached the PTX but not the cubin, while CuPy's path flushed
+    (docs/results.md)."""
     import cupy
 
+    source = f'#line 1 "{filename}"\n{code}'
     try:
-        path = _nvrtc_image(f'#line 1 "{filename}"\n{code}', options)
+        if _flushes(options):
+            module = cupy.RawModule(code=source, options=options)
+            module.compile()
+            return module
+        path = _nvrtc_image(source, options)
     except cupy.cuda.compiler.CompileException as exc:
         text = str(exc)
         locations = [f"{f}:{line}" for f, line in _LOCATION.findall(text)]

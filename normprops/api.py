@@ -69,9 +69,8 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
         note = None
         if repeat is not None:
             note = f"the same contract failure as in {repeat}"
-            run.stopped = (f"{repeat} and {family} failed the calling contract the same way "
-                           f"({_cause(contract.verdict.reason)}); the remaining families were not "
-                           f"hunted: fix that first")
+            run.stopped = (f"{repeat} and {family} failed the calling contract the same way; the "
+                           f"remaining families were not hunted: fix that first")
         elif result.fatal:
             run.stopped = "the target cannot be called again in this process"
         elif result.interrupted:

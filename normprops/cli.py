@@ -77,6 +77,13 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _shard(text: str) -> tuple[int, int]:
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N (e.g. 2/8) but got {text!r}")
+    return int(k), int(n)
+
+
 def _ignore_list(text: str) -> frozenset[str]:
     try:
         return check_ignore(text)
@@ -140,8 +147,12 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--policy", choices=POLICIES, default="default",
                    help="tolerance policy: condition-aware default, or the flat rtol table gate")
     h.add_argument("--oracle", choices=ORACLES, default="float64", help="reference precision")
-    h.add_argument("--backend", help="registry mode: hunt this backend's kernels (default: the "
-                                     "best available)")
+    h.add_argument("--backend", metavar="NAME[,NAME...]",
+                   help="registry mode: hunt these backends' kernels (default: the best available; "
+                        "normprops kernels lists them)")
+    h.add_argument("--shard", type=_shard, metavar="K/N",
+                   help="hunt only the K-th of N deterministic slices of the (kernel, family) cells; "
+                        "merge the N reports with normprops report merge")
     _add_kernel_flags(h)
     shape = h.add_argument_group("the widths your kernel accepts")
     shape.add_argument("--cols-multiple-of", type=_positive_int, default=1, metavar="K",
@@ -160,6 +171,13 @@ def _parser() -> argparse.ArgumentParser:
     _add_kernel_flags(r)
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
+
+    rep = sub.add_parser("report", help="work with JSON reports")
+    rep_sub = rep.add_subparsers(dest="report_command", required=True, parser_class=_Parser)
+    m = rep_sub.add_parser("merge", help="merge reports (e.g. the shards of one hunt) into one matrix")
+    m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
+    m.add_argument("--json", type=Path, metavar="PATH", help="write the merged report here")
+    m.add_argument("--png", type=Path, metavar="PATH", help="draw the matrix (needs [plot])")
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
                                      "QuACK, the seed's predictions, the gates and the targets (exit 1 when "
@@ -383,6 +401,11 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     target, source = _user_target(args)
     families = _parse_families(args.families, allowed=families_for(args.op),
                                what=f"a family of {args.op}")
+    if args.shard is not None:
+        families = families[args.shard[0] - 1::args.shard[1]]
+        if not families:
+            raise UsageError(f"--shard {args.shard[0]}/{args.shard[1]}: no family falls in this "
+                             f"shard of {args.op}'s families")
     config = _config(args)
     fixtures = None if args.no_fixtures else args.fixtures_dir
     report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
@@ -482,22 +505,44 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if flags:
         raise UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to --impl and "
                          f"--cuda-source; a registered kernel declares its own")
-    backend = _best_backend(args.backend)
+    skipped: list[str] = []
+    if args.backend is None:
+        backends = [_best_backend(None)]
+    else:
+        named = [b.strip() for b in args.backend.split(",") if b.strip()]
+        if len(named) == 1:
+            backends = [_best_backend(named[0])]
+        else:  # several: hunt those usable here, say why the others are not
+            usable = {b: backend_status(b) for b in named}
+            backends = [b for b in named if usable[b][0]]
+            skipped = [f"{b} ({usable[b][1]})" for b in named if not usable[b][0]]
+            if not backends:
+                raise UsageError(f"--backend: none of {', '.join(named)} is usable here: "
+                                 f"{'; '.join(skipped)}")
+    backend = ",".join(backends)
     config = _config(args)
-    specs = [k for k in KERNELS if k.backend == backend and (args.op is None or k.op == args.op)
+    specs = [k for k in KERNELS if k.backend in backends and (args.op is None or k.op == args.op)
              and (args.kernel is None or k.name == args.kernel)]
     if not specs:
-        names = sorted({k.name for k in KERNELS if k.backend == backend})
+        names = sorted({k.name for k in KERNELS if k.backend in backends})
         raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
                          f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
     every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
     chosen = _parse_families(args.families, allowed=every_family, what="a family")
-    plan = [(spec, [f for f in families_for(spec.op) if f in chosen]) for spec in specs]
-    total = sum(len(fams) for _, fams in plan)
+    # Every (kernel, family) cell in a fixed order; a shard takes every N-th of them.
+    cells_planned = [(spec, f) for spec in specs for f in families_for(spec.op) if f in chosen]
+    if args.shard is not None:
+        k, n = args.shard
+        cells_planned = cells_planned[k - 1::n]
+    plan = [(spec, [f for s2, f in cells_planned if s2 is spec]) for spec in specs]
+    plan = [(spec, fams) for spec, fams in plan if fams]
+    total = len(cells_planned)
     fixtures = None if args.no_fixtures else args.fixtures_dir
     report = Report("hunt", settings={"backend": backend, "policy": config.policy,
                                       "oracle": config.oracle, "max_examples": config.max_examples,
-                                      "seed": config.seed})
+                                      "seed": config.seed,
+                                      "shard": None if args.shard is None else "%d/%d" % args.shard})
+    report.notes += [f"not usable here, not hunted: {b}" for b in skipped]
     run = _Run(report, args.json, out, err)
     hunted: list[tuple[KernelSpec, HuntResult]] = []
 
@@ -513,7 +558,10 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     def body() -> int:
         print(f"normprops hunt: {len(specs)} {backend} kernels, {total} hunts of "
-              f"{config.max_examples} examples, policy {config.policy}", file=out)
+              f"{config.max_examples} examples, policy {config.policy}"
+              + ("" if args.shard is None else f", shard {args.shard[0]}/{args.shard[1]}"), file=out)
+        for note in report.notes:
+            print(f"  {note}", file=out)
         done = 0
         for spec, families in plan:
             target = target_from_spec(spec)
@@ -641,6 +689,36 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return _guarded(run, body)
 
 
+def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from normprops.report import ReportError, cell_from_json, matrix_png, merge_reports, \
+        write_json_atomically
+
+    _check_output_file(args.json, "--json")
+    _check_output_file(args.png, "--png")
+    try:
+        merged = merge_reports(args.reports)
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    cells = [cell_from_json(r) for r in merged["results"]]
+    if cells:
+        print(render_matrix(cells, sort=True), file=out)
+        print(matrix_legend(cells), file=out)
+    surprising = [r for r in merged["results"]
+                  if (r.get("expected") == "claim" and not r["passed"])
+                  or (r.get("expected") == "bug" and r["passed"])
+                  or (r.get("expected") is None and not r["passed"])]
+    print(f"{len(args.reports)} reports, {len(cells)} cells, {len(merged['failures'])} failures"
+          + (f"; incomplete: {merged['error']}" if merged["error"] else ""), file=out)
+    if args.json is not None:
+        write_json_atomically(args.json, merged)
+    if args.png is not None:
+        try:
+            matrix_png(cells, args.png, title=f"normprops robustness matrix ({len(cells)} cells)")
+        except ImportError:
+            raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
+    return EXIT_FOUND if surprising else EXIT_OK
+
+
 def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     import re
 
@@ -735,14 +813,20 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ok, why = backend_status(backend)
         print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
     print(file=out)
-    header = (f"{'kernel':20s} {'op':10s} {'backend':10s} {'dtype':9s} {'touches':>7s} {'T':>4s}  "
-              f"claims / known bug")
-    print(header, file=out)
+    name_w = max(len(k.name) for k in KERNELS)
+    backend_w = max(len(k.backend) for k in KERNELS)
+    print(f"{'kernel':{name_w}s} {'op':9s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
+          f"{'T':>4s}  claims; not promised; width limits; known bug", file=out)
     for k in KERNELS:
-        claims = ",".join(f for f in families_for(k.op) if f in k.claims)
-        bug = f"; BUG in {k.bug.family}: {k.bug.summary}" if k.bug else ""
-        print(f"{k.name:20s} {k.op:10s} {k.backend:10s} {k.dtype:9s} {k.touches:7d} "
-              f"{k.error_model.threads:4d}  {claims}{bug}", file=out)
+        parts = [",".join(f for f in families_for(k.op) if f in k.claims) or "nothing"]
+        if k.exempt:
+            parts.append("not promised: " + ",".join(sorted(k.exempt)))
+        if not k.constraints.unconstrained:
+            parts.append(k.constraints.describe())
+        if k.bug:
+            parts.append(f"BUG in {k.bug.family}: {k.bug.summary}")
+        print(f"{k.name:{name_w}s} {k.op:9s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
+              f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
     return 0
 
 
@@ -764,6 +848,8 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             return _replay(args, out, err)
         if command == "bench":
             return _bench(args, out, err)
+        if command == "report":
+            return _report_merge(args, out, err)
         if command == "census":
             from normprops.census import census
 

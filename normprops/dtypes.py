@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["StorageType", "DTYPES", "get_dtype", "to_dtype", "numpy_dtype", "to_numpy_storage",
-           "from_numpy_storage"]
+           "from_numpy_storage", "split_exact"]
 
 F32 = np.float32
 
@@ -101,3 +101,21 @@ def to_numpy_storage(a: np.ndarray, dtype: str, *, name: str = "array") -> np.nd
 def from_numpy_storage(a: np.ndarray) -> np.ndarray:
     """A numpy float32, bfloat16 or float16 array -> float32 (exact: every value widens)."""
     return np.ascontiguousarray(np.asarray(a).astype(F32))
+
+
+def split_exact(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """x = a + b exactly, both exact in ``dtype``: a keeps the top half of each significand, b is
+    the rest. Where b would be subnormal (flush-to-zero arithmetic could drop it), b = 0, a = x."""
+    bits = get_dtype(dtype).bits
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    drop = 24 - bits + bits // 2  # float32 significand bits cleared in a
+    mask = np.uint32((0xFFFFFFFF << drop) & 0xFFFFFFFF)
+    with np.errstate(all="ignore"):
+        a = (x.view(np.uint32) & mask).view(np.float32)
+        b = (x.astype(np.float64) - a).astype(np.float32)
+        ok = np.isfinite(x) & ((b == 0) | (np.abs(b) >= get_dtype(dtype).min_normal))
+        ok &= (to_dtype(a, dtype) == a) & (to_dtype(b, dtype) == b)
+    a = np.where(ok, a, x)
+    # -0 + -0 is -0: a zero splits into two zeros of its own sign; anything unsplittable into x + 0.
+    b = np.where(ok, b, np.where(x == 0, x, np.float32(0)))
+    return np.ascontiguousarray(a), np.ascontiguousarray(b)

@@ -119,6 +119,8 @@ class HuntResult:
     interrupted: bool = False  # Ctrl-C: what was found before it is kept
     warnings: int = 0  # warnings the target's own code raised
     first_warning: str | None = None
+    kernel: str = ""  # the target's name and backend, for reports that gather many targets
+    backend: str = ""
 
     @property
     def passed(self) -> bool:
@@ -252,7 +254,8 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
     count, first = target.warnings.take()
     return HuntResult(target.label, target.op, family, examples, time.perf_counter() - start,
                       max_ratio, tuple(findings), fatal=fatal, interrupted=interrupted,
-                      warnings=count, first_warning=first)
+                      warnings=count, first_warning=first, kernel=target.name,
+                      backend=target.backend)
 
 
 def with_fixtures(result: HuntResult, paths: dict[str, Path]) -> HuntResult:

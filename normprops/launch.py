@@ -27,7 +27,8 @@ from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
            "target_from_callable", "target_from_cuda_source"]
 
-GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "torch-cuda", "cuda-user"})
+GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "torch-cuda", "cuda-user", "torch-compile", "liger",
+                          "quack"})
 GPU_STRESS_ROWS = 2048
 
 
@@ -131,9 +132,16 @@ def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
 
 
 def target_from_spec(spec: KernelSpec) -> Target:
-    stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS else 0
+    """A registered kernel as a target. Ours take float32 numpy arrays whatever their storage type;
+    another project's take its framework's arrays of its storage type."""
+    if spec.framework == "numpy":
+        adapter = _NUMPY_FLOAT32
+    else:
+        adapter = get_adapter(spec.framework, dtype=spec.dtype, device=spec.device)
+    stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS or adapter.on_gpu else 0
     return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
-                  stress_rows=stress, ignore=spec.exempt, dtype=spec.dtype)
+                  stress_rows=stress, ignore=spec.exempt, dtype=spec.dtype, adapter=adapter,
+                  constraints=spec.constraints)
 
 
 def _check_ignore(ignore: object) -> frozenset[str]:

@@ -263,7 +263,7 @@ def load_fixture(path: Path) -> Fixture:
     try:
         doc = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError) as exc:
-        raise FixtureError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+        raise FixtureError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     except ValueError as exc:
         raise FixtureError(f"{path}: not valid JSON ({exc})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:

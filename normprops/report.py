@@ -24,7 +24,8 @@ from normprops.judge import Verdict
 from normprops.ops import PROPERTIES
 
 __all__ = ["REPORT_FORMAT", "Cell", "Report", "describe_case", "format_finding", "render_matrix",
-           "matrix_legend", "cell_text", "load_report", "ReportError", "SHORT"]
+           "matrix_legend", "cell_text", "cell_from_json", "load_report", "merge_reports",
+           "matrix_png", "ReportError", "SHORT"]
 
 REPORT_FORMAT = "normprops-report/1"
 
@@ -97,16 +98,30 @@ def cell_text(result: HuntResult | None, *, expected: str | None = None) -> str:
     kernel's known bug lives here), "unclaimed", or None for a kernel that declares nothing."""
     if result is None:
         return "-"
-    props = "+".join(SHORT.get(p, p) for p in result.properties)
-    if result.interrupted and result.passed:
+    return _cell(result.passed, result.properties, result.interrupted, expected)
+
+
+def _cell(passed: bool, properties: Iterable[str], interrupted: bool, expected: str | None) -> str:
+    props = "+".join(SHORT.get(p, p) for p in properties)
+    if interrupted and passed:
         return "stopped"
     if expected == "bug":
-        return "caught" if not result.passed else "MISSED"
+        return "caught" if not passed else "MISSED"
     if expected == "claim":
-        return "pass" if result.passed else f"FAIL:{props}"
+        return "pass" if passed else f"FAIL:{props}"
     if expected == "unclaimed":
-        return "(pass)" if result.passed else f"(fail:{props})"
-    return "pass" if result.passed else props
+        return "(pass)" if passed else f"(fail:{props})"
+    return "pass" if passed else props
+
+
+def cell_from_json(result: dict[str, Any]) -> Cell:
+    """The matrix cell of one entry of a JSON report's ``results``."""
+    backend = result.get("backend") or ""
+    op = result.get("op") or result["target"].split("[", 1)[0]
+    kernel = result.get("kernel") or result["target"]
+    return Cell(f"{op} ({backend})" if backend else op, kernel, result["family"],
+                _cell(result["passed"], result["properties"], bool(result.get("interrupted")),
+                      result.get("expected")))
 
 
 @dataclass(frozen=True)
@@ -172,6 +187,9 @@ def _finite_or_text(v: float) -> float | str:
 def result_json(result: HuntResult, *, expected: str | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "target": result.label,
+        "kernel": result.kernel,
+        "op": result.op,
+        "backend": result.backend,
         "family": result.family,
         "passed": result.passed,
         "properties": list(result.properties),
@@ -288,3 +306,79 @@ def load_report(path: Path) -> dict[str, Any]:
         if not all(isinstance(p, str) and p in PROPERTIES for p in r["properties"]):
             raise ReportError(f"{path}: results[{i}].properties names an unknown property")
     return doc
+
+
+def merge_reports(paths: Iterable[Path]) -> dict[str, Any]:
+    """One report from several (the shards of one hunt, or hunts of other kernels): every result
+    and failure, each (backend, kernel, family) cell once. Raises ReportError naming a file that
+    cannot be read, or a cell that two reports both hold with different outcomes."""
+    from normprops import __version__
+
+    results: dict[tuple[str, str, str], dict[str, Any]] = {}
+    failures: list[dict[str, Any]] = []
+    errors: list[str] = []
+    sources = []
+    for path in paths:
+        doc = load_report(path)
+        sources.append(str(path))
+        if doc.get("error"):
+            errors.append(f"{path}: {doc['error']}")
+        for r in doc["results"]:
+            key = (str(r.get("backend", "")), str(r.get("kernel") or r["target"]), r["family"])
+            if key in results and (results[key]["passed"], results[key]["properties"]) != (
+                    r["passed"], r["properties"]):
+                raise ReportError(f"{path}: {key[1]} x {key[2]} is also in an earlier report, with "
+                                  f"another outcome")
+            results[key] = r
+        failures += doc["failures"]
+    return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge",
+            "merged_from": sources, "complete": not errors, "error": "; ".join(errors) or None,
+            "notes": [], "results": list(results.values()), "failures": failures}
+
+
+#: Cell colours of the matrix plot, by the cell's first word.
+_COLOURS = {"pass": "#b7e1b0", "caught": "#a9cce3", "MISSED": "#e74c3c", "FAIL": "#e74c3c",
+            "(pass)": "#e3f1df", "(fail": "#f5cba7", "-": "#eeeeee", "stopped": "#d5d8dc"}
+
+
+def _colour(text: str) -> str:
+    for word, colour in _COLOURS.items():
+        if text.startswith(word):
+            return colour
+    return "#f1948a"  # a user kernel's failed properties
+
+
+def matrix_png(cells: Iterable[Cell], path: Path, *, title: str) -> None:
+    """The matrix as a picture: a coloured grid per group, the cell's text in it. Needs matplotlib
+    (``pip install normprops[plot]``): ImportError otherwise."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = list(cells)
+    groups = list(dict.fromkeys(c.group for c in cells))
+    families = list(dict.fromkeys(c.family for c in cells))
+    kernels = {g: list(dict.fromkeys(c.kernel for c in cells if c.group == g)) for g in groups}
+    grid = {(c.group, c.kernel, c.family): c.text for c in cells}
+    rows = sum(len(k) + 1 for k in kernels.values())
+    fig, ax = plt.subplots(figsize=(2.0 + 1.15 * len(families), 0.8 + 0.32 * rows))
+    ax.set_xlim(0, len(families))
+    ax.set_ylim(rows, 0)
+    ax.axis("off")
+    y = 0
+    for g in groups:
+        ax.text(-0.05, y + 0.6, g, ha="right", va="center", fontsize=8, fontweight="bold")
+        for j, f in enumerate(families):
+            ax.text(j + 0.5, y + 0.6, f, ha="center", va="center", fontsize=6.5, fontweight="bold")
+        y += 1
+        for k in kernels[g]:
+            ax.text(-0.05, y + 0.5, k, ha="right", va="center", fontsize=7)
+            for j, f in enumerate(families):
+                text = grid.get((g, k, f), "-")
+                ax.add_patch(plt.Rectangle((j + 0.03, y + 0.06), 0.94, 0.88, color=_colour(text)))
+                ax.text(j + 0.5, y + 0.5, text, ha="center", va="center", fontsize=6)
+            y += 1
+    ax.set_title(title, fontsize=9)
+    fig.savefig(path, dpi=150, bbox_inches="tight")
+    plt.close(fig)

@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from normprops.case import ShapeConstraints
 from normprops.ops import FLOAT32_EPS, OPS, OpSpec, get_op
 
 __all__ = [
@@ -47,8 +48,9 @@ class ErrorModel:
     per_thread: int | None = None
     rho: float = 6.0
     c_x: float = 3.5
-    # Flush-to-zero arithmetic: subnormal operands and results may become 0. Seen on the H200 for
-    # kernels.cu built through CuPy even with --ftz=false; assumed for code we did not write.
+    # Flush-to-zero arithmetic: subnormal operands and results may become 0. A kernel declares it
+    # (--ftz); our CUDA builds are IEEE (normprops._cuda.build_flushes measures it) except where a
+    # kernel asks for a flushing instruction itself.
     ftz: bool = False
 
     def __post_init__(self) -> None:
@@ -109,6 +111,11 @@ class KernelSpec:
     exempt: frozenset[str] = frozenset()
     bench: bool = True  # a row of the bandwidth table (normprops bench) on the GPU
     dtype: str = "float32"  # storage type it reads and writes (arithmetic is float32 throughout)
+    # The arrays the entry point takes: "numpy" (float32 values exact in ``dtype``, whatever the
+    # storage type: our launchers convert) or a framework's own ("torch", "jax") in ``dtype``.
+    framework: str = "numpy"
+    device: str | None = None  # for a framework's arrays: where they live (None: its default)
+    constraints: ShapeConstraints = ShapeConstraints()  # the widths it accepts, as documented
 
     @property
     def label(self) -> str:
@@ -180,7 +187,7 @@ _SEED_KERNELS: tuple[KernelSpec, ...] = (
 _CUDA_ONLY: tuple[KernelSpec, ...] = (
     KernelSpec(
         "softmaxRowNoBarrier", "softmax", "cuda", f"{BACKEND_MODULES['cuda']}:softmaxRowNoBarrier",
-        4, replace(SEED_BLOCK, ftz=True), frozenset(),
+        4, SEED_BLOCK, frozenset(),
         "softmaxRowSafe without the barrier between the max and the sum reductions", bench=False,
         bug=KnownBug("ordinary", "shared-memory race: the sum reduction overwrites maxima still "
                                  "being read", property="determinism", detector="racecheck"),
@@ -189,8 +196,7 @@ _CUDA_ONLY: tuple[KernelSpec, ...] = (
 
 
 def _on(backend: str, spec: KernelSpec) -> KernelSpec:
-    return replace(spec, backend=backend, entry=f"{BACKEND_MODULES[backend]}:{spec.name}",
-                   error_model=replace(spec.error_model, ftz=backend == "cuda"))
+    return replace(spec, backend=backend, entry=f"{BACKEND_MODULES[backend]}:{spec.name}")
 
 
 # PyTorch's kernels, hunted as foreign code (NUMERICS.md's T = 32 error model). F.rms_norm is known
@@ -237,8 +243,8 @@ def prod_layout(op: str, dtype: str) -> tuple[int, bool]:
 
 
 FAST_EXP_C_X = 3.5  # NUMERICS.md's constant for a fast-math exp
-PROD_BLOCK = ErrorModel(threads=1024, per_thread=PROD_PER_THREAD, rho=6.0, c_x=1.0, ftz=True)
-PROD_STREAM = ErrorModel(threads=1024, rho=6.0, c_x=1.0, ftz=True)
+PROD_BLOCK = ErrorModel(threads=1024, per_thread=PROD_PER_THREAD, rho=6.0, c_x=1.0)
+PROD_STREAM = ErrorModel(threads=1024, rho=6.0, c_x=1.0)
 _PROD_FAMILIES = {"softmax": _SOFTMAX_ALL, "layernorm": _NORM_ALL, "rmsnorm": _NORM_ALL}
 _PROD_SUMMARY = {
     "softmax": "row in registers: max, sum of expf(x - max), divide; 16-byte vectors",
@@ -275,7 +281,8 @@ def _prod(name: str) -> KernelSpec:
         summary = "streaming path forced: online statistics in pass 1, read again and write in pass 2"
     model = PROD_STREAM if path == "stream" else replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0])
     if op == "softmax" and dtype != "float32":
-        model = replace(model, c_x=FAST_EXP_C_X)
+        # ex2.approx.ftz.f32 (prod.cu's expOf): a fast exp that flushes subnormal results.
+        model = replace(model, c_x=FAST_EXP_C_X, ftz=True)
     return KernelSpec(name, user_op, "cuda-prod", f"{BACKEND_MODULES['cuda-prod']}:{name}", touches,
                       model, claims,
                       f"{summary} ({dtype})", dtype=dtype, bench=path == "auto")
@@ -289,12 +296,72 @@ _PROD_KERNELS: tuple[KernelSpec, ...] = (
                          property="accuracy")),
 )
 
+# Other projects' kernels (normprops/backends/ecosystem.py), present when the library imports. What
+# each promises, as its documentation or source says: none promises batch invariance, so none is
+# judged on it; none of the norms scales its rows, so none claims "huge" (range safety); Flax's
+# LayerNorm defaults to use_fast_variance=True ("faster, but less numerically stable") and
+# jax.nn.standardize computes E[x^2] - E[x]^2 (its source says so), so neither claims "large_mean".
+# QuACK's softmax loads 16-byte vectors and asserts rows of a multiple of 16 bytes.
+_NOT_PROMISED = frozenset({"batch_invariance"})
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_ECOSYSTEM_OPS: tuple[tuple[str, str, str, str, frozenset[str], str], ...] = (
+    # backend, entry op, user op, name, claims, how it computes
+    ("torch-compile", "softmax", "softmax", "compiled.softmax", _SOFTMAX_ALL,
+     "torch.compile(dynamic=True) of torch.softmax (Inductor's generated Triton kernel)"),
+    ("torch-compile", "layernorm", "layernorm", "compiled.layer_norm", _NORM_ALL - {"huge"},
+     "torch.compile(dynamic=True) of F.layer_norm"),
+    ("torch-compile", "rmsnorm", "rmsnorm", "compiled.rms_norm", _NORM_ALL - {"huge"},
+     "torch.compile(dynamic=True) of F.rms_norm"),
+    ("liger", "softmax", "softmax", "liger.softmax", _SOFTMAX_ALL,
+     "Liger-Kernel's Triton softmax (float32 inside)"),
+    ("liger", "layernorm", "layernorm", "liger.layer_norm", _NORM_ALL - {"huge"},
+     "Liger-Kernel's Triton layer norm (float32 statistics)"),
+    ("liger", "rmsnorm", "rmsnorm", "liger.rms_norm", _NORM_ALL - {"huge"},
+     "Liger-Kernel's Triton RMS norm, casting mode 'gemma' (float32 inside)"),
+    ("liger", "addrmsnorm", "rmsnorm", "liger.fused_add_rms_norm", _NORM_ALL - {"huge"},
+     "Liger-Kernel's fused add + RMS norm, hunted as rms_norm(x) on an exact split x = a + b"),
+    ("quack", "softmax", "softmax", "quack.softmax", _SOFTMAX_ALL,
+     "QuACK's CuTe DSL online softmax (float32 inside)"),
+    ("quack", "layernorm", "layernorm", "quack.layernorm", _NORM_ALL - {"huge"},
+     "QuACK's CuTe DSL layer norm (float32 gamma and beta)"),
+    ("quack", "rmsnorm", "rmsnorm", "quack.rmsnorm", _NORM_ALL - {"huge"},
+     "QuACK's CuTe DSL RMS norm"),
+    ("quack", "addrmsnorm", "rmsnorm", "quack.rmsnorm+residual", _NORM_ALL - {"huge"},
+     "QuACK's rmsnorm with a residual, hunted as rms_norm(x) on an exact split x = a + b"),
+    ("jax", "softmax", "softmax", "jax.nn.softmax", _SOFTMAX_ALL, "jax.nn.softmax(x, axis=-1)"),
+    ("jax", "layernorm", "layernorm", "jax.nn.standardize", _NORM_ALL - {"huge", "large_mean"},
+     "jax.nn.standardize(x, epsilon=eps) * gamma + beta (variance as E[x^2] - E[x]^2)"),
+    ("flax", "layernorm", "layernorm", "flax.LayerNorm", _NORM_ALL - {"huge", "large_mean"},
+     "flax.linen.LayerNorm with its defaults (use_fast_variance=True)"),
+    ("flax", "rmsnorm", "rmsnorm", "flax.RMSNorm", _NORM_ALL - {"huge"},
+     "flax.linen.RMSNorm with its defaults"),
+)
+
+
+def _ecosystem(backend: str, entry_op: str, op: str, name: str, claims: frozenset[str],
+               summary: str, dtype: str) -> KernelSpec:
+    framework = "jax" if backend in ("jax", "flax") else "torch"
+    constraints = ShapeConstraints()
+    if backend == "quack" and entry_op == "softmax":
+        constraints = ShapeConstraints(cols_multiple_of=16 // {"float32": 4}.get(dtype, 2))
+    module = "normprops.backends.ecosystem"
+    return KernelSpec(f"{name}-{_SHORT[dtype]}", op, backend,
+                      f"{module}:{backend.replace('-', '_')}__{entry_op}", 2, FOREIGN_ERROR_MODEL,
+                      claims, summary, exempt=_NOT_PROMISED, bench=False, dtype=dtype,
+                      framework=framework, device="cuda" if framework == "torch" else None,
+                      constraints=constraints)
+
+
+_ECOSYSTEM_KERNELS: tuple[KernelSpec, ...] = tuple(
+    _ecosystem(*row, dtype=dtype) for row in _ECOSYSTEM_OPS for dtype in ("float32", "bfloat16"))
+
 KERNELS: tuple[KernelSpec, ...] = (
     *(_on("numpy", k) for k in _SEED_KERNELS),
     *(_on("cuda", k) for k in _SEED_KERNELS),
     *_CUDA_ONLY,
     *_PROD_KERNELS,
     *_TORCH_KERNELS,
+    *_ECOSYSTEM_KERNELS,
 )
 
 
@@ -310,4 +377,9 @@ def backend_status(backend: str) -> tuple[bool, str]:
         from normprops.backends.torch_kernels import torch_status
 
         return torch_status(device=backend.removeprefix("torch-"))
-    return False, f"unknown backend {backend!r}; known: {', '.join(BACKEND_MODULES)}"
+    from normprops.backends.ecosystem import ECOSYSTEM_BACKENDS, ecosystem_status
+
+    if backend in ECOSYSTEM_BACKENDS:
+        return ecosystem_status(backend)
+    return False, (f"unknown backend {backend!r}; known: "
+                   f"{', '.join([*BACKEND_MODULES, *ECOSYSTEM_BACKENDS])}")

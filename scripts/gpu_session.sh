@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One batch of GPU work on the device machine, logs under $OUT (or ./out). Usage:
 #   bash scripts/gpu_session.sh STEP...
-# steps: env tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench
-#        bench-model sweep profile perf flakes pack
+# steps: env ftz tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench
+#        bench-model frameworks ecosystem sweep profile perf flakes pack
 # Environment: WORKERS (xdist workers, default 16), BACKENDS (numerics' backends, default "cuda
 # cuda-prod torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
 # DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20),
@@ -38,6 +38,26 @@ for s in "$@"; do
         normprops kernels;
         python3 -c 'from normprops.backends.peers import LIBRARIES, peer_status
 for lib in LIBRARIES: print("peer", lib, *peer_status(lib))'; } 2>&1 | tee "$OUT/env.txt" ;;
+    ftz) step ftz  # does our default build keep subnormals (CuPy's RawModule appended -ftz=true)?
+      python3 -c 'from normprops._cuda import build_flushes as f
+print("default build flushes subnormals:", f("default"), "| ftz build:", f("ftz"))' 2>&1 | tee "$OUT/ftz.txt"
+      [ -f .gpu/ftz_probe.py ] && python3 .gpu/ftz_probe.py >>"$OUT/ftz.txt" 2>&1; tail -25 "$OUT/ftz.txt" ;;
+    frameworks) step frameworks  # users' kernels in torch (bfloat16, CUDA) through --framework
+      for op in rmsnorm softmax layernorm; do fn=$(case $op in rmsnorm) echo rms_norm;; layernorm) echo layer_norm;; *) echo $op;; esac)
+        timeout 600 normprops hunt --op $op --impl normprops.examples.frameworks:torch_$fn --framework torch \
+          --dtype bfloat16 --seed 0 --max-examples "${EXAMPLES:-100}" --fixtures-dir "$OUT/fixtures" \
+          --json "$OUT/user_torch_${op}_bf16.json" >"$OUT/user_torch_${op}_bf16.txt" 2>&1
+        echo "exit $?"; grep -E "^  [a-z_]+ |^softmax|^rmsnorm|^layernorm|stopped|clean|failed" "$OUT/user_torch_${op}_bf16.txt" | head -20
+      done ;;
+    ecosystem) step ecosystem  # other projects' kernels, sharded over processes, merged into one matrix
+      n=${SHARDS:-$WORKERS}; mkdir -p "$OUT/eco"; export TORCHINDUCTOR_COMPILE_THREADS=1
+      for k in $(seq 1 "$n"); do
+        timeout "${ECO_TIMEOUT:-500}" normprops hunt --backend "${ECO_BACKENDS:-torch-compile,liger,quack,jax,flax}" \
+          --shard "$k/$n" --seed 0 --max-examples "${EXAMPLES:-100}" --fixtures-dir "$OUT/fixtures" \
+          --json "$OUT/eco/shard_$k.json" >"$OUT/eco/shard_$k.txt" 2>&1 &
+      done; wait
+      normprops report merge "$OUT"/eco/shard_*.json --json "$OUT/ecosystem.json" --png "$OUT/ecosystem.png" \
+        2>&1 | tee "$OUT/ecosystem.txt" | tail -70 ;;
     tests) step tests
       timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_prod.py \
         tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;

@@ -138,3 +138,53 @@ def test_racecheck_flags_only_the_missing_barrier(name: str, hazards: bool) -> N
     found = re.search(r"(\d+) hazards? displayed", proc.stdout + proc.stderr)
     assert found, proc.stdout[-2000:]
     assert (int(found.group(1)) > 0) == hazards
+
+
+def test_our_default_build_keeps_subnormals_and_the_ftz_build_flushes() -> None:
+    from normprops._cuda import build_flushes
+
+    assert build_flushes("default") is False
+    assert build_flushes("ftz") is True
+
+
+def test_census_counts_subnormals_as_ieee_arithmetic_gives_them() -> None:
+    import re
+
+    code, out, _ = run_cli("census", "--backend", "cuda")
+    assert code == 0
+    counts = {label.strip(): int(sub) for label, sub in
+              re.findall(r"^\s+(exact \(float64\)|softmaxRowSafe \w+)\s+normal\s+\d+\s+subnormal\s+(\d+)",
+                         out, re.MULTILINE)}
+    assert counts["exact (float64)"] > 0
+    # expf is faithful, so a value at the subnormal boundary may land either side: within 2.
+    assert abs(counts["softmaxRowSafe default"] - counts["exact (float64)"]) <= 2, out
+    assert counts["softmaxRowSafe ftz"] == 0, out
+
+
+def test_a_correct_range_safe_user_kernel_is_not_flagged_in_huge(tmp_path: Path) -> None:
+    # It divides the row by its largest magnitude: scaled values may be subnormal, which only a
+    # flushing build (CuPy's RawModule appends -ftz=true) turns into a false alarm.
+    report = tmp_path / "r.json"
+    code, out, err = run_cli("hunt", "--op", "rmsnorm", "--cuda-source", str(DATA / "user_held_out.cu"),
+                             "--kernel", "rmsnorm_max_scaled", "--families", "huge,ordinary,ragged",
+                             "--max-examples", "200", "--seed", "0", "--no-fixtures", "--json",
+                             str(report))
+    assert code == 0, out + err
+    assert json.loads(report.read_text())["failures"] == []
+
+
+def test_a_write_past_the_row_is_caught_and_described_with_the_stress_batch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    report = tmp_path / "r.json"
+    proc = subprocess.run([sys.executable, "-m", "normprops", "hunt", "--op", "softmax",
+                           "--cuda-source", str(DATA / "user_held_out.cu"), "--kernel",
+                           "softmax_writes_past_row", "--families", "ordinary,ragged",
+                           "--max-examples", "100", "--seed", "0", "--no-fixtures", "--json",
+                           str(report)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    doc = json.loads(report.read_text())
+    assert doc["complete"] and doc["failures"]
+    assert any(f["minimal_shape"][1] % 2 == 1 for f in doc["failures"])

@@ -29,7 +29,7 @@ from normprops._cuda import module
 from normprops.backends.cuda_kernels import KernelFault, validate
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
-from normprops.strategies import get_dtype, to_dtype
+from normprops.dtypes import get_dtype, split_exact, to_dtype
 
 __all__ = ["DTYPE_CODES", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "split_exact",
            "to_storage", "from_storage"]
@@ -209,24 +209,6 @@ class ProdKernel:
     def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> None:
         """Check and launch once (see :meth:`launcher`)."""
         self.launcher(*arrays, rows=rows, cols=cols, eps=eps)()
-
-
-def split_exact(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """x = a + b exactly, both exact in ``dtype``: a keeps the top half of each significand, b is
-    the rest. Where b would be subnormal (flush-to-zero arithmetic could drop it), b = 0, a = x."""
-    bits = get_dtype(dtype).bits
-    x = np.ascontiguousarray(x, dtype=np.float32)
-    drop = 24 - bits + bits // 2  # float32 significand bits cleared in a
-    mask = np.uint32((0xFFFFFFFF << drop) & 0xFFFFFFFF)
-    with np.errstate(all="ignore"):
-        a = (x.view(np.uint32) & mask).view(np.float32)
-        b = (x.astype(np.float64) - a).astype(np.float32)
-        ok = np.isfinite(x) & ((b == 0) | (np.abs(b) >= get_dtype(dtype).min_normal))
-        ok &= (to_dtype(a, dtype) == a) & (to_dtype(b, dtype) == b)
-    a = np.where(ok, a, x)
-    # -0 + -0 is -0: a zero splits into two zeros of its own sign; anything unsplittable into x + 0.
-    b = np.where(ok, b, np.where(x == 0, x, np.float32(0)))
-    return np.ascontiguousarray(a), np.ascontiguousarray(b)
 
 
 def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., np.ndarray]:

@@ -1,0 +1,198 @@
+"""The ecosystem's normalization kernels as registered targets: ``torch.compile``, Liger-Kernel,
+QuACK, JAX and Flax.
+
+Each entry point takes and returns its own framework's arrays (torch CUDA tensors, JAX arrays) in the
+storage type it is registered with; the registry (:mod:`normprops.specs`) says which framework, and
+what each entry promises. Nothing heavy is imported with this module: each library is imported on
+first use, and :func:`ecosystem_status` says whether a backend can run here and why not.
+
+The fused add + RMS norm kernels (Liger's ``fused_add_rms_norm``, QuACK's ``rmsnorm`` with a
+residual) are hunted as RMS norms, as ours are: x is split exactly into a + b in the storage type
+(:func:`normprops.dtypes.split_exact`), the kernel runs on (a, b), its new residual must be x bit
+for bit (else a contract failure), and its output is judged as ``rms_norm(x)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Callable
+
+from normprops.errors import ContractError
+
+__all__ = ["ECOSYSTEM_BACKENDS", "ecosystem_status", "entry"]
+
+#: backend -> what it needs
+ECOSYSTEM_BACKENDS = {
+    "torch-compile": "torch with a CUDA device (torch.compile(dynamic=True) of PyTorch's ops)",
+    "liger": "Liger-Kernel (Triton) with a CUDA device",
+    "quack": "QuACK (CuTe DSL) with a CUDA device",
+    "jax": "JAX (its first device: the GPU when jax[cuda] is installed)",
+    "flax": "Flax (linen) on JAX",
+}
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
+
+
+def _import_jax() -> Any:
+    # JAX takes 75% of the GPU's memory at its first use unless told not to; it shares the GPU with
+    # CuPy and torch here.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import jax
+
+    return jax
+
+
+@functools.cache
+def ecosystem_status(backend: str) -> tuple[bool, str]:
+    """(usable, reason) for one of :data:`ECOSYSTEM_BACKENDS`; never raises."""
+    if backend not in ECOSYSTEM_BACKENDS:
+        return False, f"unknown backend {backend!r}"
+    if backend in ("liger", "quack"):
+        from normprops.backends.peers import peer_status
+
+        return peer_status(backend)
+    if backend == "torch-compile":
+        try:
+            import torch
+        except Exception as exc:
+            return False, f"torch is not importable ({_first_line(exc)})"
+        if not torch.cuda.is_available():
+            return False, f"torch {torch.__version__} sees no CUDA device"
+        return True, f"torch.compile, torch {torch.__version__} on {torch.cuda.get_device_name()}"
+    try:
+        jax = _import_jax()
+    except Exception as exc:
+        return False, f"jax is not importable ({_first_line(exc)})"
+    device = jax.devices()[0]
+    if backend == "jax":
+        return True, f"jax {jax.__version__} on {device.platform} ({device.device_kind})"
+    try:
+        import flax
+    except Exception as exc:
+        return False, f"flax is not importable ({_first_line(exc)})"
+    return True, f"flax {flax.__version__}, jax {jax.__version__} on {device.platform}"
+
+
+# --- torch.compile ---------------------------------------------------------------------------
+
+
+@functools.cache
+def _compiled(op: str) -> Callable[..., Any]:
+    import torch
+    import torch.nn.functional as F
+
+    eager: dict[str, Callable[..., Any]] = {
+        "softmax": lambda x: torch.softmax(x, dim=-1),
+        "layernorm": lambda x, gamma, beta, eps: F.layer_norm(x, (x.shape[-1],), gamma, beta, eps),
+        "rmsnorm": lambda x, gamma, eps: F.rms_norm(x, (x.shape[-1],), gamma, eps),
+    }
+    return torch.compile(eager[op], dynamic=True)
+
+
+def _torch_compile(op: str) -> Callable[..., Any]:
+    return lambda *args: _compiled(op)(*args)
+
+
+# --- Liger-Kernel and QuACK (adapters in normprops.backends.peers) ----------------------------
+
+
+def _peer(library: str, op: str) -> Callable[..., Any]:
+    from normprops.backends.peers import adapter
+
+    if op != "addrmsnorm":
+        return lambda *args: adapter(library, op)(*args)
+
+    def rms_norm(x: Any, gamma: Any, eps: float) -> Any:
+        return _fused_as_rms_norm(adapter(library, "addrmsnorm"), x, gamma, eps)
+
+    return rms_norm
+
+
+def _fused_as_rms_norm(add_rms_norm: Callable[..., Any], x: Any, gamma: Any, eps: float) -> Any:
+    """rms_norm(x) through a fused add + RMS norm: x = a + b exactly, the kernel's new residual
+    must be x bit for bit."""
+    import ml_dtypes
+    import numpy as np
+    import torch
+
+    from normprops.dtypes import split_exact
+
+    dtype = str(x.dtype).removeprefix("torch.")
+    host = x.detach().float().cpu().numpy()
+    a, b = split_exact(host, dtype)
+
+    def back(v: np.ndarray) -> Any:
+        if dtype == "bfloat16":
+            bits = v.astype(ml_dtypes.bfloat16).view(np.int16)
+            return torch.from_numpy(bits).view(torch.bfloat16).to(x.device)
+        return torch.from_numpy(v.astype(np.float16 if dtype == "float16" else np.float32)).to(x.device)
+
+    out, new_residual = add_rms_norm(back(a), back(b), gamma, eps)
+    got = new_residual.detach().float().cpu().numpy()
+    same = (got.view(np.uint32) == host.view(np.uint32)) | (np.isnan(got) & np.isnan(host))
+    if not same.all():
+        r, c = np.unravel_index(int(np.argmax(~same)), same.shape)
+        raise ContractError(f"the new residual at row {r} col {c} is {got[r, c]!r}; x + residual is "
+                            f"{host[r, c]!r} ({a[r, c]!r} + {b[r, c]!r})")
+    return out
+
+
+# --- JAX and Flax ------------------------------------------------------------------------------
+
+
+def _jax(op: str) -> Callable[..., Any]:
+    def softmax(x: Any) -> Any:
+        return _import_jax().nn.softmax(x, axis=-1)
+
+    def layer_norm(x: Any, gamma: Any, beta: Any, eps: float) -> Any:
+        # The layer norm JAX users write: jax.nn.standardize, then the affine.
+        return _import_jax().nn.standardize(x, axis=-1, epsilon=eps) * gamma + beta
+
+    return {"softmax": softmax, "layernorm": layer_norm}[op]
+
+
+def _flax(op: str) -> Callable[..., Any]:
+    def layer_norm(x: Any, gamma: Any, beta: Any, eps: float) -> Any:
+        _import_jax()
+        from flax import linen
+
+        # Flax's defaults (use_fast_variance=True among them), with the case's eps and parameters
+        # of the storage type.
+        module = linen.LayerNorm(epsilon=eps, param_dtype=x.dtype)
+        return module.apply({"params": {"scale": gamma, "bias": beta}}, x)
+
+    def rms_norm(x: Any, gamma: Any, eps: float) -> Any:
+        _import_jax()
+        from flax import linen
+
+        module = linen.RMSNorm(epsilon=eps, param_dtype=x.dtype)
+        return module.apply({"params": {"scale": gamma}}, x)
+
+    return {"layernorm": layer_norm, "rmsnorm": rms_norm}[op]
+
+
+_FACTORIES: dict[str, Callable[[str], Callable[..., Any]]] = {
+    "torch-compile": _torch_compile,
+    "liger": functools.partial(_peer, "liger"),
+    "quack": functools.partial(_peer, "quack"),
+    "jax": _jax,
+    "flax": _flax,
+}
+
+
+def entry(backend: str, op: str) -> Callable[..., Any]:
+    """The entry point of ``backend``'s kernel for ``op`` ("addrmsnorm": hunted as an RMS norm)."""
+    return _FACTORIES[backend](op)
+
+
+def __getattr__(name: str) -> Callable[..., Any]:
+    """``ecosystem.<backend>__<op>``: the registry's entry names (``liger__rmsnorm``)."""
+    backend, sep, op = name.partition("__")
+    backend = backend.replace("_", "-")
+    if sep and backend in _FACTORIES:
+        return entry(backend, op)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,114 @@
+"""The ecosystem's kernels in the registry (torch.compile, Liger-Kernel, QuACK, JAX, Flax), and
+hunts spread over shards whose reports merge into one matrix."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normprops.cli import main
+from normprops.dtypes import split_exact, to_dtype
+from normprops.specs import KERNELS, backend_status
+
+ECOSYSTEM = ("torch-compile", "liger", "quack", "jax", "flax")
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    return main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
+
+
+def test_kernels_lists_every_ecosystem_backend_with_its_status() -> None:
+    code, out, _ = run("kernels")
+    assert code == 0
+    for backend in ECOSYSTEM:
+        line = next(line for line in out.splitlines() if line.startswith(f"backend {backend}:"))
+        ok, why = backend_status(backend)
+        assert ("available" if ok else "unavailable") in line and why in line
+
+
+def test_each_ecosystem_entry_records_what_it_promises() -> None:
+    entries = [k for k in KERNELS if k.backend in ECOSYSTEM]
+    assert {(k.backend, k.dtype) for k in entries} >= {(b, d) for b in ECOSYSTEM
+                                                      for d in ("float32", "bfloat16")}
+    assert len(entries) >= 12
+    for k in entries:
+        assert k.framework in ("torch", "jax") and "batch_invariance" in k.exempt
+        if k.op != "softmax":
+            assert "huge" not in k.claims  # none of the norms scales its rows
+    quack_softmax = {k.dtype: k for k in entries if k.name.startswith("quack.softmax")}
+    assert quack_softmax["float32"].constraints.cols_multiple_of == 4
+    assert quack_softmax["bfloat16"].constraints.cols_multiple_of == 8
+    assert all("large_mean" not in k.claims for k in entries
+               if k.name.startswith(("flax.LayerNorm", "jax.nn.standardize")))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_the_exact_split_of_the_fused_kernels(dtype: str) -> None:
+    rng = np.random.default_rng(0)
+    x = to_dtype((rng.standard_normal((4, 33)) * 10.0 ** rng.integers(-30, 30, (4, 33))), dtype)
+    a, b = split_exact(x, dtype)
+    assert np.array_equal(to_dtype(a, dtype), a) and np.array_equal(to_dtype(b, dtype), b)
+    assert np.array_equal((a.astype(np.float64) + b).astype(np.float32), x)
+
+
+def _cells(doc: dict) -> dict:
+    return {(r["kernel"], r["family"]): (r["passed"], tuple(r["properties"])) for r in doc["results"]}
+
+
+def test_sharded_hunts_merge_into_the_unsharded_matrix(tmp_path: Path) -> None:
+    common = ["hunt", "--backend", "numpy", "--op", "layernorm", "--max-examples", "15",
+              "--seed", "3", "--no-fixtures"]
+    run(*common, "--json", str(tmp_path / "all.json"))
+    shards = []
+    for k in (1, 2, 3):
+        path = tmp_path / f"shard{k}.json"
+        run(*common, "--shard", f"{k}/3", "--json", str(path))
+        shards.append(path)
+    sizes = [len(json.loads(p.read_text())["results"]) for p in shards]
+    assert min(sizes) >= 1 and sum(sizes) == len(json.loads((tmp_path / "all.json").read_text())["results"])
+    code, out, _ = run("report", "merge", *map(str, shards), "--json", str(tmp_path / "merged.json"))
+    assert code == 0, out
+    merged = json.loads((tmp_path / "merged.json").read_text())
+    assert _cells(merged) == _cells(json.loads((tmp_path / "all.json").read_text()))
+    assert "layerNormRowOnePass" in out and "caught" in out
+
+
+def test_merge_refuses_what_it_cannot_read(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = run("report", "merge", str(bad))
+    assert code == 2 and "bad.json: not valid JSON" in err
+    code, _, err = run("report", "merge", str(tmp_path / "missing.json"))
+    assert code == 2 and "missing.json: cannot be read" in err
+
+
+def test_merge_refuses_two_reports_that_disagree_on_a_cell(tmp_path: Path) -> None:
+    doc = {"format": "normprops-report/1", "results": [
+        {"target": "rmsnorm[k]", "kernel": "k", "backend": "numpy", "op": "rmsnorm",
+         "family": "tiny", "passed": True, "properties": []}], "failures": []}
+    (tmp_path / "a.json").write_text(json.dumps(doc))
+    doc["results"][0].update(passed=False, properties=["accuracy"])
+    (tmp_path / "b.json").write_text(json.dumps(doc))
+    code, _, err = run("report", "merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
+    assert code == 2 and "k x tiny is also in an earlier report" in err
+
+
+@pytest.mark.parametrize("shard, message", [("0/3", "1 <= K <= N"), ("4/3", "1 <= K <= N"),
+                                            ("x", "expected K/N")])
+def test_bad_shards_are_usage_errors(shard: str, message: str) -> None:
+    code, _, err = run("hunt", "--shard", shard)
+    assert code == 2 and message in err
+
+
+def test_merge_draws_the_matrix(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    run("hunt", "--backend", "numpy", "--op", "rmsnorm", "--max-examples", "5", "--seed", "0",
+        "--no-fixtures", "--json", str(tmp_path / "r.json"))
+    code, _, err = run("report", "merge", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png"))
+    assert code == 0, err
+    assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

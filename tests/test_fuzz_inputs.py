@@ -1,0 +1,132 @@
+"""The tool's own inputs, fuzzed: fixture files, JSON reports and command lines full of garbage must
+end in a clear error of the documented kind, never an uncaught exception."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from normprops.cli import main
+from normprops.errors import FixtureError
+from normprops.regressions import load_fixture
+from normprops.report import ReportError, load_report
+
+COMMITTED = sorted((Path(__file__).parent / "regressions").glob("*/*.json"))
+FUZZ = settings(max_examples=150, deadline=None, derandomize=True,
+                suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12)
+
+
+def _paths(doc, prefix=()):
+    """Every key path into a JSON document."""
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            yield (*prefix, k)
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc[:3]):
+            yield (*prefix, i)
+            yield from _paths(v, (*prefix, i))
+
+
+@st.composite
+def damaged_fixture_docs(draw):
+    """A committed fixture with one part deleted or replaced by arbitrary JSON."""
+    doc = json.loads(draw(st.sampled_from(COMMITTED)).read_text())
+    doc = copy.deepcopy(doc)
+    path = draw(st.sampled_from(list(_paths(doc))))
+    parent = doc
+    for key in path[:-1]:
+        parent = parent[key]
+    if draw(st.booleans()) and isinstance(parent, dict):
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = draw(json_values)
+    return doc
+
+
+@FUZZ
+@given(blob=st.binary(max_size=200) | st.text(max_size=200).map(str.encode))
+def test_fixture_loader_on_random_bytes(tmp_path_factory, blob: bytes) -> None:
+    path = tmp_path_factory.mktemp("fx") / "f.json"
+    path.write_bytes(blob)
+    with pytest.raises(FixtureError, match="f.json"):
+        load_fixture(path)
+
+
+@FUZZ
+@given(doc=damaged_fixture_docs())
+def test_fixture_loader_on_damaged_fixtures(tmp_path_factory, doc) -> None:
+    path = tmp_path_factory.mktemp("fx") / "f.json"
+    path.write_text(json.dumps(doc))
+    try:
+        fixture = load_fixture(path)
+    except FixtureError as exc:
+        assert str(path) in str(exc)
+    else:  # a change the loader can accept (a message, a parameter) still gives a usable case
+        assert fixture.minimal.x.ndim == 2 and fixture.minimal.x.size >= 1
+
+
+def _report_doc() -> dict:
+    return {"format": "normprops-report/1", "command": "hunt", "targets": [], "complete": True,
+            "error": None, "notes": [],
+            "results": [{"target": "softmax[k]", "family": "ordinary", "passed": False,
+                         "properties": ["accuracy"], "examples": 3}],
+            "failures": [{"target": "softmax[k]", "family": "ordinary", "property": "accuracy"}]}
+
+
+@FUZZ
+@given(data=st.data())
+def test_report_reader_on_garbage(tmp_path_factory, data) -> None:
+    doc = _report_doc()
+    path_in_doc = data.draw(st.sampled_from(list(_paths(doc))))
+    parent = doc
+    for key in path_in_doc[:-1]:
+        parent = parent[key]
+    parent[path_in_doc[-1]] = data.draw(json_values)
+    path = tmp_path_factory.mktemp("rep") / "r.json"
+    path.write_text(json.dumps(doc) if data.draw(st.booleans()) else json.dumps(doc)[:40])
+    try:
+        loaded = load_report(path)
+    except ReportError as exc:
+        assert str(path) in str(exc)
+    else:
+        assert isinstance(loaded["results"], list)
+
+
+FLAGS = ["--dtype", "--framework", "--device", "--ignore", "--threads", "--call-timeout",
+         "--cols-multiple-of", "--min-cols", "--max-cols", "--families", "--seed", "--policy",
+         "--oracle", "--kernel", "--json", "--fixtures-dir", "--ftz", "--backend", "--op"]
+VALUES = st.sampled_from(["0", "-1", "3", "1e9", "nan", "inf", "", "bfloat16", "float16", "torch",
+                          "cpu", "cuda:7", "batch_invariance", "finite", "ordinary,tiny", "ragged",
+                          "huge", "x" * 300, "\x00", "softmax", "rmsnorm", "dir/", ".", "/",
+                          "a:b", "--", "-3.5", "65536"]) | st.text(max_size=8)
+
+
+# The command line runs a (one-example) hunt, itself a Hypothesis test: nesting is intended.
+@settings(max_examples=60, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
+                                 HealthCheck.nested_given])
+@given(extra=st.lists(st.tuples(st.sampled_from(FLAGS), VALUES), max_size=4))
+def test_cli_arguments_never_escape_as_exceptions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  extra) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["hunt", "--op", "softmax", "--impl", "normprops.examples.correct:softmax_f64",
+            "--families", "ordinary", "--max-examples", "1", "--no-fixtures"]
+    for flag, value in extra:
+        argv += [flag] if flag == "--ftz" else [flag, value]
+    err = io.StringIO()
+    code = main(argv, out=io.StringIO(), err=err)
+    assert code in (0, 1, 2), (argv, err.getvalue())
+    if code == 2:
+        assert len(err.getvalue().strip().splitlines()) == 1, err.getvalue()

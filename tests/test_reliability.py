@@ -1,0 +1,325 @@
+"""Never a traceback, a hang, a lost report or a false alarm of our own: the hunt and replay under
+bad input, faults and interruption."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normprops.api import hunt_families
+from normprops.cli import main
+from normprops.hunt import HuntConfig
+from normprops.judge import _distinct
+from normprops.launch import target_from_callable
+from normprops.report import describe_case, format_finding
+
+USER_MODULE = textwrap.dedent('''
+    import time
+    import numpy as np
+
+    def _softmax64(x):
+        z = x.astype(np.float64)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def softmax_good(x):
+        return _softmax64(x)
+
+    def softmax_bad(x):
+        with np.errstate(all="ignore"):
+            e = np.exp(x)
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def softmax_bad_too(x):  # the same bug under another name: its own findings
+        return softmax_bad(x)
+
+    def softmax_no_shift_wide(x):
+        # Forgets the max shift, but only on rows wider than 512: overflow gives inf / inf = NaN.
+        if x.shape[1] <= 512:
+            return _softmax64(x)
+        with np.errstate(all="ignore"):
+            e = np.exp(x.astype(np.float32))
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def softmax_warns(x):
+        e = np.exp(x)  # overflows (RuntimeWarning) on large logits
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    def softmax_float64_out(x):
+        return _softmax64(x).astype(np.float64)
+
+    def softmax_hangs(x):
+        while True:
+            time.sleep(0.01)
+
+    def softmax_slow(x):
+        time.sleep(0.05)
+        return _softmax64(x)
+''')
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "userkernels_rel.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "userkernels_rel"
+
+
+def _softmax64(x: np.ndarray) -> np.ndarray:
+    z = x.astype(np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+
+# --- 1. a finding in the stress batch is described, not a crash ------------------------------
+
+
+def test_a_race_seen_in_the_stress_batch_is_described_with_the_batch() -> None:
+    launches = {"n": 0}
+
+    def racy(x):  # row 12 of any big batch differs from launch to launch
+        out = _softmax64(x)
+        launches["n"] += 1
+        if x.shape[0] > 12 and launches["n"] % 2:
+            out[12] = np.nextafter(out[12], np.float32(2))
+        return out
+
+    target = replace(target_from_callable(racy, op="softmax"), stress_rows=64)
+    run_ = hunt_families(target, families=["ordinary"], config=HuntConfig(max_examples=10, seed=0))
+    finding = run_.results[0].findings[0]
+    assert finding.property == "determinism"
+    assert finding.verdict.row < finding.minimal.rows  # the case's row, not the batch's
+    text = format_finding(finding)
+    assert "failing output: row 12 of a stress batch of" in text
+    assert f"a copy of the case's row {12 % finding.minimal.rows}" in text
+
+
+def test_describe_case_never_indexes_past_the_case() -> None:
+    from normprops.judge import Verdict
+    from normprops.strategies import make_case
+
+    case = make_case(op="softmax", family="ordinary", rows=2, cols=3, seed=0,
+                     params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    verdict = Verdict("softmax[k]", "determinism", "ordinary", 12, 7, 1.0, 1.0, None, None,
+                      float("inf"), "differs")
+    text = describe_case(case, verdict)
+    assert "row 12 is outside the case's 2 rows" in text and "x[0] = [" in text
+
+
+# --- 3, 4. replay is as safe as hunt ---------------------------------------------------------
+
+
+def _fixture(user_module: str, tmp_path: Path) -> Path:
+    code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                     "--families", "overflow_logits", "--max-examples", "30", "--seed", "0",
+                     "--fixtures-dir", str(tmp_path / "fx"))
+    assert code == 1
+    return min((tmp_path / "fx" / "softmax").glob("*.json"))
+
+
+def test_replay_stops_a_hanging_kernel(user_module: str, tmp_path: Path) -> None:
+    _fixture(user_module, tmp_path)
+    start = time.perf_counter()
+    code, out, err = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_hangs",
+                         "--fixtures-dir", str(tmp_path / "fx"), "--call-timeout", "0.5")
+    assert time.perf_counter() - start < 30
+    assert code == 1 and "did not return within 0.5 s" in out and err == ""
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbled", "key_missing", "bad_values", "not_json_object"])
+def test_a_damaged_fixture_is_one_line_and_the_rest_still_replay(user_module: str, tmp_path: Path,
+                                                                 damage: str) -> None:
+    good = _fixture(user_module, tmp_path)
+    text = good.read_text()
+    doc = json.loads(text)
+    broken = good.with_name("aaa-broken.json")
+    if damage == "truncated":
+        broken.write_text(text[: len(text) // 2])
+    elif damage == "garbled":
+        broken.write_bytes(b"\xff\xfe garbage \x00")
+    elif damage == "key_missing":
+        del doc["minimal"]["x"]
+        broken.write_text(json.dumps(doc))
+    elif damage == "bad_values":
+        doc["minimal"]["x"]["hex"][0] = "not-a-float"
+        broken.write_text(json.dumps(doc))
+    else:
+        broken.write_text("[1, 2, 3]")
+    report = tmp_path / "replay.json"
+    code, out, err = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                         "--fixtures-dir", str(tmp_path / "fx"), "--json", str(report))
+    assert code == 3, out + err
+    lines = [line for line in out.splitlines() if "aaa-broken.json" in line]
+    assert len(lines) == 1 and lines[0].startswith("unreadable ")
+    assert f"pass {good.name}" in out and "1 could not be read" in out and "Traceback" not in out + err
+    rows = json.loads(report.read_text())["fixtures"]
+    assert {r["outcome"] for r in rows} == {"unreadable", "pass"}
+
+
+def test_replay_of_a_missing_directory_is_a_usage_error(user_module: str, tmp_path: Path) -> None:
+    code, out, err = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                         "--fixtures-dir", str(tmp_path / "nowhere"))
+    assert code == 2 and "no such directory" in err and len(err.splitlines()) == 1
+
+
+# --- 5. paths are checked before any hunting ---------------------------------------------------
+
+
+@pytest.mark.parametrize("flag, make, message", [
+    ("--fixtures-dir", lambda p: p.write_text(""), "is a file; name a directory"),
+    ("--json", lambda p: p.mkdir(), "is a directory; name a file"),
+    ("--json-parent-is-a-file", lambda p: p.write_text(""), "is a file, not a directory"),
+])
+def test_bad_output_paths_are_usage_errors_before_hunting(user_module: str, tmp_path: Path, flag: str,
+                                                          make, message: str) -> None:
+    target = tmp_path / "thing"
+    make(target)
+    argv = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_slow", "--max-examples", "50"]
+    if flag == "--json-parent-is-a-file":
+        argv += ["--json", str(target / "report.json")]
+    else:
+        argv += [flag, str(target)]
+    start = time.perf_counter()
+    code, out, err = run(*argv)
+    assert code == 2 and message in err and len(err.splitlines()) == 1
+    assert out == "" and time.perf_counter() - start < 5  # nothing was hunted
+
+
+# --- 6. the headline is the most severe failure, with digits enough ---------------------------
+
+
+def test_the_headline_names_the_nan_not_a_rounding_error(user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_no_shift_wide",
+                       "--families", "overflow_logits", "--max-examples", "100", "--seed", "0",
+                       "--no-fixtures", "--json", str(report))
+    assert code == 1
+    failures = json.loads(report.read_text())["failures"]
+    assert failures[0]["property"] == "finite"  # severity order: finite before accuracy
+    assert failures[0]["minimal_shape"][1] > 512
+
+
+@pytest.mark.parametrize("got, expected, shown", [
+    (0.99999988, 1.0, ("0.9999999", "1")),
+    (1.0000001, 1.0, ("1.0000001", "1")),
+    (0.5, 0.25, ("0.5", "0.25")),
+])
+def test_got_and_expected_are_printed_with_digits_enough(got, expected, shown) -> None:
+    assert _distinct(got, expected) == shown
+
+
+# --- 7. fixture identity --------------------------------------------------------------------
+
+
+def test_the_same_input_failing_two_kernels_gives_two_fixtures(user_module: str, tmp_path: Path) -> None:
+    paths = []
+    for name in ("softmax_bad", "softmax_bad_too"):
+        report = tmp_path / f"{name}.json"
+        code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:{name}",
+                           "--families", "overflow_logits", "--max-examples", "30", "--seed", "0",
+                           "--fixtures-dir", str(tmp_path / "fx"), "--json", str(report))
+        assert code == 1
+        failure = json.loads(report.read_text())["failures"][0]
+        path = Path(failure["fixture"])
+        assert json.loads(path.read_text())["impl"] == name  # the printed file is this kernel's
+        paths.append(path)
+    assert paths[0] != paths[1]
+    # Each kernel's findings are files of their own.
+    owners = [json.loads(p.read_text())["impl"] for p in (tmp_path / "fx" / "softmax").glob("*.json")]
+    assert owners.count("softmax_bad") == owners.count("softmax_bad_too") >= 1
+
+
+def test_impl_fixtures_go_to_a_folder_of_their_own_and_it_is_said_once(user_module: str,
+                                                                      tmp_path: Path) -> None:
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                       "--families", "overflow_logits,ordinary", "--max-examples", "30", "--seed", "0")
+    assert code == 1
+    assert (tmp_path / "normprops-fixtures" / "softmax").is_dir()
+    assert not (tmp_path / "tests").exists()
+    assert out.count("fixtures: ") == 1 and "saved under normprops-fixtures/" in out
+
+
+# --- 8. quiet and to the point ------------------------------------------------------------------
+
+
+def test_the_kernels_warnings_are_counted_not_printed(user_module: str, tmp_path: Path,
+                                                     capfd: pytest.CaptureFixture[str]) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_warns",
+                         "--families", "overflow_logits", "--max-examples", "30", "--seed", "0",
+                         "--no-fixtures", "--json", str(report))
+    captured = capfd.readouterr()
+    assert "RuntimeWarning" not in captured.out + captured.err
+    warned = [line for line in out.splitlines() if "warning" in line]
+    assert len(warned) == 1 and "RuntimeWarning: overflow encountered in exp" in warned[0]
+    (result,) = json.loads(report.read_text())["results"]
+    assert result["warnings"] > 1 and "overflow" in result["first_warning"]
+
+
+def test_one_contract_failure_stops_the_hunt_with_one_message(user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_float64_out",
+                       "--max-examples", "10", "--seed", "0", "--fixtures-dir", str(tmp_path / "fx"),
+                       "--json", str(report))
+    assert code == 1
+    assert out.count("dtype float64") == 1  # the verdict once; the second family only refers to it
+    assert "the same contract failure as in ordinary" in out and "fix that first" in out
+    doc = json.loads(report.read_text())
+    assert len(doc["results"]) == 2 and any("stopped" in n for n in doc["notes"])
+    assert len(list((tmp_path / "fx" / "softmax").glob("*.json"))) == 1
+
+
+def test_ctrl_c_prints_what_was_found_writes_the_report_and_exits_130(user_module: str,
+                                                                     tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "normprops", "hunt", "--op", "softmax", "--impl",
+         f"{user_module}:softmax_slow", "--max-examples", "200", "--seed", "0", "--no-fixtures",
+         "--json", str(report)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    first = proc.stdout.readline()  # the header: the hunt has started
+    assert first.startswith("normprops hunt:"), first + proc.stderr.read()
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out + err
+    assert "Traceback" not in out + err and "interrupted" in out
+    doc = json.loads(report.read_text())
+    assert doc["error"] == "interrupted" and doc["complete"] is False
+    assert doc["results"] and doc["results"][0]["family"] == "ordinary"
+
+
+def test_an_internal_error_is_one_line_exit_4_and_the_report_is_written(
+        user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import normprops.hunt
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("a bug of ours")
+
+    monkeypatch.setattr(normprops.hunt, "evaluate", broken)
+    report = tmp_path / "r.json"
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                         "--families", "ordinary", "--max-examples", "5", "--json", str(report))
+    assert code == 4
+    assert err.count("\n") == 1 and "internal error: ZeroDivisionError: a bug of ours" in err
+    doc = json.loads(report.read_text())
+    assert doc["error"].startswith("internal error") and "Traceback" in doc["traceback"]
