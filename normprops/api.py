@@ -49,10 +49,13 @@ def _cause(reason: str) -> str:
 
 def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig,
                   fixtures_dir: Path | None = None, save: Callable[[str], bool] = lambda f: True,
-                  on_result: Callable[[HuntResult, str | None], None] | None = None) -> HuntRun:
+                  on_result: Callable[[HuntResult, str | None], None] | None = None,
+                  stop_on_repeated_contract: bool = True) -> HuntRun:
     """Hunt ``target`` on each of ``families`` in turn; fixtures under ``fixtures_dir`` for the
     families ``save`` accepts. ``on_result(result, note)`` sees each family as it finishes (note:
-    a one-line remark, e.g. that its contract failure repeats an earlier one)."""
+    a one-line remark, e.g. that its contract failure repeats an earlier one). A matrix of many
+    kernels wants every cell: ``stop_on_repeated_contract=False`` hunts on (each family still
+    hunts its other properties past a contract failure)."""
     run = HuntRun()
     contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
     for family in families:
@@ -67,7 +70,7 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
             result = save_findings(result, target=target, directory=fixtures_dir)
         run.results.append(result)
         note = None
-        if repeat is not None:
+        if repeat is not None and stop_on_repeated_contract:
             note = f"the same contract failure as in {repeat}"
             run.stopped = (f"{repeat} and {family} failed the calling contract the same way; the "
                            f"remaining families were not hunted: fix that first")

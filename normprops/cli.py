@@ -581,7 +581,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             # claim is hunted for the matrix, not saved.
             outcome = hunt_families(target, families=families, config=config, fixtures_dir=fixtures,
                                     save=lambda f, spec=spec: _expectation(spec, f) != "unclaimed",
-                                    on_result=show)
+                                    on_result=show, stop_on_repeated_contract=False)
             if outcome.interrupted:
                 raise KeyboardInterrupt
             if outcome.stopped:

@@ -116,6 +116,9 @@ def split_exact(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:
         ok = np.isfinite(x) & ((b == 0) | (np.abs(b) >= get_dtype(dtype).min_normal))
         ok &= (to_dtype(a, dtype) == a) & (to_dtype(b, dtype) == b)
     a = np.where(ok, a, x)
-    # -0 + -0 is -0: a zero splits into two zeros of its own sign; anything unsplittable into x + 0.
-    b = np.where(ok, b, np.where(x == 0, x, np.float32(0)))
+    b = np.where(ok, b, np.float32(0))  # anything unsplittable: x + 0
+    # A zero splits into two zeros of its own sign: -0 + -0 is -0, while -0 + +0 is +0 under
+    # round-to-nearest (x - a above gives +0 for x = -0).
+    zero = x == 0
+    a, b = np.where(zero, x, a), np.where(zero, x, b)
     return np.ascontiguousarray(a), np.ascontiguousarray(b)

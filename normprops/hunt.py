@@ -81,7 +81,10 @@ class HuntConfig:
             report_multiple_bugs=False,
             print_blob=False,
             verbosity=Verbosity.quiet,
-            phases=(Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink),
+            # The parent's phases (a profile may leave shrinking out), never "explain": it reruns
+            # the failing case many times over to annotate a traceback nobody sees here.
+            phases=tuple(p for p in (self.parent.phases if self.parent is not None else Phase)
+                         if p is not Phase.explain),
         )
 
 

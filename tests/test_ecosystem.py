@@ -54,6 +54,13 @@ def test_the_exact_split_of_the_fused_kernels(dtype: str) -> None:
     a, b = split_exact(x, dtype)
     assert np.array_equal(to_dtype(a, dtype), a) and np.array_equal(to_dtype(b, dtype), b)
     assert np.array_equal((a.astype(np.float64) + b).astype(np.float32), x)
+    # The sum of the two halves must give x bit for bit in the kernel's arithmetic, signed zeros
+    # included: -0 + +0 is +0, which once made a correct fused kernel look wrong.
+    z = np.array([[-0.0, 0.0, -1e-40, 3.0]], np.float32)
+    a, b = split_exact(z, dtype)
+    with np.errstate(all="ignore"):
+        s = a + b  # float32 arithmetic, round to nearest
+    assert np.array_equal(s.view(np.uint32), to_dtype(z, dtype).view(np.uint32))
 
 
 def _cells(doc: dict) -> dict:
