@@ -69,7 +69,7 @@ def cuda_status() -> tuple[bool, str]:
     return True, f"{name}, sm_{props['major']}{props['minor']}, CuPy {cupy.__version__}"
 
 
-#: The packaged CUDA sources: the seed's kernels and the production ones.
+#: The packaged CUDA sources: the textbook kernels and the production ones.
 SOURCES = ("kernels.cu", "prod.cu")
 
 

@@ -1,4 +1,4 @@
-"""The bandwidth table on the GPU: the seed's kernels and predictions, the production kernels against
+"""The bandwidth table on the GPU: the textbook kernels and their predictions, the production kernels against
 their peers (PyTorch, Liger-Kernel, QuACK), the RMS-versus-two-pass gates and the targets.
 
 Every kernel is priced at its op's bytes (one read and one write of the row; the fused add + RMS
@@ -11,8 +11,8 @@ not do. A spin kernel keeps the GPU busy while the host enqueues each timed batc
 GPU's, not the host's; never a host clock around an asynchronous launch. Peers run on the very
 buffers ours do (zero-copy through DLPack).
 
-Floors, measured in the same process: the seed's ``copyFloor`` kernel (same launch shape as the
-kernels) and the device-to-device memcpy (the true floor). Case sets: the seed's two 64 MiB shapes;
+Floors, measured in the same process: the ``copyFloor`` kernel of kernels.cu (same launch shape as the
+kernels) and the device-to-device memcpy (the true floor). Case sets: the textbook's two 64 MiB shapes;
 L2-scaled ones (at least 16x the device's L2 each way: 1 GiB on the H200); the decode-sized 64 x
 8192; and ``model``: hidden sizes and vocabularies of real models at decode and prefill sizes
 (:data:`MODEL_HIDDEN`, :data:`MODEL_VOCAB`). With ``graphs``, the decode cases are timed twice more:
@@ -78,7 +78,7 @@ DEFAULT_L2_BYTES = 60 << 20
 L2_MULTIPLE = 16  # a case of at least 16x the L2 each way streams from DRAM: % of memcpy means something
 
 
-#: Case sets: the seed's two 64 MiB float32 cases; L2-scaled ones (float32, bfloat16, float16);
+#: Case sets: the textbook's two 64 MiB float32 cases; L2-scaled ones (float32, bfloat16, float16);
 #: the decode-sized 64 x 8192 rows (float32 and bfloat16); model-shaped rows (``model``).
 SETS = ("seed", "l2", "l2-bf16", "l2-f16", "decode", "model")
 DECODE_SHAPE = (64, 8192)
@@ -155,7 +155,7 @@ def _model_cases(l2_bytes: int, scaled: int) -> list[BenchCase]:
 
 
 def bench_cases(*, l2_bytes: int, sets: Sequence[str] = ("seed", "l2")) -> list[BenchCase]:
-    """The seed's two 64 MiB cases; cases of 1024, 4096 and 16384 columns whose size each way is the
+    """The textbook's two 64 MiB cases; cases of 1024, 4096 and 16384 columns whose size each way is the
     smallest power of two at least 16x the L2 (1 GiB for the H200's 60 MiB), in float32 ("l2"),
     bfloat16 ("l2-bf16") or float16 ("l2-f16"); the decode-sized 64 x 8192 ("decode", float32 and
     bfloat16); model-shaped cases ("model": :data:`MODEL_HIDDEN` and :data:`MODEL_ODD_HIDDEN` for the
@@ -323,7 +323,7 @@ PEERS = {"softmax": "torch.softmax", "layernorm": "F.layer_norm", "rmsnorm": "F.
 
 def _launchers(case: BenchCase, progress: TextIO | None = None, *,
                peers: Sequence[str] = ()) -> _Launchers:
-    """One zero-argument launch per kernel on this case's buffers: the floors, the seed's kernels
+    """One zero-argument launch per kernel on this case's buffers: the floors, the textbook kernels
     (float32, seed and l2 sets), the production kernels of the case's storage type, PyTorch's when
     importable, and the ``peers`` libraries' kernels that take the case (the others get a note)."""
     import cupy
@@ -693,7 +693,7 @@ class Gate:
 
 
 def gates(rows: Sequence[BenchRow]) -> list[Gate]:
-    """At every case: rmsNormRow time <= 1.05 x layerNormRowTwoPass time (the seed's gate), and
+    """At every case: rmsNormRow time <= 1.05 x layerNormRowTwoPass time (the 5% gate), and
     rmsNormRow ask GB/s >= layerNormRowTwoPass ask GB/s (the exercise's gate)."""
     by = {(r.case, r.kernel): r for r in rows}
     out = []
@@ -803,7 +803,7 @@ class Prediction:
 
 
 def predictions(rows: Sequence[BenchRow], *, set_name: str = "seed") -> list[Prediction]:
-    """The seed's predictions, re-read on this card (its third, on the overflow row, is
+    """The textbook kernels' predictions, re-read on this card (its third, on the overflow row, is
     ``normprops census``'s): every kernel within 70% of the floor; RMS norm beats two-pass layer
     norm; RMS norm and Welford (both three touches) tie within 5%; the copyFloor kernel is the floor
     (within 10% of the device memcpy)."""

@@ -1,7 +1,7 @@
-"""``normprops census``: the seed's worked numbers, printed from the kernels themselves.
+"""``normprops census``: worked numbers, printed from the kernels themselves.
 
-Part 0: the eight values against the PyTorch RMSNorm formula, with both eps conventions (1e-5, and
-eps=None, i.e. float32's machine epsilon). Part 1: a softmax row spanning 200 in logit space, its
+The eight values against the PyTorch RMSNorm formula, with both eps conventions (1e-5, and
+eps=None, i.e. float32's machine epsilon). Then a softmax row spanning 200 in logit space, its
 results counted as normal, subnormal and zero, for the default and the flush-to-zero build, beside
 the exact census from the float64 reference. Then the deliberate overflow row: the naive kernel's
 non-finite count and the safe kernel's row sum and its error.
@@ -49,7 +49,7 @@ def _kernel(backend: str, name: str, build: str = "default") -> Callable[..., np
 def census(*, backend: str, out: TextIO) -> None:
     print(f"normprops census on the {backend} backend", file=out)
 
-    print("\npart 0: RMS norm of the eight values, x / sqrt(mean(x^2) + eps), gamma = 1", file=out)
+    print("\nthe eight values: RMS norm, x / sqrt(mean(x^2) + eps), gamma = 1", file=out)
     rms = _kernel(backend, "rmsNormRow")
     gamma = np.ones(8, F32)
     print("  x        " + " ".join(f"{v:9.4f}" for v in EIGHT[0]), file=out)
@@ -64,7 +64,7 @@ def census(*, backend: str, out: TextIO) -> None:
     print(f"  the two eps conventions differ by up to {np.max(np.abs(a - b)):.2e} "
           f"(relative {np.max(np.abs(a - b) / np.abs(b)):.1e})", file=out)
 
-    print("\npart 1: softmax of a row spanning 200 in logit space (1024 columns, 0 down to -200)",
+    print("\nthe wide row: softmax of a row spanning 200 in logit space (1024 columns, 0 down to -200)",
           file=out)
     exact = reference(Case("softmax", "wide_span", SPAN_ROW)).z[0]
     rows = [("exact (float64)", exact)]

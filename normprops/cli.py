@@ -180,7 +180,7 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--png", type=Path, metavar="PATH", help="draw the matrix (needs [plot])")
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
-                                     "QuACK, the seed's predictions, the gates and the targets (exit 1 when "
+                                     "QuACK, the textbook kernels' predictions, the gates and the targets (exit 1 when "
                                      "a seed gate fails)")
     b.add_argument("--cases", default="seed,l2,l2-bf16,decode", metavar="SETS",
                    help="comma-separated: seed (the two 64 MiB cases), l2 / l2-bf16 / l2-f16 (16x "
@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--lead-png", type=Path, metavar="PATH",
                    help="chart of the lead table: peer time / ours per case, one panel per op (needs [plot])")
 
-    c = sub.add_parser("census", help="the seed's worked numbers: part 0, part 1, the overflow row")
+    c = sub.add_parser("census", help="worked numbers from the kernels: the eight values, the wide softmax row, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
                    help="default: the GPU when usable, else the numpy emulation")
     return parser

@@ -1,4 +1,4 @@
-// normprops kernels: the seed's six normalization kernels and two kept-bad ones.
+// normprops kernels: six textbook normalization kernels and two kept-bad ones.
 //
 // Launch shape (all kernels): one block of kThreads = 256 threads per row, grid.x = rows. Thread t
 // walks columns t, t + 256, t + 512, ... (a warp reads 32 consecutive floats: coalesced), keeps its
@@ -78,7 +78,7 @@ __device__ __forceinline__ void welfordMerge(float& n, float& mean, float& m2, f
     n = total;
 }
 
-// copyFloor: out = in, with the kernels' launch shape. Touches 2. The floor the seed's table is
+// copyFloor: out = in, with the kernels' launch shape. Touches 2. The floor the textbook table is
 // priced against (the device-to-device memcpy is the true one; bench measures both).
 extern "C" __global__ void copyFloor(const float* __restrict__ in, float* __restrict__ out,
                                      size_t cols) {
@@ -125,7 +125,7 @@ extern "C" __global__ void softmaxRowSafe(const float* __restrict__ in, float* _
 }
 
 // softmaxRowNoBarrier: softmaxRowSafe without the barrier between the two reductions. Touches 4.
-// KEPT BAD (the seed's pitfall): a race. A warp that finishes its sum partial early overwrites its
+// KEPT BAD (the textbook pitfall): a race. A warp that finishes its sum partial early overwrites its
 // slot while slower warps are still reading maxima from it, and the row is shifted by a "max" that
 // never existed. compute-sanitizer --tool racecheck names it; on the H200 it did not show in 300
 // hunted examples of 2048-row launches (the loads of the eight slots issue back to back).

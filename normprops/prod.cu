@@ -1,6 +1,6 @@
 // normprops production kernels: softmax, layer norm, RMS norm and fused add + RMS norm, meant to run
 // at the memory-bandwidth floor and to be right for any finite row. Storage is float32, bfloat16 or
-// float16; all arithmetic is float32. The seed's teaching kernels stay in kernels.cu.
+// float16; all arithmetic is float32. The textbook kernels stay in kernels.cu.
 //
 // Launch shape (normprops/backends/prod_kernels.py picks it from cols and the storage type):
 //   block = (tpr, rpb): tpr threads per row (32, 64, ..., 1024), rpb = max(1, 256 / tpr) rows per
@@ -318,7 +318,7 @@ struct Regs {
     // kReadOnly: memory no thread writes during the kernel, read through the non-coherent path with
     // an explicit ldgV. Left to infer it from __restrict__, the compiler made most loads coherent
     // once the loops moved into helpers, and then issued gamma's loads only after the previous
-    // vector's store to out (SASS, session 4 in docs/results.md).
+    // vector's store to out (SASS, docs/results.md).
     template <bool kFast, bool kReadOnly = true>
     __device__ static void loadVec(const typename D::T* __restrict__ row, int j, int cols, bool vec, float fill, float* dst) {
         const int c0 = first(j);
@@ -463,7 +463,7 @@ __device__ __forceinline__ float layerNormFactor(float varScaled, int E, float e
 // softmax's exp. float32 storage: expf (faithful). bfloat16 / float16 storage: ex2.approx of
 // x log2(e), two instructions instead of expf's eight. Its relative error is about 2 ulp of float32
 // plus |x| u from rounding the product, at most ~2^-16 where the result is not flushed to zero
-// (|x| < 88): NUMERICS.md's fast-math c_x = 3.5, and at least 2^5 times below the output's rounding
+// (|x| < 88): the fast-math c_x = 3.5 of docs/tolerances.md, and at least 2^5 times below the output's rounding
 // in either 16-bit type. -inf gives +0, NaN stays NaN.
 template <bool kFast>
 __device__ __forceinline__ float expOf(float x) {

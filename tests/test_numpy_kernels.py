@@ -1,4 +1,4 @@
-"""The numpy emulations follow the seed kernels' order of operations, and show the seed's bugs."""
+"""The numpy emulations follow the textbook kernels' order of operations, and show their bugs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ F32 = np.float32
 
 
 def _scalar_block_sum(row: np.ndarray) -> np.float32:
-    """The seed's blockReduceSum written out one thread at a time, in float32 scalars."""
+    """kernels.cu's blockReduceSum written out one thread at a time, in float32 scalars."""
     partial = [F32(0)] * 256
     for c, v in enumerate(row):
         partial[c % 256] = F32(partial[c % 256] + F32(v))
@@ -70,7 +70,7 @@ def test_one_pass_variance_cancels_on_large_mean() -> None:
 
 
 def test_rms_norm_of_3e19_row_underflows_like_torch() -> None:
-    # x*x overflows to inf, rsqrt(inf) = 0: the seed kernel is not range-safe (claims no 'huge').
+    # x*x overflows to inf, rsqrt(inf) = 0: the textbook kernel is not range-safe (claims no 'huge').
     x = np.full((1, 1024), 3e19, F32)
     assert (nk.rmsNormRow(x, np.ones(1024, F32), 1e-5) == 0).all()
 

@@ -1,4 +1,4 @@
-"""``pytest -m perf``: the seed's gate on the GPU. rmsNormRow at most 5% slower than
+"""``pytest -m perf``: the 5% gate on the GPU. rmsNormRow at most 5% slower than
 layerNormRowTwoPass, and at least its ask GB/s, at every case, decided from interleaved CUDA-event
 medians measured in one process; per-kernel pytest-benchmark entries (pedantic, each round ends with
 a device synchronize) so --benchmark-save / --benchmark-compare work. Skipped without a GPU and

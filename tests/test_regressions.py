@@ -72,7 +72,7 @@ def test_every_known_bad_kernel_has_a_committed_fixture() -> None:
 
 
 def _produced(fixture, spec) -> bool:
-    """The kernel whose failure the fixture records (numpy and cuda share the seed's kernels)."""
+    """The kernel whose failure the fixture records (numpy and cuda share the textbook kernels)."""
     same_code = {fixture.backend, spec.backend} <= {"numpy", "cuda"} or fixture.backend == spec.backend
     return fixture.impl == spec.name and same_code
 

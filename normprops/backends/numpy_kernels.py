@@ -1,6 +1,6 @@
-"""The seed's six kernels, emulated in float32 numpy, faithful to each kernel's order of operations.
+"""The six textbook kernels of kernels.cu, emulated in float32 numpy, faithful to each kernel's order of operations.
 
-Launch geometry being emulated (the seed's, and ``kernels.cu``'s): one block of 256 threads per row.
+Launch geometry being emulated (``kernels.cu``'s): one block of 256 threads per row.
 Thread ``t`` accumulates columns ``t, t + 256, t + 512, ...`` sequentially into its own partial; five
 ``__shfl_down_sync`` steps (offsets 16, 8, 4, 2, 1) collapse each warp of 32 to lane 0; the eight warp
 totals go through shared memory and every thread folds them in order, ``s[0] + s[1] + ... + s[7]``.
