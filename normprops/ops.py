@@ -67,6 +67,7 @@ PROPERTIES: dict[str, str] = {
     "masked_rows": "a fully masked softmax row gives all NaN or all zeros",
     "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge)",
     "accuracy": "within the condition-aware tolerance of the exact result",
+    "ratios": "softmax: y_i / y_j = exp(x_i - x_j) within a bound that does not grow with the row",
     "sum_to_one": "softmax rows sum to 1 within the bound",
     "bounds": "softmax outputs lie in [0, 1]",
     "argmax": "softmax keeps the argmax",

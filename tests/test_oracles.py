@@ -114,3 +114,24 @@ def test_seed_policy_is_condition_blind() -> None:
     assert np.all(seed.tol < default.tol)
     with pytest.raises(ValueError, match="policy must be one of"):
         tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="loose")
+
+
+def test_ratio_bound_does_not_grow_with_the_row() -> None:
+    tops = []
+    for cols in (8, 16385):
+        x = np.full((1, cols), -30.0, F32)
+        x[0, :2] = [0.0, -0.5]  # one logit near the top, the rest negligible: ln S ~ 0.5
+        case = Case("softmax", "ordinary", x)
+        tol = tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL)
+        tops.append((tol.ratio_tol[0, 1], tol.tol[0, 1] / reference(case).z[0, 1]))
+    (narrow_ratio, narrow_acc), (wide_ratio, wide_acc) = tops
+    assert wide_ratio == pytest.approx(narrow_ratio, rel=1e-6)
+    assert wide_ratio < 20 * U  # a 1e-6 (~17u) error on both elements of a pair exceeds it
+    assert wide_acc > 50 * narrow_acc  # the accuracy bound carries the row sum's depth
+
+
+def test_ratio_bound_skips_what_a_correct_kernel_may_flush() -> None:
+    case = Case("softmax", "wide_span", np.array([[0.0, -80.0, -95.0, -200.0]], F32))
+    tol = tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL)
+    assert np.isfinite(tol.ratio_tol[0, :2]).all() and np.isnan(tol.ratio_tol[0, 2:]).all()
+    assert tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL, policy="seed").ratio_tol is None

@@ -15,6 +15,7 @@ Families: ``ordinary``, ``overflow_logits``, ``wide_span``, ``large_mean``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,10 +48,12 @@ __all__ = [
     "rmsnorm_unscaled_eps",
     "softmax_batch_dependent",
     "softmax_coarse_exp",
+    "softmax_exp_error",
     "softmax_masked_chunk_nan",
     "softmax_mean_shift",
     "softmax_no_shift",
     "softmax_partial_max",
+    "softmax_wide_exp_error",
 ]
 
 _F32 = np.float32
@@ -156,6 +159,43 @@ def softmax_coarse_exp(x: np.ndarray) -> np.ndarray:
         m = np.max(x, axis=-1, keepdims=True)
         # BUG: cubic 2**x approximation instead of an accurate exp (~1e-4 relative error)
         e = _fast_exp(x - m)
+        return (e / _row_sum(e)).astype(np.float32)
+
+
+def _exp_with_error(d: np.ndarray, rel: float) -> np.ndarray:
+    """float32 exp(d) whose relative error swings between -rel and +rel three half-periods per
+    binade of the result, as a truncated polynomial's equioscillating error does; exp(0) is off
+    by +rel too."""
+    d64 = d.astype(np.float64)
+    t = d64 * math.log2(math.e)
+    f = t - np.floor(np.where(np.isfinite(t), t, 0.0))
+    return (np.exp(d64) * (1 + rel * np.cos(3 * math.pi * f))).astype(np.float32)
+
+
+def softmax_exp_error(x: np.ndarray) -> np.ndarray:
+    """Softmax with an exp that errs by up to 1e-6 relative (about 17 units of float32 rounding).
+
+    Max-shifted, range-safe and otherwise exact to float32; only the exp is a little off, by less
+    than a row-sum bound at 16k columns allows, so only a width-independent judge sees it.
+    """
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        # BUG: exp accurate to 1e-6 relative, not to float32 rounding (~6e-8)
+        e = _exp_with_error(x - m, 1e-6)
+        return (e / _row_sum(e)).astype(np.float32)
+
+
+def softmax_wide_exp_error(x: np.ndarray) -> np.ndarray:
+    """Softmax that switches to a cheaper exp (1e-5 relative error) on rows wider than 2048.
+
+    Exact to float32 below that width; above it, every probability errs by up to about 2e-5,
+    inside the T = 32 row-sum bound at those widths (about 1.2e-5 at 2049 columns, 1.9e-4 at 16k).
+    """
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        # BUG: a "fast path" for wide rows with an exp accurate to 1e-5 only
+        rel = 1e-5 if x.shape[-1] > 2048 else 0.0
+        e = _exp_with_error(x - m, rel)
         return (e / _row_sum(e)).astype(np.float32)
 
 
@@ -441,4 +481,7 @@ PLANTED: tuple[Planted, ...] = (
     Planted("rmsnorm", "rmsnorm_reciprocal_scale", "tiny", "1/max|x| overflows for subnormal rows"),
     Planted("layernorm", "layernorm_no_eps", "constant", "eps forgotten, zero variance gives NaN"),
     Planted("softmax", "softmax_mean_shift", "wide_span", "shift by row mean instead of max"),
+    Planted("softmax", "softmax_exp_error", "ordinary", "exp with 1e-6 relative error", "ratios"),
+    Planted("softmax", "softmax_wide_exp_error", "ordinary",
+            "exp with 1e-5 relative error on rows wider than 2048", "ratios"),
 )
