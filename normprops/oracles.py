@@ -294,9 +294,14 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         e1 = (k + 4) * U * ref.kappa
-        # Flush-to-zero (model.ftz): every operation on the mean's dependency chain (k of them)
-        # and x itself can lose up to FLT_MIN, which the scale 1/s then amplifies.
-        ftz = (k + 2) * FLT_MIN * g / np.sqrt(ref.stat + case.eps) if model.ftz else 0.0
+        ftz = 0.0
+        if model.ftz:
+            # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
+            # subnormal x and at each of the k steps of the mean's dependency chain, which moves
+            # x - mean by (k + 2) FLT_MIN; the variance moves by FLT_MIN (flushed squares) plus
+            # 2 FLT_MIN s (flushed inputs), which scales y by FLT_MIN / s + FLT_MIN / (2 s^2).
+            s = np.sqrt(ref.stat + case.eps)
+            ftz = g * FLT_MIN * ((k + 2) / s + ay * (1 / s + 0.5 / (s * s)))
         tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * U * ay) + 2 * U * np.abs(ref.z)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     # Past e1 = 0.25 float32 has no accuracy left to ask for: only a finite output.
@@ -309,8 +314,14 @@ def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         # Squares below FLT_MIN may be flushed: up to FLT_MIN lost per term, FLT_MIN in the mean.
-        # Flush-to-zero (model.ftz): a flushed subnormal x loses up to FLT_MIN, times the scale.
-        ftz = FLT_MIN * g / np.sqrt(ref.stat + case.eps) if model.ftz else 0.0
+        ftz = 0.0
+        if model.ftz:
+            # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
+            # subnormal x: FLT_MIN / r on its own output and FLT_MIN |y| / r through the mean
+            # square; on a row prescaled by 2^-e (2^e <= 2 max|x|) a flushed scaled element is
+            # worth 2^e FLT_MIN, i.e. at most 2 sqrt(C) FLT_MIN after division by r >= max|x| / sqrt(C).
+            r = np.sqrt(ref.stat + case.eps)
+            ftz = g * FLT_MIN * ((1 + ay) / r + 2 * math.sqrt(case.cols))
         tol = ((k / 2 + 8) * U * np.abs(ref.z) + g * ay * FLT_MIN / (ref.stat + case.eps)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     return Tolerance(tol, np.zeros(case.rows, bool))

@@ -116,6 +116,38 @@ def test_seed_policy_is_condition_blind() -> None:
         tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="loose")
 
 
+def _rms_case(x) -> Case:
+    x = np.array(x, F32)
+    return Case("rmsnorm", "tiny", x, np.ones(x.shape[1], F32), None, float(F32(1e-12)))
+
+
+def test_flushed_subnormal_inputs_fail_unless_the_kernel_declares_ftz() -> None:
+    from dataclasses import replace
+
+    case = _rms_case([[1e-39, 2e-39, -3e-39]])  # subnormal: exact output x / sqrt(eps) ~ 1e-33
+    ref = reference(case)
+    flushed = np.zeros_like(case.x)  # what a denormals-are-zero machine returns
+    err = np.abs(flushed - ref.z)
+    ieee = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    ftz = tolerance(case, ref, model=replace(FOREIGN_ERROR_MODEL, ftz=True))
+    assert FOREIGN_ERROR_MODEL.ftz is False
+    assert np.all(err > 100 * ieee.tol)
+    assert np.all(err <= ftz.tol)
+
+
+def test_flush_allowance_stays_out_of_the_way_of_normal_rows() -> None:
+    from dataclasses import replace
+
+    x = np.random.default_rng(4).standard_normal((2, 300)).astype(F32)
+    for op in ("rmsnorm", "layernorm"):
+        case = Case(op, "ordinary", x, np.ones(300, F32), np.zeros(300, F32) if op == "layernorm"
+                    else None, 1e-5)
+        ref = reference(case)
+        ieee = tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol
+        ftz = tolerance(case, ref, model=replace(FOREIGN_ERROR_MODEL, ftz=True)).tol
+        assert np.all(ftz >= ieee) and np.all(ftz - ieee <= 1e-30)
+
+
 def test_ratio_bound_does_not_grow_with_the_row() -> None:
     tops = []
     for cols in (8, 16385):

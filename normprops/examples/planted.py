@@ -34,6 +34,7 @@ from .correct import (
 __all__ = [
     "PLANTED",
     "Planted",
+    "layernorm_flush_inputs",
     "layernorm_no_eps",
     "layernorm_nondeterministic",
     "layernorm_one_pass",
@@ -42,6 +43,7 @@ __all__ = [
     "rmsnorm_coarse_rsqrt",
     "rmsnorm_dropped_tail",
     "rmsnorm_eps_outside",
+    "rmsnorm_flush_inputs",
     "rmsnorm_fp16_accum",
     "rmsnorm_reciprocal_scale",
     "rmsnorm_square_overflow",
@@ -325,9 +327,43 @@ def layernorm_nondeterministic(x: np.ndarray, gamma: np.ndarray, beta: np.ndarra
         return _affine(y, gamma, beta)
 
 
+def _flush_subnormals(x: np.ndarray) -> np.ndarray:
+    """x with every subnormal entry replaced by a zero of its sign (DAZ: denormals are zero)."""
+    return np.where(np.abs(x) < _F32(2.0**-126), x * _F32(0), x).astype(_F32)
+
+
+def layernorm_flush_inputs(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """The correct float32 layer norm on a machine that treats subnormal inputs as zero.
+
+    A row of subnormals has a perfectly normal layer norm; flushed, it becomes a constant row and
+    gives beta.
+    """
+    with np.errstate(all="ignore"):
+        # BUG: subnormal inputs read as zero (a flush-to-zero / DAZ build)
+        xf = _flush_subnormals(x)
+        n = _F32(x.shape[-1])
+        k, xs = _prescale(xf)
+        d = _centre(xs, n)
+        var_s = _row_sum(d * d) / n
+        return _affine(_ln_apply(d, k, var_s, eps), gamma, beta)
+
+
 # --------------------------------------------------------------------------
 # RMS norm
 # --------------------------------------------------------------------------
+
+
+def rmsnorm_flush_inputs(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """The correct float32 RMS norm on a machine that treats subnormal inputs as zero.
+
+    Without eps, RMS norm of [1e-39, 2e-39] is about [0.63, 1.26]; with eps it is x / sqrt(eps),
+    still far above float32's smallest normal. Flushed, it is 0.
+    """
+    with np.errstate(all="ignore"):
+        # BUG: subnormal inputs read as zero (a flush-to-zero / DAZ build)
+        xf = _flush_subnormals(x)
+        k, xs = _prescale(xf)
+        return _gain(_rms_apply(xf, k, _mean_square(xs), eps), gamma)
 
 
 def rmsnorm_eps_outside(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
@@ -484,4 +520,7 @@ PLANTED: tuple[Planted, ...] = (
     Planted("softmax", "softmax_exp_error", "ordinary", "exp with 1e-6 relative error", "ratios"),
     Planted("softmax", "softmax_wide_exp_error", "ordinary",
             "exp with 1e-5 relative error on rows wider than 2048", "ratios"),
+    Planted("rmsnorm", "rmsnorm_flush_inputs", "tiny", "subnormal inputs flushed to zero", "accuracy"),
+    Planted("layernorm", "layernorm_flush_inputs", "tiny", "subnormal inputs flushed to zero",
+            "accuracy"),
 )
