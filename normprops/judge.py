@@ -23,6 +23,7 @@ __all__ = [
     "judge_output",
     "judge_bitwise",
     "judge_close",
+    "judge_exact_constant",
     "bits_equal",
     "ratio_fit",
     "softmax_ratios",
@@ -302,6 +303,34 @@ def _judge_ratios(got: np.ndarray, ref: Reference, ratio_tol: np.ndarray, range_
                   tolerance=bound, ratio=fit.rho[r],
                   reason=f"y[{j}] / y[{i}] against exp(x[{j}] - x[{i}]): no single scale of the "
                          f"row fits both (their bounds do not grow with the row length)")
+
+
+def judge_exact_constant(case: Case, out: np.ndarray, *, label: str) -> Verdict | None:
+    """The opt-in ``exact_constant`` property: every exactly constant finite row of a layer norm
+    gives ``beta`` exactly (``x - mean`` is exactly 0 when the mean is), every all-zero row of an
+    RMS norm gives exactly 0. A constant nonzero RMS norm row has no exact answer
+    (``sign(c) gamma |c| / sqrt(c^2 + eps)`` is rounded), and softmax has no such row; both pass."""
+    x = case.x
+    if case.op == "layernorm":
+        rows = np.isfinite(x).all(axis=1) & (x == x[:, :1]).all(axis=1)
+        want = np.broadcast_to(case.beta[None, :], x.shape)
+        what = "an exactly constant row must give beta exactly (x - mean is exactly 0)"
+    elif case.op == "rmsnorm":
+        rows = (x == 0).all(axis=1)
+        want = np.zeros_like(x)
+        what = "an all-zero row must give exactly 0"
+    else:
+        return None
+    with np.errstate(all="ignore"):
+        bad = rows[:, None] & ~(out == want)
+    if not bad.any():
+        return None
+    r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    v = _Verdicts(label, case.family)
+    v.add("exact_constant", row=int(r), col=int(c), got=out[r, c], expected=want[r, c],
+          reason=f"{what}; got {float(out[r, c])!r}, expected {float(want[r, c])!r} "
+                 f"({int(bad[r].sum())} of {case.cols} columns differ)")
+    return v.found["exact_constant"]
 
 
 def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Tolerance,

@@ -272,3 +272,37 @@ def test_a_zero_where_the_exact_value_is_normal_breaks_ratios() -> None:
     out[0, 3] = 0.0
     props = {v.property: v for v in _judge(case, out)[0]}
     assert props["ratios"].col in (0, 3) and props["ratios"].ratio == np.inf
+
+
+@pytest.mark.parametrize("op, x, fill, ok", [
+    pytest.param("layernorm", [[7.0, 7.0, 7.0]], "beta", True, id="ln-beta"),
+    pytest.param("layernorm", [[7.0, 7.0, 7.0]], "beta+ulp", False, id="ln-off-by-an-ulp"),
+    pytest.param("layernorm", [[7.0, 8.0, 7.0]], "garbage", True, id="ln-not-constant"),
+    pytest.param("rmsnorm", [[0.0, 0.0]], "zeros", True, id="rms-zero-row"),
+    pytest.param("rmsnorm", [[0.0, 0.0]], "tiny", False, id="rms-zero-row-not-zero"),
+    pytest.param("rmsnorm", [[3.0, 3.0]], "garbage", True, id="rms-constant-not-asked"),
+])
+def test_exact_constant(op: str, x, fill: str, ok: bool) -> None:
+    from normprops.judge import judge_exact_constant
+
+    case = _case(op, x)
+    beta = np.linspace(-1, 1, case.cols).astype(F32)
+    case = case.replace(beta=beta) if op == "layernorm" else case
+    out = {"beta": np.tile(beta, (case.rows, 1)),
+           "beta+ulp": np.tile(np.nextafter(beta, F32(9)), (case.rows, 1)),
+           "zeros": np.zeros_like(case.x), "tiny": np.full_like(case.x, 1e-30),
+           "garbage": np.full_like(case.x, 0.5)}[fill]
+    v = judge_exact_constant(case, out, label="ln[hand]")
+    assert (v is None) == ok
+    if not ok:
+        assert v.property == "exact_constant" and v.row == 0 and "exactly" in v.reason
+
+
+def test_unknown_opt_in_is_rejected_with_the_known_ones() -> None:
+    from dataclasses import replace as dc_replace
+
+    from normprops.properties import evaluate
+
+    target = dc_replace(_python_target("_np_opt_in", _softmax64), opt_in=frozenset({"exact"}))
+    with pytest.raises(ValueError, match="opt_in: 'exact' is not an optional property; choose from exact_constant"):
+        evaluate(target, _case("softmax", [[0.0, 1.0]]))

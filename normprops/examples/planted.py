@@ -38,6 +38,7 @@ __all__ = [
     "layernorm_no_eps",
     "layernorm_nondeterministic",
     "layernorm_one_pass",
+    "layernorm_textbook",
     "layernorm_unbiased",
     "rmsnorm_batch_scale",
     "rmsnorm_coarse_rsqrt",
@@ -63,13 +64,15 @@ _F32 = np.float32
 
 @dataclass(frozen=True)
 class Planted:
-    """One planted-bug implementation and the family expected to catch it."""
+    """One planted-bug implementation and the family expected to catch it; ``opt_in`` names the
+    optional properties (``Target.opt_in``) the catch needs."""
 
     op: str
     func: str
     family: str
     bug: str
     property: str | None = None
+    opt_in: frozenset[str] = frozenset()
 
 
 def _prescale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -348,6 +351,23 @@ def layernorm_flush_inputs(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, e
         return _affine(_ln_apply(d, k, var_s, eps), gamma, beta)
 
 
+def layernorm_textbook(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """The textbook float32 layer norm: mean, then the centred variance, then the affine map.
+
+    Accurate wherever the accuracy bound asks for digits, but on an exactly constant row the
+    rounded mean differs from the value by an ulp, and when that ulp is large against sqrt(eps) the
+    row comes out as about +-gamma + beta instead of beta. Caught only by the opt-in
+    ``exact_constant`` property (accuracy asks for no digits at that conditioning).
+    """
+    with np.errstate(all="ignore"):
+        n = _F32(x.shape[-1])
+        # BUG (for exact_constant): mean = sum / n rounds, so a constant row does not centre to 0
+        mean = _row_sum(x) / n
+        d = x - mean
+        var = _row_sum(d * d) / n
+        return _affine(d / np.sqrt(var + _F32(eps)), gamma, beta)
+
+
 # --------------------------------------------------------------------------
 # RMS norm
 # --------------------------------------------------------------------------
@@ -523,4 +543,6 @@ PLANTED: tuple[Planted, ...] = (
     Planted("rmsnorm", "rmsnorm_flush_inputs", "tiny", "subnormal inputs flushed to zero", "accuracy"),
     Planted("layernorm", "layernorm_flush_inputs", "tiny", "subnormal inputs flushed to zero",
             "accuracy"),
+    Planted("layernorm", "layernorm_textbook", "constant", "constant rows give +-gamma, not beta",
+            "exact_constant", opt_in=frozenset({"exact_constant"})),
 )
