@@ -116,6 +116,16 @@ def test_seed_policy_is_condition_blind() -> None:
         tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="loose")
 
 
+def test_tree_reduction_depth_is_logarithmic_and_validated() -> None:
+    from normprops.specs import TREE_LEAF_DEPTH
+
+    tree = ErrorModel(reduction="tree")
+    assert tree.k(16385) == 15 + TREE_LEAF_DEPTH
+    assert tree.k(16385) < ErrorModel(threads=32).k(16385) / 10
+    with pytest.raises(ValueError, match="reduction must be one of .* but was 'warp'"):
+        ErrorModel(reduction="warp")
+
+
 def _rms_case(x) -> Case:
     x = np.array(x, F32)
     return Case("rmsnorm", "tiny", x, np.ones(x.shape[1], F32), None, float(F32(1e-12)))
