@@ -1,4 +1,33 @@
 """Root conftest: the normprops plugin itself is loaded through its ``pytest11`` entry point (install
-the package first: ``pip install -e '.[test]'``); here only what the project's own tests need."""
+the package first: ``pip install -e '.[test]'``); here only what the project's own tests need.
+
+``calibration`` tests (hunts of 500 examples per family of every example design, about half an
+hour on 2 cores) are deselected unless ``--calibration`` is given:
+
+    python -m pytest --calibration -m calibration -n 2
+"""
+
+from __future__ import annotations
+
+import pytest
 
 pytest_plugins = ("pytester",)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--calibration", action="store_true", default=False,
+                     help="also run the tests marked calibration (long hunts; deselected by default)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "calibration: hunts of at least 500 examples per family of "
+                                       "the example designs; deselected unless --calibration")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--calibration"):
+        return
+    deselected = [item for item in items if item.get_closest_marker("calibration")]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not item.get_closest_marker("calibration")]

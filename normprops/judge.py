@@ -23,7 +23,11 @@ __all__ = [
     "judge_output",
     "judge_bitwise",
     "judge_close",
+    "judge_exact_constant",
     "bits_equal",
+    "ratio_fit",
+    "softmax_ratios",
+    "RatioFit",
 ]
 
 
@@ -162,6 +166,8 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
                 v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c], error=err[r, c],
                       tolerance=tol.tol[r, c], ratio=ratio[r, c])
     worst_ratio = float(np.max(np.where(check, ratio, 0.0))) if check.any() else 0.0
+    if tol.ratio_tol is not None:
+        _judge_ratios(got, ref, tol.ratio_tol, range_rows[:, 0], v)
 
     # Rows with NaN/inf input: NaN, or the IEEE limit where one exists.
     nf = ref.nonfinite_rows[:, None] & np.ones_like(judged)
@@ -185,6 +191,146 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
     if case.op == "softmax":
         _judge_softmax_shape(case, got, ref, tol, v)
     return list(v.found.values()), worst_ratio
+
+
+def _dinkelbach(a_hi: np.ndarray, t_hi: np.ndarray, a_lo: np.ndarray,
+                t_lo: np.ndarray) -> tuple[float, int, int]:
+    """``max (a_hi[j] - a_lo[i]) / (t_hi[j] + t_lo[i])`` over all j, i, and the pair: Newton's
+    method on the convex piecewise-linear ``max(a_hi - rho t_hi) - min(a_lo + rho t_lo)``, exact
+    after a few steps."""
+    rho, j, i = 0.0, int(np.argmax(a_hi)), int(np.argmin(a_lo))
+    with np.errstate(all="ignore"):
+        for _ in range(64):
+            value = (a_hi[j] - a_lo[i]) / (t_hi[j] + t_lo[i])
+            if math.isnan(value):  # -inf - -inf: two zeros where the exact values are normal
+                value = math.inf
+            if not value > rho * (1 + 1e-12):
+                break
+            rho, best = value, (j, i)
+            if not math.isfinite(rho):
+                break
+            j = int(np.argmax(a_hi - rho * t_hi))
+            i = int(np.argmin(a_lo + rho * t_lo))
+        else:
+            best = (j, i)
+    if rho == 0.0:
+        best = (j, i)
+    return rho, best[0], best[1]
+
+
+def ratio_fit(a: np.ndarray, t: np.ndarray, judged: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per row, the smallest ``rho`` for which one value ``L`` has ``|a_j - L| <= rho t_j`` at every
+    judged ``j``, and the pair of columns that sets it: ``rho = max (a_hi - a_lo) / (t_hi + t_lo)``
+    over pairs. Rows with fewer than two judged elements get 0.
+
+    A row passes (``rho <= 1``) exactly when ``max(a - t) <= min(a + t)``: one pass. For such a row
+    the optimal pair lies among the few elements with ``a_j - rho1 t_j >= max(a - t)`` (high side)
+    and ``a_i + rho1 t_i <= min(a + t)`` (low side), ``rho1 <= rho`` being the first pair's value,
+    so the exact ``rho`` (for ``hypothesis.target``) costs little more than the check.
+    """
+    rows = a.shape[0]
+    rho = np.zeros(rows)
+    hi = np.zeros(rows, dtype=int)
+    lo = np.zeros(rows, dtype=int)
+    with np.errstate(all="ignore"):
+        up = np.where(judged, a, -np.inf)
+        down = np.where(judged, a, np.inf)
+        top = np.max(up - t, axis=1)  # max(a - t) over judged elements
+        bottom = np.min(down + t, axis=1)  # min(a + t)
+        j0, i0 = np.argmax(up, axis=1), np.argmin(down, axis=1)
+        idx = np.arange(rows)
+        rho1 = np.nan_to_num((a[idx, j0] - a[idx, i0]) / (t[idx, j0] + t[idx, i0]), nan=0.0)
+        for r in np.nonzero(judged.sum(axis=1) >= 2)[0]:
+            cols = judged[r]
+            if top[r] <= bottom[r]:
+                slack = 1e-9 * float(np.max(t[r, cols]))
+                high = np.nonzero(cols & (a[r] - rho1[r] * t[r] >= top[r] - slack))[0]
+                low = np.nonzero(cols & (a[r] + rho1[r] * t[r] <= bottom[r] + slack))[0]
+            else:
+                high = low = np.nonzero(cols)[0]
+            value, j, i = _dinkelbach(a[r, high], t[r, high], a[r, low], t[r, low])
+            rho[r], hi[r], lo[r] = value, high[j], low[i]
+    return rho, hi, lo
+
+
+@dataclass(frozen=True)
+class RatioFit:
+    """The ``ratios`` property on one output: per row the excess ``rho`` (fails above 1) and the
+    pair of columns that sets it; ``t`` the per-element bound in log form."""
+
+    rho: np.ndarray
+    hi: np.ndarray
+    lo: np.ndarray
+    t: np.ndarray
+
+
+def softmax_ratios(got: np.ndarray, ref: Reference, ratio_tol: np.ndarray) -> RatioFit:
+    """How far a softmax output is from being the exact one times a single factor per row, in units
+    of the per-element bound ``ratio_tol`` (docs/tolerances.md, "Softmax ratios")."""
+    judged = np.isfinite(ratio_tol) & np.isfinite(got)
+    judged &= judged.sum(axis=1, keepdims=True) >= 2
+    with np.errstate(all="ignore"):
+        a = np.where(judged, np.where(got > 0, np.log(got / ref.y), -np.inf), 0.0)
+        # The bound in log form: -ln(1 - t) <= t (1 + t) for t <= 1/2.
+        t = np.where(judged, ratio_tol * (1 + ratio_tol), 1.0)
+    if not judged.any():
+        zeros = np.zeros(got.shape[0], dtype=int)
+        return RatioFit(np.zeros(got.shape[0]), zeros, zeros, t)
+    return RatioFit(*ratio_fit(a, t, judged), t)
+
+
+def _judge_ratios(got: np.ndarray, ref: Reference, ratio_tol: np.ndarray, range_rows: np.ndarray,
+                  v: _Verdicts) -> None:
+    """Softmax's width-independent property: the outputs of a row must be the exact ones times a
+    single factor, up to ``ratio_tol`` per element.
+
+    Its excess is not part of the hunt's ``hypothesis.target`` score: a bound that does not grow
+    with the row makes the largest excess grow with the row, and steering by it drove every hunt to
+    the widest rows (2.5 times slower, docs/tolerances.md); the property is judged on every example
+    all the same."""
+    fit = softmax_ratios(got, ref, ratio_tol)
+    failing = fit.rho > 1
+    for prop, rows_mask in (("range_safety", range_rows), ("ratios", ~range_rows)):
+        sel = failing & rows_mask
+        if sel.any():
+            r = int(np.argmax(np.where(sel, fit.rho, -np.inf)))
+            j, i = int(fit.hi[r]), int(fit.lo[r])
+            with np.errstate(all="ignore"):
+                measured = got[r, j] / got[r, i]
+                exact = ref.y[r, j] / ref.y[r, i]
+                bound = exact * math.expm1(fit.t[r, j] + fit.t[r, i])
+            v.add(prop, row=r, col=j, got=measured, expected=exact, error=abs(measured - exact),
+                  tolerance=bound, ratio=fit.rho[r],
+                  reason=f"y[{j}] / y[{i}] against exp(x[{j}] - x[{i}]): no single scale of the "
+                         f"row fits both (their bounds do not grow with the row length)")
+
+
+def judge_exact_constant(case: Case, out: np.ndarray, *, label: str) -> Verdict | None:
+    """The opt-in ``exact_constant`` property: every exactly constant finite row of a layer norm
+    gives ``beta`` exactly (``x - mean`` is exactly 0 when the mean is), every all-zero row of an
+    RMS norm gives exactly 0. A constant nonzero RMS norm row has no exact answer
+    (``sign(c) gamma |c| / sqrt(c^2 + eps)`` is rounded), and softmax has no such row; both pass."""
+    x = case.x
+    if case.op == "layernorm":
+        rows = np.isfinite(x).all(axis=1) & (x == x[:, :1]).all(axis=1)
+        want = np.broadcast_to(case.beta[None, :], x.shape)
+        what = "an exactly constant row must give beta exactly (x - mean is exactly 0)"
+    elif case.op == "rmsnorm":
+        rows = (x == 0).all(axis=1)
+        want = np.zeros_like(x)
+        what = "an all-zero row must give exactly 0"
+    else:
+        return None
+    with np.errstate(all="ignore"):
+        bad = rows[:, None] & ~(out == want)
+    if not bad.any():
+        return None
+    r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    v = _Verdicts(label, case.family)
+    v.add("exact_constant", row=int(r), col=int(c), got=out[r, c], expected=want[r, c],
+          reason=f"{what}; got {float(out[r, c])!r}, expected {float(want[r, c])!r} "
+                 f"({int(bad[r].sum())} of {case.cols} columns differ)")
+    return v.found["exact_constant"]
 
 
 def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Tolerance,

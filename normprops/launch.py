@@ -68,6 +68,7 @@ class Target:
     # batch this large, launched twice, so a race has thousands of blocks to show itself in.
     stress_rows: int = 0
     ignore: frozenset[str] = frozenset()  # properties the kernel does not promise: never judged
+    opt_in: frozenset[str] = frozenset()  # optional properties judged too (ops.OPTIONAL)
     timeout_s: float | None = None  # a call that does not return in time stops the hunt
     dtype: str = "float32"  # storage type: the hunt's cases hold values exact in it
     # How the arguments are passed (framework, storage type, device). Our registered kernels take

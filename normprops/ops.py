@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OpSpec", "OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE", "check_ignore"]
+__all__ = ["OpSpec", "OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE", "check_ignore",
+           "OPTIONAL", "check_opt_in"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
@@ -67,6 +68,8 @@ PROPERTIES: dict[str, str] = {
     "masked_rows": "a fully masked softmax row gives all NaN or all zeros",
     "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge)",
     "accuracy": "within the condition-aware tolerance of the exact result",
+    "ratios": "softmax: y_i / y_j = exp(x_i - x_j) within a bound that does not grow with the row",
+    "exact_constant": "opt-in: an exactly constant row gives beta (layer norm), a zero row 0 (RMS norm)",
     "sum_to_one": "softmax rows sum to 1 within the bound",
     "bounds": "softmax outputs lie in [0, 1]",
     "argmax": "softmax keeps the argmax",
@@ -93,4 +96,25 @@ def check_ignore(ignore: object) -> frozenset[str]:
     if unknown:
         raise ValueError(f"ignore: {', '.join(map(repr, unknown))} cannot be ignored; choose from "
                          f"{', '.join(p for p in PROPERTIES if p in IGNORABLE)}")
+    return names
+
+
+#: Properties judged only for a kernel that asks for them (``Target.opt_in``): a contract some
+#: users hold and others do not (docs/tolerances.md, "Exactly constant rows").
+OPTIONAL = frozenset({"exact_constant"})
+
+
+def check_opt_in(opt_in: object) -> frozenset[str]:
+    """``opt_in`` (names of optional properties) validated: a frozenset, or ValueError naming the
+    bad ones."""
+    if isinstance(opt_in, str):
+        opt_in = [p.strip() for p in opt_in.split(",") if p.strip()]
+    try:
+        names = frozenset(opt_in)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"opt_in must be a collection of property names but was {opt_in!r}") from None
+    unknown = sorted(n for n in names if n not in OPTIONAL)
+    if unknown:
+        raise ValueError(f"opt_in: {', '.join(map(repr, unknown))} is not an optional property; "
+                         f"choose from {', '.join(sorted(OPTIONAL))}")
     return names

@@ -240,11 +240,17 @@ def reference(case: Case, *, oracle: str = "float64") -> Reference:
 
 @dataclass(frozen=True)
 class Tolerance:
-    """Per-element tolerance, rows where only finiteness can be asked, and softmax's sum bound."""
+    """Per-element tolerance, rows where only finiteness can be asked, and softmax's sum bound.
+
+    ``ratio_tol`` (softmax, default policy) is the relative bound of the ``ratios`` property: one
+    scale per row must bring every judged ``y_j`` within ``ratio_tol[j]`` of the exact ``g_j``; NaN
+    marks elements it does not judge (docs/tolerances.md, "Softmax ratios").
+    """
 
     tol: np.ndarray
     finite_only: np.ndarray  # bool per row
     sum_tol: float | None = None
+    ratio_tol: np.ndarray | None = None
 
 
 def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
@@ -254,7 +260,32 @@ def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
         dist = np.where(ref.y > 0, np.abs(x - ref.row_max), 0.0)
         tol = ref.y * U * (model.rho * k + 10 + model.c_x * (dist + ref.stat)) + 2 * FLT_MIN
     sum_tol = U * (model.rho * k + 10 + 7 * math.log(case.cols)) + 2 * case.cols * FLT_MIN
-    return Tolerance(tol, np.zeros(case.rows, bool), sum_tol)
+    return Tolerance(tol, np.zeros(case.rows, bool), sum_tol, _ratio_tolerance(case, ref, model))
+
+
+def _ratio_tolerance(case: Case, ref: Reference, model: ErrorModel) -> np.ndarray:
+    """Relative bound per element on ``y_j / (lambda g_j) - 1`` for one scale ``lambda`` per row.
+
+    Whatever the kernel does to the row sum (its reduction order, depth, the division by it) scales
+    every element of the row alike and is absorbed by ``lambda``. What is left is per element: the
+    rounding of the exponent's argument, which the exp turns into a relative error
+    ``c_x u |x_j - m|``, or ``c_x u (|x_j - m| + ln S)`` where the kernel subtracts ``ln S`` inside
+    the exponent (log-sum-exp form; ``S = 1 / max g``, at most ``ln C``, zero when one logit
+    dominates); the exp's own error and the division or multiplication (and an online softmax's
+    rescaling exp and multiply): ``10 u``. None of it grows with the row length. Elements whose
+    exact value is below twice the storage type's smallest normal are not judged: a correct kernel
+    may flush or lose relative precision there.
+    """
+    kind = get_dtype(case.dtype)
+    x = case.x.astype(np.float64)
+    with np.errstate(all="ignore"):
+        dist = np.abs(x - ref.row_max)
+        log_s = -np.log(np.max(ref.y, axis=1, keepdims=True))
+        rel = U * (10 + model.c_x * (dist + log_s))
+        if case.dtype != "float32":
+            rel = rel + kind.u  # the output's rounding to the storage type
+        judged = ref.judged_rows[:, None] & (ref.y >= 2 * kind.min_normal)
+    return np.where(judged, rel, np.nan)
 
 
 def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
@@ -263,9 +294,14 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         e1 = (k + 4) * U * ref.kappa
-        # Flush-to-zero (model.ftz): every operation on the mean's dependency chain (k of them)
-        # and x itself can lose up to FLT_MIN, which the scale 1/s then amplifies.
-        ftz = (k + 2) * FLT_MIN * g / np.sqrt(ref.stat + case.eps) if model.ftz else 0.0
+        ftz = 0.0
+        if model.ftz:
+            # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
+            # subnormal x and at each of the k steps of the mean's dependency chain, which moves
+            # x - mean by (k + 2) FLT_MIN; the variance moves by FLT_MIN (flushed squares) plus
+            # 2 FLT_MIN s (flushed inputs), which scales y by FLT_MIN / s + FLT_MIN / (2 s^2).
+            s = np.sqrt(ref.stat + case.eps)
+            ftz = g * FLT_MIN * ((k + 2) / s + ay * (1 / s + 0.5 / (s * s)))
         tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * U * ay) + 2 * U * np.abs(ref.z)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     # Past e1 = 0.25 float32 has no accuracy left to ask for: only a finite output.
@@ -278,8 +314,14 @@ def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         # Squares below FLT_MIN may be flushed: up to FLT_MIN lost per term, FLT_MIN in the mean.
-        # Flush-to-zero (model.ftz): a flushed subnormal x loses up to FLT_MIN, times the scale.
-        ftz = FLT_MIN * g / np.sqrt(ref.stat + case.eps) if model.ftz else 0.0
+        ftz = 0.0
+        if model.ftz:
+            # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
+            # subnormal x: FLT_MIN / r on its own output and FLT_MIN |y| / r through the mean
+            # square; on a row prescaled by 2^-e (2^e <= 2 max|x|) a flushed scaled element is
+            # worth 2^e FLT_MIN, i.e. at most 2 sqrt(C) FLT_MIN after division by r >= max|x| / sqrt(C).
+            r = np.sqrt(ref.stat + case.eps)
+            ftz = g * FLT_MIN * ((1 + ay) / r + 2 * math.sqrt(case.cols))
         tol = ((k / 2 + 8) * U * np.abs(ref.z) + g * ay * FLT_MIN / (ref.stat + case.eps)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     return Tolerance(tol, np.zeros(case.rows, bool))
@@ -316,4 +358,4 @@ def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "d
     with np.errstate(all="ignore"):
         extra = kind.u * np.abs(np.nan_to_num(ref.z, nan=0.0, posinf=0.0, neginf=0.0)) + kind.tiny
     sum_tol = None if tol.sum_tol is None else tol.sum_tol + kind.u + case.cols * kind.tiny
-    return Tolerance(tol.tol + extra, tol.finite_only, sum_tol)
+    return Tolerance(tol.tol + extra, tol.finite_only, sum_tol, tol.ratio_tol)

@@ -15,10 +15,11 @@ import numpy as np
 from normprops.case import Case
 from normprops.dtypes import get_dtype, to_dtype
 from normprops.errors import ContractError, FatalTargetError
-from normprops.judge import Verdict, judge_bitwise, judge_close, judge_output
+from normprops.judge import (Verdict, judge_bitwise, judge_close, judge_exact_constant,
+                             judge_output)
 from normprops.launch import Target
 from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
-from normprops.ops import PROPERTIES
+from normprops.ops import PROPERTIES, check_opt_in
 
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
 
@@ -207,12 +208,17 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
     already failed, so it can go on hunting the others). The metamorphic properties cost further
     calls and run only when the output itself passed."""
     skip = frozenset(skip) | target.ignore
+    opt_in = check_opt_in(target.opt_in)
     out = _call(target, case)
     if isinstance(out, Verdict):  # a contract failure: nothing else can be judged
         return Evaluation(() if out.property in skip else (out,), math.inf)
     ref = reference(case, oracle=oracle)
     tol = tolerance(case, ref, model=target.error_model, policy=policy)
     failures, worst = judge_output(case, out, ref, tol, label=target.label)
+    if "exact_constant" in opt_in:
+        found = judge_exact_constant(case, out, label=target.label)
+        if found:
+            failures.append(found)
     failures = [v for v in failures if v.property not in skip]
     if not failures and metamorphic:
         found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle, skip=skip)

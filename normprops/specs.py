@@ -26,19 +26,31 @@ __all__ = [
     "KnownBug",
     "KernelSpec",
     "FOREIGN_ERROR_MODEL",
+    "REDUCTIONS",
+    "TREE_LEAF_DEPTH",
     "get_op",
     "backend_status",
     "FLOAT32_EPS",
 ]
 
+#: What a reduction may look like (``ErrorModel.reduction``; docs/tolerances.md, "Reduction depth").
+REDUCTIONS = ("sequential", "tree")
+#: Additions on a tree reduction's longest path beyond ceil(log2 C): short sequential leaves and
+#: an unrolled fold. numpy's np.sum (blocks of 128 summed by 8 accumulators of 16 values, folded
+#: in 3 steps, then a tail of up to 7) reaches ceil(log2 C) + 18.
+TREE_LEAF_DEPTH = 18
+
+
 @dataclass(frozen=True)
 class ErrorModel:
     """The shape of a kernel's reduction, which sets the depth ``k`` in the error bounds.
 
-    ``k = ceil(C / threads) - 1 + tree_depth``: each thread adds its strided share sequentially,
-    then the partials meet in a tree (or a fold) ``tree_depth`` additions deep. ``rho`` and ``c_x``
-    are the softmax constants of NUMERICS.md: ``rho`` 2 for two-pass, 6 for online (rescaling)
-    softmax; ``c_x`` 1 for a faithful ``expf``, 3.5 for ``__expf`` / fast math.
+    ``reduction="sequential"``: ``k = ceil(C / threads) - 1 + tree_depth``, each thread adds its
+    strided share sequentially, then the partials meet in a tree (or a fold) ``tree_depth``
+    additions deep. ``reduction="tree"``: a pairwise tree over the whole row,
+    ``k = ceil(log2 C) + TREE_LEAF_DEPTH`` whatever ``threads`` says. ``rho`` and ``c_x`` are the
+    softmax constants: ``rho`` 2 for two-pass, 6 for online (rescaling) softmax; ``c_x`` 1 for a
+    faithful ``expf``, 3.5 for ``__expf`` / fast math.
     """
 
     threads: int = 32
@@ -52,10 +64,15 @@ class ErrorModel:
     # (--ftz); our CUDA builds are IEEE (normprops._cuda.build_flushes measures it) except where a
     # kernel asks for a flushing instruction itself.
     ftz: bool = False
+    reduction: str = "sequential"
 
     def __post_init__(self) -> None:
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1 but was {self.threads}")
+        if self.reduction not in REDUCTIONS:
+            raise ValueError(f"reduction must be one of {REDUCTIONS} but was {self.reduction!r}; "
+                             f"'sequential' with threads=T for T threads that each add their share "
+                             f"in turn, 'tree' for a pairwise reduction")
 
     def threads_for(self, cols: int) -> int:
         if self.per_thread is None:
@@ -69,13 +86,16 @@ class ErrorModel:
         return math.ceil(math.log2(threads)) if threads > 1 else 0
 
     def k(self, cols: int) -> int:
+        if self.reduction == "tree":
+            return max(1, math.ceil(math.log2(max(cols, 1))) + TREE_LEAF_DEPTH)
         t = self.threads_for(cols)
         return max(1, math.ceil(cols / t) - 1 + self.depth_of_tree(t))
 
 
-#: A kernel we did not write (a user's function, PyTorch's): NUMERICS.md's T = 32 and the looser
-#: softmax constants, so any correct algorithm (online softmax, fast-math exp) passes.
-FOREIGN_ERROR_MODEL = ErrorModel(threads=32, rho=6.0, c_x=3.5, ftz=True)
+#: A kernel we did not write (a user's function, PyTorch's): T = 32 and the looser softmax
+#: constants, so any correct algorithm (online softmax, fast-math exp) passes; IEEE arithmetic
+#: (subnormals kept) unless the kernel declares flushing: ``replace(model, ftz=True)``.
+FOREIGN_ERROR_MODEL = ErrorModel(threads=32, rho=6.0, c_x=3.5, ftz=False)
 
 #: The seed's block reduction: 256 threads stride over the row, five shuffle steps collapse each
 #: warp, and every thread folds the eight warp totals sequentially (seven more additions).

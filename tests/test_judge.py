@@ -217,3 +217,92 @@ def test_stress_batch_tells_position_dependence_from_a_race() -> None:
                       ignore=frozenset({"batch_invariance"}))
     failures = evaluate(race, case).failures
     assert failures and failures[0].property == "determinism"
+
+
+def test_ratio_fit_is_the_worst_pair() -> None:
+    from normprops.judge import ratio_fit
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((6, 40))
+    t = rng.uniform(0.1, 2.0, (6, 40))
+    judged = rng.random((6, 40)) < 0.8
+    rho, hi, lo = ratio_fit(a, t, judged)
+    for r in range(6):
+        j = np.nonzero(judged[r])[0]
+        pairs = (a[r, j][:, None] - a[r, j][None, :]) / (t[r, j][:, None] + t[r, j][None, :])
+        assert rho[r] == pytest.approx(pairs.max(), rel=1e-12)
+        assert (a[r, hi[r]] - a[r, lo[r]]) / (t[r, hi[r]] + t[r, lo[r]]) == pytest.approx(rho[r])
+
+
+def _wide_softmax_case(cols: int = 16385) -> Case:
+    # Two logits near the top and a long tail far below (the tail is judged too): ln S ~ 0.64.
+    x = np.random.default_rng(5).standard_normal((2, cols)) - 20
+    x[:, :2] = [0.0, -0.1]
+    return _case("softmax", x)
+
+
+def test_one_scale_per_row_passes_ratios_and_is_left_to_accuracy() -> None:
+    # A row sum off by 1e-4 scales the whole row: ratios hold, accuracy and sum_to_one do not.
+    case = _case("softmax", np.random.default_rng(6).standard_normal((2, 100)))
+    out = (_exact(case) * F32(1 + 1e-4)).astype(F32)
+    props = {v.property for v in _judge(case, out)[0]}
+    assert "ratios" not in props and {"accuracy", "sum_to_one"} <= props
+
+
+def test_per_element_exp_error_is_caught_by_ratios_at_any_width() -> None:
+    case = _wide_softmax_case()
+    ref = reference(case)
+    out = _exact(case)
+    top, near = 0, 1
+    out[1, top] = F32(ref.z[1, top] * (1 + 1e-6))
+    out[1, near] = F32(ref.z[1, near] * (1 - 1e-6))
+    failures, worst = _judge(case, out)
+    (v,) = failures
+    assert (v.property, v.row) == ("ratios", 1) and {v.col} <= {top, near}
+    assert v.ratio > 1 and worst < 0.1  # worst: the accuracy err/tol, the hunt's target
+    assert f"y[{v.col}] / y[" in v.message() and "exp(x[" in v.message()
+    # the same error is far inside the accuracy bound at this width
+    tol = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    assert np.abs(out[1, near] - ref.z[1, near]) < 0.1 * tol.tol[1, near]
+
+
+def test_a_zero_where_the_exact_value_is_normal_breaks_ratios() -> None:
+    case = _case("softmax", [[0.0, -1.0, -2.0, -3.0]])
+    out = _exact(case)
+    out[0, 3] = 0.0
+    props = {v.property: v for v in _judge(case, out)[0]}
+    assert props["ratios"].col in (0, 3) and props["ratios"].ratio == np.inf
+
+
+@pytest.mark.parametrize("op, x, fill, ok", [
+    pytest.param("layernorm", [[7.0, 7.0, 7.0]], "beta", True, id="ln-beta"),
+    pytest.param("layernorm", [[7.0, 7.0, 7.0]], "beta+ulp", False, id="ln-off-by-an-ulp"),
+    pytest.param("layernorm", [[7.0, 8.0, 7.0]], "garbage", True, id="ln-not-constant"),
+    pytest.param("rmsnorm", [[0.0, 0.0]], "zeros", True, id="rms-zero-row"),
+    pytest.param("rmsnorm", [[0.0, 0.0]], "tiny", False, id="rms-zero-row-not-zero"),
+    pytest.param("rmsnorm", [[3.0, 3.0]], "garbage", True, id="rms-constant-not-asked"),
+])
+def test_exact_constant(op: str, x, fill: str, ok: bool) -> None:
+    from normprops.judge import judge_exact_constant
+
+    case = _case(op, x)
+    beta = np.linspace(-1, 1, case.cols).astype(F32)
+    case = case.replace(beta=beta) if op == "layernorm" else case
+    out = {"beta": np.tile(beta, (case.rows, 1)),
+           "beta+ulp": np.tile(np.nextafter(beta, F32(9)), (case.rows, 1)),
+           "zeros": np.zeros_like(case.x), "tiny": np.full_like(case.x, 1e-30),
+           "garbage": np.full_like(case.x, 0.5)}[fill]
+    v = judge_exact_constant(case, out, label="ln[hand]")
+    assert (v is None) == ok
+    if not ok:
+        assert v.property == "exact_constant" and v.row == 0 and "exactly" in v.reason
+
+
+def test_unknown_opt_in_is_rejected_with_the_known_ones() -> None:
+    from dataclasses import replace as dc_replace
+
+    from normprops.properties import evaluate
+
+    target = dc_replace(_python_target("_np_opt_in", _softmax64), opt_in=frozenset({"exact"}))
+    with pytest.raises(ValueError, match="opt_in: 'exact' is not an optional property; choose from exact_constant"):
+        evaluate(target, _case("softmax", [[0.0, 1.0]]))

@@ -114,3 +114,66 @@ def test_seed_policy_is_condition_blind() -> None:
     assert np.all(seed.tol < default.tol)
     with pytest.raises(ValueError, match="policy must be one of"):
         tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="loose")
+
+
+def test_tree_reduction_depth_is_logarithmic_and_validated() -> None:
+    from normprops.specs import TREE_LEAF_DEPTH
+
+    tree = ErrorModel(reduction="tree")
+    assert tree.k(16385) == 15 + TREE_LEAF_DEPTH
+    assert tree.k(16385) < ErrorModel(threads=32).k(16385) / 10
+    with pytest.raises(ValueError, match="reduction must be one of .* but was 'warp'"):
+        ErrorModel(reduction="warp")
+
+
+def _rms_case(x) -> Case:
+    x = np.array(x, F32)
+    return Case("rmsnorm", "tiny", x, np.ones(x.shape[1], F32), None, float(F32(1e-12)))
+
+
+def test_flushed_subnormal_inputs_fail_unless_the_kernel_declares_ftz() -> None:
+    from dataclasses import replace
+
+    case = _rms_case([[1e-39, 2e-39, -3e-39]])  # subnormal: exact output x / sqrt(eps) ~ 1e-33
+    ref = reference(case)
+    flushed = np.zeros_like(case.x)  # what a denormals-are-zero machine returns
+    err = np.abs(flushed - ref.z)
+    ieee = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    ftz = tolerance(case, ref, model=replace(FOREIGN_ERROR_MODEL, ftz=True))
+    assert FOREIGN_ERROR_MODEL.ftz is False
+    assert np.all(err > 100 * ieee.tol)
+    assert np.all(err <= ftz.tol)
+
+
+def test_flush_allowance_stays_out_of_the_way_of_normal_rows() -> None:
+    from dataclasses import replace
+
+    x = np.random.default_rng(4).standard_normal((2, 300)).astype(F32)
+    for op in ("rmsnorm", "layernorm"):
+        case = Case(op, "ordinary", x, np.ones(300, F32), np.zeros(300, F32) if op == "layernorm"
+                    else None, 1e-5)
+        ref = reference(case)
+        ieee = tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol
+        ftz = tolerance(case, ref, model=replace(FOREIGN_ERROR_MODEL, ftz=True)).tol
+        assert np.all(ftz >= ieee) and np.all(ftz - ieee <= 1e-30)
+
+
+def test_ratio_bound_does_not_grow_with_the_row() -> None:
+    tops = []
+    for cols in (8, 16385):
+        x = np.full((1, cols), -30.0, F32)
+        x[0, :2] = [0.0, -0.5]  # one logit near the top, the rest negligible: ln S ~ 0.5
+        case = Case("softmax", "ordinary", x)
+        tol = tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL)
+        tops.append((tol.ratio_tol[0, 1], tol.tol[0, 1] / reference(case).z[0, 1]))
+    (narrow_ratio, narrow_acc), (wide_ratio, wide_acc) = tops
+    assert wide_ratio == pytest.approx(narrow_ratio, rel=1e-6)
+    assert wide_ratio < 20 * U  # a 1e-6 (~17u) error on both elements of a pair exceeds it
+    assert wide_acc > 50 * narrow_acc  # the accuracy bound carries the row sum's depth
+
+
+def test_ratio_bound_skips_what_a_correct_kernel_may_flush() -> None:
+    case = Case("softmax", "wide_span", np.array([[0.0, -80.0, -95.0, -200.0]], F32))
+    tol = tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL)
+    assert np.isfinite(tol.ratio_tol[0, :2]).all() and np.isnan(tol.ratio_tol[0, 2:]).all()
+    assert tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL, policy="seed").ratio_tol is None

@@ -30,10 +30,17 @@ __all__ = [
     "Impl",
     "layernorm_f32",
     "layernorm_f64",
+    "layernorm_kahan",
+    "layernorm_welford",
     "rmsnorm_f32",
     "rmsnorm_f64",
+    "rmsnorm_pairwise",
+    "softmax_exp2",
     "softmax_f32",
     "softmax_f64",
+    "softmax_logsumexp",
+    "softmax_online",
+    "softmax_reciprocal",
 ]
 
 _F32 = np.float32
@@ -251,6 +258,181 @@ def rmsnorm_f32(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
         return (_rms_apply(x, k, ms_s, eps) * g).astype(np.float32)
 
 
+# --------------------------------------------------------------------------
+# more float32 designs, each a common way of writing the kernel
+# --------------------------------------------------------------------------
+
+_LOG2E = _F32(1.4426950408889634)
+#: Lanes of a warp-per-row kernel: lane j owns columns j, j + 32, j + 64, ...
+LANES = 32
+#: Columns per chunk of the online softmax (one block's tile).
+CHUNK = 256
+
+
+def _lanes(v: np.ndarray, lanes: int, fill: float) -> np.ndarray:
+    """(rows, cols) -> (rows, steps, lanes): step i of lane j holds column i * lanes + j; the
+    ragged tail is padded with ``fill``."""
+    rows, cols = v.shape
+    steps = -(-cols // lanes)
+    padded = np.full((rows, steps * lanes), fill, dtype=v.dtype)
+    padded[:, :cols] = v
+    return padded.reshape(rows, steps, lanes)
+
+
+def softmax_exp2(x: np.ndarray) -> np.ndarray:
+    """Float32 softmax computing ``exp(x - max)`` as ``exp2((x - max) * log2(e))``, as GPU code
+    does (``ex2`` is the hardware instruction). The product rounds once more than ``expf``'s
+    argument: a relative error of about ``u |x - max|`` more per probability."""
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        e = np.exp2((x - m) * _LOG2E)
+        return (e / _row_sum(e)).astype(np.float32)
+
+
+def softmax_reciprocal(x: np.ndarray) -> np.ndarray:
+    """Float32 softmax that multiplies by ``1 / sum`` (one division per row, not per element)."""
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        e = np.exp(x - m)
+        return (e * (_F32(1) / _row_sum(e))).astype(np.float32)
+
+
+def softmax_online(x: np.ndarray) -> np.ndarray:
+    """Chunked online softmax: one pass keeps a running (max, sum) over chunks of 256 columns,
+    rescaling the sum by ``exp(m_old - m_new)`` whenever the max grows; a second pass writes
+    ``exp(x - max) / sum``. A chunk that is entirely -inf leaves the running state alone."""
+    with np.errstate(all="ignore"):
+        rows, cols = x.shape
+        m = np.full((rows, 1), -np.inf, dtype=_F32)
+        s = np.zeros((rows, 1), dtype=_F32)
+        for start in range(0, cols, CHUNK):
+            chunk = x[:, start : start + CHUNK]
+            m_c = np.max(chunk, axis=-1, keepdims=True)
+            # A fully masked chunk adds nothing (exp(-inf - -inf) would be NaN).
+            s_c = np.where(m_c > -np.inf, _row_sum(np.exp(chunk - m_c)), _F32(0))
+            m_new = np.maximum(m, m_c)
+            live = m_new > -np.inf  # some finite (or +inf) entry seen so far
+            merged = s * np.exp(m - m_new) + s_c * np.exp(m_c - m_new)
+            s = np.where(live, merged, s).astype(_F32)
+            m = np.where(live | np.isnan(m_new), m_new, m).astype(_F32)
+        return (np.exp(x - m) / s).astype(np.float32)
+
+
+def softmax_logsumexp(x: np.ndarray) -> np.ndarray:
+    """Float32 softmax as ``exp(x - max - log(sum exp(x - max)))``: no division. The argument of
+    the last exp carries the rounding of ``log(sum)`` and of one more subtraction (docs/tolerances.md,
+    the ``ln S`` term of the ratio bound)."""
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        d = x - m
+        lse = np.log(_row_sum(np.exp(d)))
+        return np.exp(d - lse).astype(np.float32)
+
+
+def _chan_merge(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Chan, Golub & LeVeque's merge of two (count, mean, M2) states; an empty side is the other."""
+    na, ma, qa = a
+    nb, mb, qb = b
+    n = na + nb
+    safe_n = np.where(n > 0, n, _F32(1))
+    delta = mb - ma
+    mean = ma + delta * (nb / safe_n)
+    m2 = qa + qb + delta * delta * (na * nb / safe_n)
+    mean = np.where(nb == 0, ma, np.where(na == 0, mb, mean))
+    m2 = np.where(nb == 0, qa, np.where(na == 0, qb, m2))
+    return n, mean.astype(_F32), m2.astype(_F32)
+
+
+def layernorm_welford(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """Warp-per-row layer norm: each of 32 lanes runs Welford's update sequentially over its
+    strided columns, then the lanes meet in five Chan merges (offsets 16, 8, 4, 2, 1). The row is
+    prescaled by a power of two so nothing overflows; a constant row centres to exactly 0."""
+    with np.errstate(all="ignore"):
+        rows, cols = x.shape
+        k = _row_exponent(x)
+        xs = np.ldexp(x, -k)
+        strided = _lanes(xs, LANES, 0.0)
+        count = np.zeros((rows, LANES), dtype=_F32)
+        mean = np.zeros((rows, LANES), dtype=_F32)
+        m2 = np.zeros((rows, LANES), dtype=_F32)
+        lane = np.arange(LANES)
+        for i in range(strided.shape[1]):
+            valid = i * LANES + lane < cols
+            v = strided[:, i, :]
+            n = count + _F32(1)
+            delta = v - mean
+            new_mean = mean + delta / n
+            new_m2 = m2 + delta * (v - new_mean)
+            count = np.where(valid, n, count)
+            mean = np.where(valid, new_mean, mean)
+            m2 = np.where(valid, new_m2, m2)
+        state = (count, mean, m2)
+        offset = LANES // 2
+        while offset >= 1:
+            state = _chan_merge(tuple(a[:, :offset] for a in state),
+                                tuple(a[:, offset : 2 * offset] for a in state))
+            offset //= 2
+        n, row_mean, row_m2 = (a[:, :1] for a in state)
+        d = xs - row_mean
+        return (_ln_apply(d, k, row_m2 / n, eps) * np.asarray(gamma, dtype=_F32)
+                + np.asarray(beta, dtype=_F32)).astype(np.float32)
+
+
+def _kahan_sum(v: np.ndarray) -> np.ndarray:
+    """Kahan-compensated float32 sum over the last axis (kept), 32 strided lanes each compensated,
+    then the lanes' sums and compensations folded with compensation too."""
+    strided = _lanes(v, LANES, 0.0)
+    s = np.zeros(strided.shape[::2], dtype=_F32)
+    c = np.zeros_like(s)
+    for i in range(strided.shape[1]):
+        y = strided[:, i, :] - c
+        t = s + y
+        c = (t - s) - y
+        s = t
+    total = np.zeros((v.shape[0], 1), dtype=_F32)
+    comp = np.zeros_like(total)
+    for term in (s, -c):
+        for j in range(LANES):
+            y = term[:, j : j + 1] - comp
+            t = total + y
+            comp = (t - total) - y
+            total = t
+    return total
+
+
+def layernorm_kahan(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """Two-pass float32 layer norm whose two sums (x, then (x - mean)^2) are Kahan-compensated,
+    on the row prescaled by a power of two."""
+    with np.errstate(all="ignore"):
+        n = _F32(x.shape[-1])
+        k = _row_exponent(x)
+        xs = np.ldexp(x, -k)
+        d = xs - _kahan_sum(xs) / n
+        var_s = _kahan_sum(d * d) / n
+        return (_ln_apply(d, k, var_s, eps) * np.asarray(gamma, dtype=_F32)
+                + np.asarray(beta, dtype=_F32)).astype(np.float32)
+
+
+def _tree_sum(v: np.ndarray) -> np.ndarray:
+    """Float32 sum over the last axis (kept) by a balanced binary tree: ceil(log2 C) levels."""
+    while v.shape[-1] > 1:
+        if v.shape[-1] % 2:
+            v = np.concatenate([v, np.zeros(v.shape[:-1] + (1,), dtype=v.dtype)], axis=-1)
+        v = v[..., 0::2] + v[..., 1::2]
+    return v
+
+
+def rmsnorm_pairwise(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """RMS norm whose sum of squares is a balanced pairwise tree (a block reduction's shape) on the
+    row prescaled by a power of two."""
+    with np.errstate(all="ignore"):
+        n = _F32(x.shape[-1])
+        k = _row_exponent(x)
+        xs = np.ldexp(x, -k)
+        ms_s = _tree_sum(xs * xs) / n
+        return (_rms_apply(x, k, ms_s, eps) * np.asarray(gamma, dtype=_F32)).astype(np.float32)
+
+
 CORRECT: tuple[Impl, ...] = (
     Impl("softmax", "softmax_f64", "float64 softmax shifted by the row max"),
     Impl("layernorm", "layernorm_f64", "float64 two-pass layer norm"),
@@ -258,4 +440,11 @@ CORRECT: tuple[Impl, ...] = (
     Impl("softmax", "softmax_f32", "float32 softmax, max shift with TwoSum-compensated exp argument"),
     Impl("layernorm", "layernorm_f32", "float32 layer norm, power-of-two prescale, corrected two-pass"),
     Impl("rmsnorm", "rmsnorm_f32", "float32 RMS norm, power-of-two prescale, range-safe eps handling"),
+    Impl("softmax", "softmax_exp2", "float32 softmax, exp as exp2((x - max) * log2 e)"),
+    Impl("softmax", "softmax_reciprocal", "float32 softmax, multiply by 1 / sum"),
+    Impl("softmax", "softmax_online", "float32 chunked online softmax (running max and rescaled sum)"),
+    Impl("softmax", "softmax_logsumexp", "float32 softmax as exp(x - max - log sum)"),
+    Impl("layernorm", "layernorm_welford", "float32 layer norm, 32-lane Welford with Chan merges"),
+    Impl("layernorm", "layernorm_kahan", "float32 two-pass layer norm with Kahan sums"),
+    Impl("rmsnorm", "rmsnorm_pairwise", "float32 RMS norm, pairwise-tree sum of squares"),
 )

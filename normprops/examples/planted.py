@@ -15,6 +15,7 @@ Families: ``ordinary``, ``overflow_logits``, ``wide_span``, ``large_mean``,
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,24 +34,29 @@ from .correct import (
 __all__ = [
     "PLANTED",
     "Planted",
+    "layernorm_flush_inputs",
     "layernorm_no_eps",
     "layernorm_nondeterministic",
     "layernorm_one_pass",
+    "layernorm_textbook",
     "layernorm_unbiased",
     "rmsnorm_batch_scale",
     "rmsnorm_coarse_rsqrt",
     "rmsnorm_dropped_tail",
     "rmsnorm_eps_outside",
+    "rmsnorm_flush_inputs",
     "rmsnorm_fp16_accum",
     "rmsnorm_reciprocal_scale",
     "rmsnorm_square_overflow",
     "rmsnorm_unscaled_eps",
     "softmax_batch_dependent",
     "softmax_coarse_exp",
+    "softmax_exp_error",
     "softmax_masked_chunk_nan",
     "softmax_mean_shift",
     "softmax_no_shift",
     "softmax_partial_max",
+    "softmax_wide_exp_error",
 ]
 
 _F32 = np.float32
@@ -58,13 +64,15 @@ _F32 = np.float32
 
 @dataclass(frozen=True)
 class Planted:
-    """One planted-bug implementation and the family expected to catch it."""
+    """One planted-bug implementation and the family expected to catch it; ``opt_in`` names the
+    optional properties (``Target.opt_in``) the catch needs."""
 
     op: str
     func: str
     family: str
     bug: str
     property: str | None = None
+    opt_in: frozenset[str] = frozenset()
 
 
 def _prescale(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -156,6 +164,43 @@ def softmax_coarse_exp(x: np.ndarray) -> np.ndarray:
         m = np.max(x, axis=-1, keepdims=True)
         # BUG: cubic 2**x approximation instead of an accurate exp (~1e-4 relative error)
         e = _fast_exp(x - m)
+        return (e / _row_sum(e)).astype(np.float32)
+
+
+def _exp_with_error(d: np.ndarray, rel: float) -> np.ndarray:
+    """float32 exp(d) whose relative error swings between -rel and +rel three half-periods per
+    binade of the result, as a truncated polynomial's equioscillating error does; exp(0) is off
+    by +rel too."""
+    d64 = d.astype(np.float64)
+    t = d64 * math.log2(math.e)
+    f = t - np.floor(np.where(np.isfinite(t), t, 0.0))
+    return (np.exp(d64) * (1 + rel * np.cos(3 * math.pi * f))).astype(np.float32)
+
+
+def softmax_exp_error(x: np.ndarray) -> np.ndarray:
+    """Softmax with an exp that errs by up to 1e-6 relative (about 17 units of float32 rounding).
+
+    Max-shifted, range-safe and otherwise exact to float32; only the exp is a little off, by less
+    than a row-sum bound at 16k columns allows, so only a width-independent judge sees it.
+    """
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        # BUG: exp accurate to 1e-6 relative, not to float32 rounding (~6e-8)
+        e = _exp_with_error(x - m, 1e-6)
+        return (e / _row_sum(e)).astype(np.float32)
+
+
+def softmax_wide_exp_error(x: np.ndarray) -> np.ndarray:
+    """Softmax that switches to a cheaper exp (1e-5 relative error) on rows wider than 2048.
+
+    Exact to float32 below that width; above it, every probability errs by up to about 2e-5,
+    inside the T = 32 row-sum bound at those widths (about 1.2e-5 at 2049 columns, 1.9e-4 at 16k).
+    """
+    with np.errstate(all="ignore"):
+        m = np.max(x, axis=-1, keepdims=True)
+        # BUG: a "fast path" for wide rows with an exp accurate to 1e-5 only
+        rel = 1e-5 if x.shape[-1] > 2048 else 0.0
+        e = _exp_with_error(x - m, rel)
         return (e / _row_sum(e)).astype(np.float32)
 
 
@@ -285,9 +330,60 @@ def layernorm_nondeterministic(x: np.ndarray, gamma: np.ndarray, beta: np.ndarra
         return _affine(y, gamma, beta)
 
 
+def _flush_subnormals(x: np.ndarray) -> np.ndarray:
+    """x with every subnormal entry replaced by a zero of its sign (DAZ: denormals are zero)."""
+    return np.where(np.abs(x) < _F32(2.0**-126), x * _F32(0), x).astype(_F32)
+
+
+def layernorm_flush_inputs(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """The correct float32 layer norm on a machine that treats subnormal inputs as zero.
+
+    A row of subnormals has a perfectly normal layer norm; flushed, it becomes a constant row and
+    gives beta.
+    """
+    with np.errstate(all="ignore"):
+        # BUG: subnormal inputs read as zero (a flush-to-zero / DAZ build)
+        xf = _flush_subnormals(x)
+        n = _F32(x.shape[-1])
+        k, xs = _prescale(xf)
+        d = _centre(xs, n)
+        var_s = _row_sum(d * d) / n
+        return _affine(_ln_apply(d, k, var_s, eps), gamma, beta)
+
+
+def layernorm_textbook(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    """The textbook float32 layer norm: mean, then the centred variance, then the affine map.
+
+    Accurate wherever the accuracy bound asks for digits, but on an exactly constant row the
+    rounded mean differs from the value by an ulp, and when that ulp is large against sqrt(eps) the
+    row comes out as about +-gamma + beta instead of beta. Caught only by the opt-in
+    ``exact_constant`` property (accuracy asks for no digits at that conditioning).
+    """
+    with np.errstate(all="ignore"):
+        n = _F32(x.shape[-1])
+        # BUG (for exact_constant): mean = sum / n rounds, so a constant row does not centre to 0
+        mean = _row_sum(x) / n
+        d = x - mean
+        var = _row_sum(d * d) / n
+        return _affine(d / np.sqrt(var + _F32(eps)), gamma, beta)
+
+
 # --------------------------------------------------------------------------
 # RMS norm
 # --------------------------------------------------------------------------
+
+
+def rmsnorm_flush_inputs(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """The correct float32 RMS norm on a machine that treats subnormal inputs as zero.
+
+    Without eps, RMS norm of [1e-39, 2e-39] is about [0.63, 1.26]; with eps it is x / sqrt(eps),
+    still far above float32's smallest normal. Flushed, it is 0.
+    """
+    with np.errstate(all="ignore"):
+        # BUG: subnormal inputs read as zero (a flush-to-zero / DAZ build)
+        xf = _flush_subnormals(x)
+        k, xs = _prescale(xf)
+        return _gain(_rms_apply(xf, k, _mean_square(xs), eps), gamma)
 
 
 def rmsnorm_eps_outside(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
@@ -441,4 +537,12 @@ PLANTED: tuple[Planted, ...] = (
     Planted("rmsnorm", "rmsnorm_reciprocal_scale", "tiny", "1/max|x| overflows for subnormal rows"),
     Planted("layernorm", "layernorm_no_eps", "constant", "eps forgotten, zero variance gives NaN"),
     Planted("softmax", "softmax_mean_shift", "wide_span", "shift by row mean instead of max"),
+    Planted("softmax", "softmax_exp_error", "ordinary", "exp with 1e-6 relative error", "ratios"),
+    Planted("softmax", "softmax_wide_exp_error", "ordinary",
+            "exp with 1e-5 relative error on rows wider than 2048", "ratios"),
+    Planted("rmsnorm", "rmsnorm_flush_inputs", "tiny", "subnormal inputs flushed to zero", "accuracy"),
+    Planted("layernorm", "layernorm_flush_inputs", "tiny", "subnormal inputs flushed to zero",
+            "accuracy"),
+    Planted("layernorm", "layernorm_textbook", "constant", "constant rows give +-gamma, not beta",
+            "exact_constant", opt_in=frozenset({"exact_constant"})),
 )
