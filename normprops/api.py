@@ -92,8 +92,9 @@ def target_json(target: Target) -> dict[str, Any]:
         "label": target.label, "name": target.name, "op": target.op, "backend": target.backend,
         "framework": target.adapter.framework, "device": target.adapter.device,
         "dtype": target.dtype, "constraints": target.constraints.to_json(),
-        "ignore": sorted(target.ignore), "ftz": target.error_model.ftz,
-        "threads": target.error_model.threads,
+        "ignore": sorted(target.ignore), "opt_in": sorted(target.opt_in),
+        "ftz": target.error_model.ftz, "threads": target.error_model.threads,
+        "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
     }
 
 
@@ -115,7 +116,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 cols_multiple_of: int = 1, min_cols: int | None = None,
                 max_cols: int | None = None, max_examples: int | None = None,
                 seed: int | None = None, fixtures_dir: str | Path | None = None,
-                ftz: bool = False, threads: int | None = None,
+                ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
+                arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
@@ -129,7 +131,12 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       unless a profile, such as the pytest plugin's ``deep``, says otherwise).
     - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved).
     - ``ftz``: ``fn`` flushes subnormals to zero; the tolerance allows for it.
-    - ``threads``: threads that cooperate on a row in ``fn``'s reduction (default 32).
+    - ``threads``: threads that cooperate on a row in ``fn``'s reduction (default 32);
+      ``reduction``: "sequential" (each adds its share in turn) or "tree" (pairwise).
+    - ``arithmetic``: the type ``fn`` computes in: "float32", or "bfloat16" when every operation
+      rounds to bfloat16 (the bounds then use bfloat16's unit roundoff).
+    - ``opt_in``: optional properties ``fn`` promises too (``"exact_constant"``: an exactly
+      constant layer-norm row gives beta, a zero RMS-norm row 0).
 
     Returns a :class:`~normprops.report.Report`: ``.passed``, and ``.failures`` with one entry
     per (family, property) that failed. Raises :class:`~normprops.errors.UsageError` (a
@@ -143,6 +150,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         raise UsageError(str(exc)) from None
     target = target_from_callable(fn, op=op, dtype=dtype, framework=framework, device=device,
                                   ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
+                                  reduction=reduction, arithmetic=arithmetic, opt_in=tuple(opt_in),
                                   timeout_s=call_timeout)
     chosen = _families(op, families)
     current = hypothesis_settings()

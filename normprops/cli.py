@@ -34,10 +34,10 @@ from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
 from normprops.oracles import ORACLES, POLICIES
-from normprops.ops import IGNORABLE, OPS, check_ignore
+from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.regressions import iter_fixtures, load_fixture, replay
 from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
-from normprops.specs import KERNELS, KernelSpec, backend_status
+from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
 
 __all__ = ["main", "EXIT_OK", "EXIT_FOUND", "EXIT_USAGE", "EXIT_UNREADABLE", "EXIT_INTERNAL",
@@ -84,6 +84,13 @@ def _shard(text: str) -> tuple[int, int]:
     return int(k), int(n)
 
 
+def _opt_in_list(text: str) -> frozenset[str]:
+    try:
+        return check_opt_in(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _ignore_list(text: str) -> frozenset[str]:
     try:
         return check_ignore(text)
@@ -109,6 +116,14 @@ def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=_positive_int, metavar="T",
                    help="threads cooperating on a row: the depth of the error bound (default 32); "
                         "with --cuda-source also the block size (default 256)")
+    g.add_argument("--reduction", choices=REDUCTIONS, default="sequential",
+                   help="how its sums run: each of T threads adds its share in turn, then they "
+                        "meet in a tree (sequential, the default), or a pairwise tree over the row")
+    g.add_argument("--arithmetic", choices=("float32", "bfloat16"), default="float32",
+                   help="the type it computes in (default float32); bfloat16 when every operation "
+                        "rounds to bfloat16")
+    g.add_argument("--check", type=_opt_in_list, default=frozenset(), metavar="P1,P2",
+                   help="optional properties it promises too: " + ", ".join(sorted(OPTIONAL)))
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")
@@ -384,16 +399,19 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       dtype=args.dtype or "float32", framework=args.framework,
                                       device=args.device, ignore=args.ignore,
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
-                                      timeout_s=args.call_timeout)
+                                      reduction=args.reduction, arithmetic=args.arithmetic,
+                                      opt_in=args.check, timeout_s=args.call_timeout)
         return target, args.impl
     if not args.kernel:
         raise UsageError("--cuda-source needs --kernel NAME")
-    if (args.dtype or "float32") != "float32" or args.framework != "numpy" or args.device:
-        raise UsageError("--cuda-source kernels take float32 device pointers: --dtype, --framework "
-                         "and --device go with --impl")
+    if ((args.dtype or "float32") != "float32" or args.framework != "numpy" or args.device
+            or args.arithmetic != "float32"):
+        raise UsageError("--cuda-source kernels take float32 device pointers and compute in float32: "
+                         "--dtype, --framework, --device and --arithmetic go with --impl")
     target = target_from_cuda_source(args.cuda_source, op=args.op, kernel=args.kernel,
                                      threads=args.threads or 256, ignore=args.ignore,
-                                     constraints=constraints, ftz=args.ftz)
+                                     constraints=constraints, ftz=args.ftz,
+                                     reduction=args.reduction, opt_in=args.check)
     return target, f"{args.cuda_source}:{args.kernel}"
 
 
@@ -430,6 +448,10 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def body() -> int:
         adapter = target.adapter
         ignored = f"; not judged: {', '.join(sorted(target.ignore))}" if target.ignore else ""
+        if target.opt_in:
+            ignored += f"; also judged: {', '.join(sorted(target.opt_in))}"
+        if target.error_model.arithmetic != "float32":
+            ignored += f"; computes in {target.error_model.arithmetic}"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
               f"{len(families)} families, {config.max_examples} examples each; widths: "
@@ -494,7 +516,9 @@ def _as_declared(spec: KernelSpec, result: HuntResult) -> bool:
 def _user_only_flags(args: argparse.Namespace) -> list[str]:
     given = [("--threads", args.threads is not None), ("--dtype", args.dtype is not None),
              ("--framework", args.framework != "numpy"), ("--device", args.device is not None),
-             ("--ignore", bool(args.ignore)), ("--ftz", args.ftz),
+             ("--ignore", bool(args.ignore)), ("--ftz", args.ftz), ("--check", bool(args.check)),
+             ("--reduction", args.reduction != "sequential"),
+             ("--arithmetic", args.arithmetic != "float32"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None)]
     return [flag for flag, used in given if used]
@@ -632,7 +656,8 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             targets[dtype] = target_from_callable(
                 fn, op=args.op, name=args.impl.partition(":")[2], dtype=dtype,
                 framework=args.framework, device=args.device, ignore=args.ignore,
-                threads=args.threads, ftz=args.ftz, timeout_s=args.call_timeout)
+                threads=args.threads, ftz=args.ftz, reduction=args.reduction,
+                arithmetic=args.arithmetic, opt_in=args.check, timeout_s=args.call_timeout)
         return targets[dtype]
 
     target_for(args.dtype or "float32")  # a bad --framework or --device is a usage error now

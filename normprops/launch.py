@@ -21,7 +21,7 @@ import numpy as np
 from normprops.case import Case, ShapeConstraints
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError
 from normprops.frameworks import Adapter, get_adapter
-from normprops.ops import check_ignore, get_op
+from normprops.ops import check_ignore, check_opt_in, get_op
 from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
@@ -157,12 +157,17 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                          device: str | None = None, ignore: frozenset[str] | tuple[str, ...] = (),
                          constraints: ShapeConstraints = ShapeConstraints(),
                          threads: int | None = None, ftz: bool = False,
+                         reduction: str = "sequential", arithmetic: str = "float32",
+                         opt_in: frozenset[str] | tuple[str, ...] = (),
                          timeout_s: float | None = None) -> Target:
     """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
     arrays of ``dtype`` on ``device`` and returns the same kind of array.
 
     ``threads``: how many threads cooperate on a row (the depth of the error bound's reduction;
-    default 32). ``ftz``: the kernel flushes subnormals to zero (the tolerance allows for it).
+    default 32); ``reduction``: "sequential" (each thread adds its share in turn) or "tree"
+    (pairwise); ``arithmetic``: the type it computes in ("float32", or "bfloat16" for a kernel
+    whose every operation rounds to bfloat16). ``ftz``: the kernel flushes subnormals to zero (the
+    tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant").
     Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
         raise UsageError(f"fn must be callable but was a {type(fn).__name__}")
@@ -175,19 +180,24 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"call timeout must be a positive number of seconds but was {timeout_s!r}")
     adapter = get_adapter(framework, dtype=dtype, device=device)
-    model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz),
-                    **({} if threads is None else {"threads": threads}))
+    try:
+        model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz), reduction=reduction,
+                        arithmetic=arithmetic, **({} if threads is None else {"threads": threads}))
+        chosen = check_opt_in(opt_in)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     label = name or getattr(fn, "__name__", None) or type(fn).__name__
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
-                  ignore=_check_ignore(ignore), timeout_s=timeout_s, dtype=dtype,
+                  ignore=_check_ignore(ignore), opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
                   adapter=adapter, constraints=constraints)
 
 
 def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: int = 256,
                             ignore: frozenset[str] | tuple[str, ...] = (),
                             constraints: ShapeConstraints = ShapeConstraints(),
-                            ftz: bool = False) -> Target:
+                            ftz: bool = False, reduction: str = "sequential",
+                            opt_in: frozenset[str] | tuple[str, ...] = ()) -> Target:
     """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
     get_op(op)
     from normprops._cuda import KernelCompileError, cuda_status
@@ -208,7 +218,10 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
         except KernelFault as exc:
             raise FatalTargetError(str(exc)) from exc
 
-    return Target(kernel, op, "cuda-user", guarded,
-                  replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz)),
-                  stress_rows=GPU_STRESS_ROWS, ignore=_check_ignore(ignore),
-                  constraints=constraints)
+    try:
+        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz), reduction=reduction)
+        chosen = check_opt_in(opt_in)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return Target(kernel, op, "cuda-user", guarded, model, stress_rows=GPU_STRESS_ROWS,
+                  ignore=_check_ignore(ignore), opt_in=chosen, constraints=constraints)

@@ -79,9 +79,15 @@ PROPERTIES: dict[str, str] = {
     "scale_invariance": "scaling x by 2^k and eps by 4^k changes nothing (norms)",
 }
 
-#: What a kernel may declare it does not promise: everything but the calling contract and finite
-#: outputs for finite results.
-IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite"}
+
+
+#: Properties judged only for a kernel that asks for them (``Target.opt_in``): a contract some
+#: users hold and others do not (docs/tolerances.md, "Exactly constant rows").
+OPTIONAL = frozenset({"exact_constant"})
+
+#: What a kernel may declare it does not promise: everything but the calling contract, finite
+#: outputs for finite results, and the optional properties (not judged unless asked for).
+IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite"} - OPTIONAL
 
 
 def check_ignore(ignore: object) -> frozenset[str]:
@@ -99,9 +105,6 @@ def check_ignore(ignore: object) -> frozenset[str]:
     return names
 
 
-#: Properties judged only for a kernel that asks for them (``Target.opt_in``): a contract some
-#: users hold and others do not (docs/tolerances.md, "Exactly constant rows").
-OPTIONAL = frozenset({"exact_constant"})
 
 
 def check_opt_in(opt_in: object) -> frozenset[str]:

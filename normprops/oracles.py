@@ -255,11 +255,12 @@ class Tolerance:
 
 def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
     k = model.k(case.cols)
+    u = model.unit_roundoff
     x = case.x.astype(np.float64)
     with np.errstate(all="ignore"):
         dist = np.where(ref.y > 0, np.abs(x - ref.row_max), 0.0)
-        tol = ref.y * U * (model.rho * k + 10 + model.c_x * (dist + ref.stat)) + 2 * FLT_MIN
-    sum_tol = U * (model.rho * k + 10 + 7 * math.log(case.cols)) + 2 * case.cols * FLT_MIN
+        tol = ref.y * u * (model.rho * k + 10 + model.c_x * (dist + ref.stat)) + 2 * FLT_MIN
+    sum_tol = u * (model.rho * k + 10 + 7 * math.log(case.cols)) + 2 * case.cols * FLT_MIN
     return Tolerance(tol, np.zeros(case.rows, bool), sum_tol, _ratio_tolerance(case, ref, model))
 
 
@@ -277,11 +278,12 @@ def _ratio_tolerance(case: Case, ref: Reference, model: ErrorModel) -> np.ndarra
     may flush or lose relative precision there.
     """
     kind = get_dtype(case.dtype)
+    u = model.unit_roundoff
     x = case.x.astype(np.float64)
     with np.errstate(all="ignore"):
         dist = np.abs(x - ref.row_max)
         log_s = -np.log(np.max(ref.y, axis=1, keepdims=True))
-        rel = U * (10 + model.c_x * (dist + log_s))
+        rel = u * (10 + model.c_x * (dist + log_s))
         if case.dtype != "float32":
             rel = rel + kind.u  # the output's rounding to the storage type
         judged = ref.judged_rows[:, None] & (ref.y >= 2 * kind.min_normal)
@@ -290,10 +292,11 @@ def _ratio_tolerance(case: Case, ref: Reference, model: ErrorModel) -> np.ndarra
 
 def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
     k = model.k(case.cols)
+    u = model.unit_roundoff
     g = np.abs(case.gamma.astype(np.float64))[None, :]
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
-        e1 = (k + 4) * U * ref.kappa
+        e1 = (k + 4) * u * ref.kappa
         ftz = 0.0
         if model.ftz:
             # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
@@ -302,14 +305,15 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
             # 2 FLT_MIN s (flushed inputs), which scales y by FLT_MIN / s + FLT_MIN / (2 s^2).
             s = np.sqrt(ref.stat + case.eps)
             ftz = g * FLT_MIN * ((k + 2) / s + ay * (1 / s + 0.5 / (s * s)))
-        tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * U * ay) + 2 * U * np.abs(ref.z)
+        tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * u * ay) + 2 * u * np.abs(ref.z)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
-    # Past e1 = 0.25 float32 has no accuracy left to ask for: only a finite output.
+    # Past e1 = 0.25 the arithmetic has no accuracy left to ask for: only a finite output.
     return Tolerance(tol, e1[:, 0] > 0.25)
 
 
 def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
     k = model.k(case.cols)
+    u = model.unit_roundoff
     g = np.abs(case.gamma.astype(np.float64))[None, :]
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
@@ -322,7 +326,7 @@ def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
             # worth 2^e FLT_MIN, i.e. at most 2 sqrt(C) FLT_MIN after division by r >= max|x| / sqrt(C).
             r = np.sqrt(ref.stat + case.eps)
             ftz = g * FLT_MIN * ((1 + ay) / r + 2 * math.sqrt(case.cols))
-        tol = ((k / 2 + 8) * U * np.abs(ref.z) + g * ay * FLT_MIN / (ref.stat + case.eps)
+        tol = ((k / 2 + 8) * u * np.abs(ref.z) + g * ay * FLT_MIN / (ref.stat + case.eps)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     return Tolerance(tol, np.zeros(case.rows, bool))
 

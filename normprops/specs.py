@@ -65,14 +65,26 @@ class ErrorModel:
     # kernel asks for a flushing instruction itself.
     ftz: bool = False
     reduction: str = "sequential"
+    # The type the kernel computes in: float32 (the default, whatever the storage type), or
+    # bfloat16 for a kernel whose every operation rounds to bfloat16 (JAX's and Flax's defaults on
+    # bfloat16 arrays). The bounds keep their shape with u = 2^-8 in place of 2^-24; bfloat16 has
+    # float32's exponent range, so nothing else changes (docs/tolerances.md).
+    arithmetic: str = "float32"
 
     def __post_init__(self) -> None:
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1 but was {self.threads}")
+        if self.arithmetic not in ("float32", "bfloat16"):
+            raise ValueError(f"arithmetic must be 'float32' or 'bfloat16' but was {self.arithmetic!r}")
         if self.reduction not in REDUCTIONS:
             raise ValueError(f"reduction must be one of {REDUCTIONS} but was {self.reduction!r}; "
                              f"'sequential' with threads=T for T threads that each add their share "
                              f"in turn, 'tree' for a pairwise reduction")
+
+    @property
+    def unit_roundoff(self) -> float:
+        """u of the arithmetic: 2^-24 for float32, 2^-8 for bfloat16."""
+        return 2.0**-24 if self.arithmetic == "float32" else 2.0**-8
 
     def threads_for(self, cols: int) -> int:
         if self.per_thread is None:
@@ -367,9 +379,15 @@ def _ecosystem(backend: str, entry_op: str, op: str, name: str, claims: frozense
     constraints = ShapeConstraints()
     if backend == "quack" and entry_op == "softmax":
         constraints = ShapeConstraints(cols_multiple_of=16 // {"float32": 4}.get(dtype, 2))
+    # JAX computes jax.nn's ops in the arrays' own type (its type promotion rules): on bfloat16
+    # arrays every exp, sum and division rounds to bfloat16. Flax's norms take their statistics
+    # in float32, as torch and the CUDA libraries do.
+    model = FOREIGN_ERROR_MODEL
+    if backend == "jax" and dtype == "bfloat16":
+        model = replace(model, arithmetic="bfloat16")
     module = "normprops.backends.ecosystem"
     return KernelSpec(f"{name}-{_SHORT[dtype]}", op, backend,
-                      f"{module}:{backend.replace('-', '_')}__{entry_op}", 2, FOREIGN_ERROR_MODEL,
+                      f"{module}:{backend.replace('-', '_')}__{entry_op}", 2, model,
                       claims, summary, exempt=_NOT_PROMISED, bench=False, dtype=dtype,
                       framework=framework, device="cuda" if framework == "torch" else None,
                       constraints=constraints)

@@ -50,14 +50,18 @@ print("default build flushes subnormals:", f("default"), "| ftz build:", f("ftz"
         echo "exit $?"; grep -E "^  [a-z_]+ |^softmax|^rmsnorm|^layernorm|stopped|clean|failed" "$OUT/user_torch_${op}_bf16.txt" | head -20
       done ;;
     ecosystem) step ecosystem  # other projects' kernels, sharded over processes, merged into one matrix
-      n=${SHARDS:-$WORKERS}; mkdir -p "$OUT/eco"; export TORCHINDUCTOR_COMPILE_THREADS=1
-      for k in $(seq 1 "$n"); do
-        timeout "${ECO_TIMEOUT:-500}" normprops hunt --backend "${ECO_BACKENDS:-torch-compile,liger,quack,jax,flax}" \
-          --shard "$k/$n" --seed 0 --max-examples "${EXAMPLES:-100}" --fixtures-dir "$OUT/fixtures" \
-          --json "$OUT/eco/shard_$k.json" >"$OUT/eco/shard_$k.txt" 2>&1 &
+      # ECO_GROUPS: "BACKENDS:SHARDS:EXAMPLES ..." run side by side (QuACK compiles per width: fewer examples)
+      mkdir -p "$OUT/eco"; export TORCHINDUCTOR_COMPILE_THREADS=1
+      for group in ${ECO_GROUPS:-torch-compile,liger,jax,flax:12:${EXAMPLES:-100} quack:4:${QUACK_EXAMPLES:-20}}; do
+        IFS=: read -r eco n ex <<<"$group"
+        for k in $(seq 1 "$n"); do
+          timeout -s INT "${ECO_TIMEOUT:-400}" normprops hunt --backend "$eco" --shard "$k/$n" --seed 0 \
+            --max-examples "$ex" --fixtures-dir "$OUT/fixtures" --json "$OUT/eco/${eco%%,*}_$k.json" \
+            >"$OUT/eco/${eco%%,*}_$k.txt" 2>&1 &
+        done
       done; wait
-      normprops report merge "$OUT"/eco/shard_*.json --json "$OUT/ecosystem.json" --png "$OUT/ecosystem.png" \
-        2>&1 | tee "$OUT/ecosystem.txt" | tail -70 ;;
+      normprops report merge "$OUT"/eco/*.json --json "$OUT/ecosystem.json" --png "$OUT/ecosystem.png" \
+        2>&1 | tee "$OUT/ecosystem.txt" | tail -80 ;;
     tests) step tests
       timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_prod.py \
         tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;

@@ -56,11 +56,11 @@ def test_the_exact_split_of_the_fused_kernels(dtype: str) -> None:
     assert np.array_equal((a.astype(np.float64) + b).astype(np.float32), x)
     # The sum of the two halves must give x bit for bit in the kernel's arithmetic, signed zeros
     # included: -0 + +0 is +0, which once made a correct fused kernel look wrong.
-    z = np.array([[-0.0, 0.0, -1e-40, 3.0]], np.float32)
+    z = to_dtype(np.array([[-0.0, 0.0, -1e-40, 3.0]], np.float32), dtype)
     a, b = split_exact(z, dtype)
     with np.errstate(all="ignore"):
         s = a + b  # float32 arithmetic, round to nearest
-    assert np.array_equal(s.view(np.uint32), to_dtype(z, dtype).view(np.uint32))
+    assert np.array_equal(s.view(np.uint32), z.view(np.uint32))
 
 
 def _cells(doc: dict) -> dict:
