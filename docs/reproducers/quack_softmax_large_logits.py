@@ -3,8 +3,9 @@
 import torch
 from quack.softmax import softmax
 
-x = torch.tensor([[3581925120.0, -0.1321, 0.6404, 0.1049]], device="cuda")
-print("quack:", softmax(x).tolist(), " torch:", torch.softmax(x, -1).tolist())
+for peak in (1e4, 1e6, 1e8, 3581925120.0):
+    x = torch.tensor([[peak, -0.1321, 0.6404, 0.1049]], device="cuda")
+    print(f"peak {peak:.3g}: quack {softmax(x)[0].tolist()}  torch {torch.softmax(x, -1)[0].tolist()}")
 
 torch.manual_seed(0)
 z = torch.randn(1, 4096, device="cuda", dtype=torch.float64) * 100
