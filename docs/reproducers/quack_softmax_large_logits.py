@@ -8,8 +8,9 @@ for peak in (1e4, 1e6, 1e8, 3581925120.0):
     print(f"peak {peak:.3g}: quack {softmax(x)[0].tolist()}  torch {torch.softmax(x, -1)[0].tolist()}")
 
 torch.manual_seed(0)
-z = torch.randn(1, 4096, device="cuda", dtype=torch.float64) * 100
-for offset in (0.0, 1e4, 1e6):
-    y = softmax((z + offset).float()).double()
-    exact = torch.softmax(z, -1)  # shift-invariant: the same for every offset
-    print(f"offset {offset:8.0e}: max relative error {((y - exact).abs() / exact).max().item():.2e}")
+z = torch.randn(1, 4096, device="cuda") * 10  # logits spread over about +-40
+for offset in (0.0, 1e2, 1e4, 1e6):
+    x = z + offset  # float32 logits; the exact softmax of these very values, in float64:
+    exact = torch.softmax(x.double(), -1)
+    err = lambda y: ((y.double() - exact).abs() / exact).max().item()
+    print(f"offset {offset:7.0e}: max relative error quack {err(softmax(x)):.1e}, torch {err(torch.softmax(x, -1)):.1e}")
