@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TextIO
 
@@ -499,7 +499,7 @@ def _best_backend(requested: str | None) -> str:
 
 def _expectation(spec: KernelSpec, family: str) -> str:
     """What the registry declares for ``spec`` on ``family``: its known bug, a claim, or nothing."""
-    if spec.bug is not None and spec.bug.family == family:
+    if spec.bug_in(family) is not None:
         return "bug"
     return "claim" if family in spec.claims else "unclaimed"
 
@@ -602,14 +602,22 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                       f"{result.elapsed_s:.1f}s)", file=err, flush=True)
 
             # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
-            # claim is hunted for the matrix, not saved.
-            outcome = hunt_families(target, families=families, config=config, fixtures_dir=fixtures,
-                                    save=lambda f, spec=spec: _expectation(spec, f) != "unclaimed",
-                                    on_result=show, stop_on_repeated_contract=False)
-            if outcome.interrupted:
-                raise KeyboardInterrupt
-            if outcome.stopped:
-                report.notes.append(f"{spec.label} stopped: {outcome.stopped}")
+            # claim is hunted for the matrix, not saved. A known bug is hunted at every width, even
+            # where the claims are hunted only around it.
+            groups = [(replace(target, constraints=ShapeConstraints()),
+                       [f for f in families if spec.bug_in(f) is not None]),
+                      (target, [f for f in families if spec.bug_in(f) is None])]
+            for group_target, group in groups:
+                if not group:
+                    continue
+                outcome = hunt_families(
+                    group_target, families=group, config=config, fixtures_dir=fixtures,
+                    save=lambda f, spec=spec: _expectation(spec, f) != "unclaimed", on_result=show,
+                    stop_on_repeated_contract=False)
+                if outcome.interrupted:
+                    raise KeyboardInterrupt
+                if outcome.stopped:
+                    report.notes.append(f"{spec.label} stopped: {outcome.stopped}")
         summary()
         surprises = [(s, r) for s, r in hunted if not _as_declared(s, r)]
         for spec, result in surprises:
@@ -620,7 +628,8 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(format_finding(finding), file=out)
         for spec, result in hunted:
             if _expectation(spec, result.family) == "bug" and not result.passed:
-                print(f"\nknown bug of {spec.label} ({spec.bug.summary}):", file=out)
+                print(f"\nknown bug of {spec.label} ({spec.bug_in(result.family).summary}):",
+                      file=out)
                 for finding in result.findings:
                     print(format_finding(finding), file=out)
         line = _fixtures_line([r for _, r in hunted], fixtures)
@@ -848,8 +857,7 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             parts.append("not promised: " + ",".join(sorted(k.exempt)))
         if not k.constraints.unconstrained:
             parts.append(k.constraints.describe())
-        if k.bug:
-            parts.append(f"BUG in {k.bug.family}: {k.bug.summary}")
+        parts += [f"BUG in {b.family}: {b.summary}" for b in k.bugs]
         print(f"{k.name:{name_w}s} {k.op:9s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
               f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
     return 0
