@@ -33,8 +33,8 @@ from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageErr
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
-from normprops.oracles import ORACLES, POLICIES
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
+from normprops.oracles import ORACLES, POLICIES
 from normprops.regressions import iter_fixtures, load_fixture, replay
 from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
@@ -724,8 +724,7 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from normprops.report import ReportError, cell_from_json, matrix_png, merge_reports, \
-        write_json_atomically
+    from normprops.report import ReportError, cell_from_json, matrix_png, merge_reports, write_json_atomically
 
     _check_output_file(args.json, "--json")
     _check_output_file(args.png, "--png")

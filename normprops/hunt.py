@@ -24,8 +24,8 @@ from normprops.case import Case
 from normprops.errors import FatalTargetError
 from normprops.judge import Verdict
 from normprops.launch import Target
-from normprops.oracles import ORACLES, POLICIES
 from normprops.ops import PROPERTIES
+from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate
 from normprops.strategies import MAX_COLS, cases, families_for
 

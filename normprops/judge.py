@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from normprops.oracles import Reference, Tolerance
 from normprops.ops import PROPERTIES
+from normprops.oracles import Reference, Tolerance
 from normprops.strategies import Case
 
 __all__ = [

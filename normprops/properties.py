@@ -15,11 +15,10 @@ import numpy as np
 from normprops.case import Case
 from normprops.dtypes import get_dtype, to_dtype
 from normprops.errors import ContractError, FatalTargetError
-from normprops.judge import (Verdict, judge_bitwise, judge_close, judge_exact_constant,
-                             judge_output)
+from normprops.judge import Verdict, judge_bitwise, judge_close, judge_exact_constant, judge_output
 from normprops.launch import Target
-from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
 from normprops.ops import PROPERTIES, check_opt_in
+from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
 
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
 

@@ -14,9 +14,24 @@ from typing import Callable
 import pytest
 
 from normprops import bench
-from normprops.bench import (MODEL_DECODE_ROWS, MODEL_HIDDEN, MODEL_ODD_HIDDEN, MODEL_VOCAB, BenchCase,
-                             LaunchRow, Note, _rows_for, bench_cases, format_lead_table, format_table, gates,
-                             lead_table, lead_targets, predictions, write_outputs)
+from normprops.bench import (
+    MODEL_DECODE_ROWS,
+    MODEL_HIDDEN,
+    MODEL_ODD_HIDDEN,
+    MODEL_VOCAB,
+    BenchCase,
+    LaunchRow,
+    Note,
+    _rows_for,
+    bench_cases,
+    format_lead_table,
+    format_table,
+    gates,
+    lead_table,
+    lead_targets,
+    predictions,
+    write_outputs,
+)
 
 H200_L2 = 62914560  # 60 MiB
 

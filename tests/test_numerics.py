@@ -7,12 +7,12 @@ from dataclasses import replace
 
 import pytest
 
+from normprops.case import ShapeConstraints
 from normprops.hunt import HuntResult, hunt
 from normprops.launch import GPU_BACKENDS, target_from_spec
 from normprops.plugin import HUNT_PROPERTY
 from normprops.regressions import save_findings
 from normprops.report import cell_text
-from normprops.case import ShapeConstraints
 from normprops.specs import KERNELS, KernelSpec, KnownBug, backend_status
 from normprops.strategies import families_for
 

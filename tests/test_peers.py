@@ -13,8 +13,18 @@ from pathlib import Path
 import pytest
 
 from normprops.backends import peers
-from normprops.backends.peers import (LIBRARIES, OPS, PEER_OPS, PeerUnavailable, adapter, bind, get_library,
-                                      get_peer_op, peer_ops, peer_status)
+from normprops.backends.peers import (
+    LIBRARIES,
+    OPS,
+    PEER_OPS,
+    PeerUnavailable,
+    adapter,
+    bind,
+    get_library,
+    get_peer_op,
+    peer_ops,
+    peer_status,
+)
 
 
 @pytest.fixture(autouse=True)

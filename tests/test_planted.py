@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from normprops.cli import main
+from normprops.examples import planted as planted_module
+from normprops.examples.correct import CORRECT
+from normprops.examples.planted import PLANTED
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_callable
-from normprops.examples.correct import CORRECT
-from normprops.examples import planted as planted_module
-from normprops.examples.planted import PLANTED
 
 pytestmark = pytest.mark.numerics
 

@@ -12,8 +12,14 @@ import pytest
 
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import GPU_BACKENDS, target_from_spec
-from normprops.regressions import (decode_array, encode_array, iter_fixtures, load_fixture, replay,
-                                   save_findings)
+from normprops.regressions import (
+    decode_array,
+    encode_array,
+    iter_fixtures,
+    load_fixture,
+    replay,
+    save_findings,
+)
 from normprops.specs import KERNELS, backend_status
 
 COMMITTED = Path(__file__).parent / "regressions"

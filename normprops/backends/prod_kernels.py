@@ -27,9 +27,9 @@ import numpy as np
 
 from normprops._cuda import module
 from normprops.backends.cuda_kernels import KernelFault, validate
+from normprops.dtypes import get_dtype, split_exact, to_dtype
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
-from normprops.dtypes import get_dtype, split_exact, to_dtype
 
 __all__ = ["DTYPE_CODES", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "split_exact",
            "to_storage", "from_storage"]
