@@ -198,7 +198,7 @@ def bench_cases(*, l2_bytes: int, sets: Sequence[str] = ("seed", "l2")) -> list[
 def l2_bytes_here() -> tuple[int, str]:
     """The L2 size of this machine's GPU, or the H200's where none is usable, with where it came
     from. Never raises: cases can be listed on a machine without a GPU."""
-    from normprops._cuda import cuda_status
+    from normprops.cuda.build import cuda_status
 
     ok, why = cuda_status()
     if ok:
@@ -328,9 +328,9 @@ def _launchers(case: BenchCase, progress: TextIO | None = None, *,
     importable, and the ``peers`` libraries' kernels that take the case (the others get a note)."""
     import cupy
 
-    from normprops._cuda import module
-    from normprops.backends.cuda_kernels import THREADS
-    from normprops.backends.prod_kernels import ProdKernel
+    from normprops.cuda.build import module
+    from normprops.cuda.prod import ProdKernel
+    from normprops.cuda.textbook import THREADS
     from normprops.specs import PROD_VARIANTS
 
     rng = cupy.random.default_rng(0)
@@ -424,7 +424,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _spin(cycles: int) -> Callable[[], None]:
-    from normprops._cuda import module
+    from normprops.cuda.build import module
 
     fn = module("default", source="prod.cu").get_function("spinWait")
     return lambda: fn((1,), (1,), (np.int64(cycles),))

@@ -200,12 +200,12 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
                             opt_in: frozenset[str] | tuple[str, ...] = ()) -> Target:
     """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
     get_op(op)
-    from normprops._cuda import KernelCompileError, cuda_status
+    from normprops.cuda.build import KernelCompileError, cuda_status
 
     ok, why = cuda_status()
     if not ok:
         raise ImplError(f"--cuda-source needs a usable CUDA GPU: {why}")
-    from normprops.backends.cuda_kernels import KernelFault, user_kernel
+    from normprops.cuda.textbook import KernelFault, user_kernel
 
     try:
         fn = user_kernel(Path(path), name=kernel, op=op, threads=threads)

@@ -55,13 +55,13 @@ class ErrorModel:
 
     threads: int = 32
     tree_depth: int | None = None
-    # Threads that grow with the row (normprops/prod.cu): a power of two from 32 up to ``threads``,
+    # Threads that grow with the row (normprops/cuda/prod.cu): a power of two from 32 up to ``threads``,
     # the fewest that hold at most ``per_thread`` elements each. None: always ``threads``.
     per_thread: int | None = None
     rho: float = 6.0
     c_x: float = 3.5
     # Flush-to-zero arithmetic: subnormal operands and results may become 0. A kernel declares it
-    # (--ftz); our CUDA builds are IEEE (normprops._cuda.build_flushes measures it) except where a
+    # (--ftz); our CUDA builds are IEEE (normprops.cuda.build.build_flushes measures it) except where a
     # kernel asks for a flushing instruction itself.
     ftz: bool = False
     reduction: str = "sequential"
@@ -189,8 +189,8 @@ _NORM_ALL = frozenset(
 #: Where each backend's callables live; a kernel's entry is ``<module>:<name>``.
 BACKEND_MODULES = {
     "numpy": "normprops.backends.numpy_kernels",
-    "cuda": "normprops.backends.cuda_kernels",
-    "cuda-prod": "normprops.backends.prod_kernels",
+    "cuda": "normprops.cuda.textbook",
+    "cuda-prod": "normprops.cuda.prod",
     "torch-cuda": "normprops.backends.torch_kernels",
     "torch-cpu": "normprops.backends.torch_kernels",
 }
@@ -274,7 +274,7 @@ _TORCH_KERNELS = tuple(
 # of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1) in float32, while the 16-bit
 # softmax takes ex2.approx (fast-math c_x 3.5; prod.cu's expOf says why that is still far below
 # the output's rounding).
-#: Register path: at most this many elements per thread (prod_kernels.launch_shape reads it too).
+#: Register path: at most this many elements per thread (normprops.cuda.prod.launch_shape reads it too).
 PROD_PER_THREAD = 32
 
 
@@ -464,7 +464,7 @@ def backend_status(backend: str) -> tuple[bool, str]:
     if backend == "numpy":
         return True, f"numpy {np.__version__}"
     if backend in ("cuda", "cuda-prod"):
-        from normprops._cuda import cuda_status
+        from normprops.cuda.build import cuda_status
 
         return cuda_status()
     if backend in ("torch-cuda", "torch-cpu"):

@@ -4,7 +4,7 @@ huge, tiny, offset by a large mean, or hold a NaN and an infinity. A change mean
 arithmetic alone (memory access, launch details) must give 0 differing outputs; then the older
 code's deep-run results still describe the new one. Usage on the device (the old copy inside the
 repository, untracked, so that it travels there):
-    git show COMMIT:normprops/prod.cu > old_prod.cu
+    git show COMMIT:normprops/cuda/prod.cu > old_prod.cu
     python3 scripts/ab_bits.py --against old_prod.cu"""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import sys
 import cupy
 from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
 
-from normprops.backends.prod_kernels import DTYPE_CODES, ProdKernel
 from normprops.bench import _device_storage
+from normprops.cuda.prod import DTYPE_CODES, ProdKernel
 
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
 WIDTHS = (1, 3, 33, 255, 257, 1000, 1024, 1025, 2048, 4096, 4100, 8192, 16384, 32768, 70001)

@@ -39,7 +39,7 @@ for s in "$@"; do
         python3 -c 'from normprops.backends.peers import LIBRARIES, peer_status
 for lib in LIBRARIES: print("peer", lib, *peer_status(lib))'; } 2>&1 | tee "$OUT/env.txt" ;;
     ftz) step ftz  # does our default build keep subnormals (CuPy's RawModule appended -ftz=true)?
-      python3 -c 'from normprops._cuda import build_flushes as f
+      python3 -c 'from normprops.cuda.build import build_flushes as f
 print("default build flushes subnormals:", f("default"), "| ftz build:", f("ftz"))' 2>&1 | tee "$OUT/ftz.txt"
       [ -f .gpu/ftz_probe.py ] && python3 .gpu/ftz_probe.py >>"$OUT/ftz.txt" 2>&1; tail -25 "$OUT/ftz.txt" ;;
     frameworks) step frameworks  # users' kernels in torch (bfloat16, CUDA) through --framework

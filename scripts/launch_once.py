@@ -10,8 +10,8 @@ import sys
 
 import cupy
 
-from normprops.backends.prod_kernels import OPS, ProdKernel
 from normprops.bench import _random_storage
+from normprops.cuda.prod import OPS, ProdKernel
 from normprops.strategies import get_dtype
 
 

@@ -18,9 +18,9 @@ import sys
 
 import cupy
 
-from normprops._cuda import BUILDS, compile_source, source_text
-from normprops.backends.prod_kernels import ProdKernel
 from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
+from normprops.cuda.build import BUILDS, compile_source, source_text
+from normprops.cuda.prod import ProdKernel
 from normprops.strategies import get_dtype
 
 

@@ -135,10 +135,10 @@ def test_a_case_in_two_sets_is_timed_once_with_both_sets_ops() -> None:
 
 
 def test_list_cases_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    from normprops import _cuda
     from normprops.cli import main
+    from normprops.cuda import build
 
-    monkeypatch.setattr(_cuda, "cuda_status", lambda: (False, "no CUDA device"))
+    monkeypatch.setattr(build, "cuda_status", lambda: (False, "no CUDA device"))
     out, err = io.StringIO(), io.StringIO()
     assert main(["bench", "--list-cases", "--cases", "model,l2-bf16"], out=out, err=err) == 0, err.getvalue()
     text = out.getvalue().splitlines()
@@ -160,10 +160,10 @@ def test_list_cases_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.param("^256x(4097|5121) ", ["256x4097 bf16", "256x5121 bf16"], id="odd-widths-at-256-rows"),
 ])
 def test_only_keeps_the_matching_cases(monkeypatch: pytest.MonkeyPatch, pattern: str, names: list[str]) -> None:
-    from normprops import _cuda
     from normprops.cli import main
+    from normprops.cuda import build
 
-    monkeypatch.setattr(_cuda, "cuda_status", lambda: (False, "no CUDA device"))
+    monkeypatch.setattr(build, "cuda_status", lambda: (False, "no CUDA device"))
     out, err = io.StringIO(), io.StringIO()
     assert main(["bench", "--list-cases", "--cases", "model", "--only", pattern], out=out, err=err) == 0
     assert [line.split()[0] + " " + line.split()[1] for line in out.getvalue().splitlines()[2:]] == names

@@ -20,9 +20,9 @@ F32 = np.float32
 
 @pytest.fixture(scope="module")
 def ck():
-    from normprops.backends import cuda_kernels
+    from normprops.cuda import textbook
 
-    return cuda_kernels
+    return textbook
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:
@@ -141,7 +141,7 @@ def test_racecheck_flags_only_the_missing_barrier(name: str, hazards: bool) -> N
 
 
 def test_our_default_build_keeps_subnormals_and_the_ftz_build_flushes() -> None:
-    from normprops._cuda import build_flushes
+    from normprops.cuda.build import build_flushes
 
     assert build_flushes("default") is False
     assert build_flushes("ftz") is True

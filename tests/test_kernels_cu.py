@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from normprops._cuda import SOURCES, source_text
-from normprops.backends.prod_kernels import DTYPE_CODES, PACKED_VPTS, VPTS
+from normprops.cuda.build import SOURCES, source_text
+from normprops.cuda.prod import DTYPE_CODES, PACKED_VPTS, VPTS
 from normprops.specs import KERNELS, PROD_VARIANTS
 
 NVCC = shutil.which("nvcc")

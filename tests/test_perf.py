@@ -43,7 +43,7 @@ def test_rms_norm_gates_hold_at_every_case(table, cases) -> None:
 def test_benchmark_entries(benchmark, kernel, cases) -> None:
     import cupy
 
-    from normprops._cuda import module
+    from normprops.cuda.build import module
 
     case = cases[0]
     x = cupy.random.default_rng(0).standard_normal((case.rows, case.cols), dtype=cupy.float32)

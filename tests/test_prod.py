@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normprops.backends.prod_kernels import Shape, launch_shape, split_exact
+from normprops.cuda.prod import Shape, launch_shape, split_exact
 from normprops.oracles import reference, tolerance
 from normprops.specs import FAST_EXP_C_X, KERNELS, PROD_BLOCK, PROD_VARIANTS, prod_layout
 from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
@@ -61,7 +61,7 @@ def test_launch_shape_rejects_empty_rows() -> None:
 def test_kept_bad_kernel_rejects_rows_wider_than_its_registers() -> None:
     """rmsnormbf16acc has no streaming entry point: a row past 1024 x 32 columns is a clear
     ValueError (it was a driver error, 'named symbol not found', found by compute-sanitizer)."""
-    from normprops.backends.prod_kernels import ProdKernel
+    from normprops.cuda.prod import ProdKernel
 
     with pytest.raises(ValueError, match="70001 columns do not fit in registers"):
         ProdKernel("rmsnormbf16acc", dtype="bfloat16").shape(70_001)
@@ -160,7 +160,7 @@ def test_misaligned_rows_give_the_same_bits(op: str, cols: int) -> None:
     same arithmetic, so bit-for-bit the aligned result."""
     import cupy
 
-    from normprops.backends.prod_kernels import ProdKernel
+    from normprops.cuda.prod import ProdKernel
 
     rows = 33
     x, g, b = _device_args(op, cupy, rows, cols)
@@ -185,14 +185,14 @@ def test_misaligned_rows_give_the_same_bits(op: str, cols: int) -> None:
 def test_streaming_path_for_wide_rows(op: str, cols: int) -> None:
     import cupy
 
-    from normprops.backends import prod_kernels
+    from normprops.cuda import prod
 
     name = {"softmax": "softmaxFast", "layernorm": "layerNormFast", "rmsnorm": "rmsNormFast",
             "addrmsnorm": "addRmsNormFast"}[op]
-    assert prod_kernels.ProdKernel(op, dtype="float32").shape(cols).vpt == 0
+    assert prod.ProdKernel(op, dtype="float32").shape(cols).vpt == 0
     x, g, b = (cupy.asnumpy(a) for a in _device_args(op, cupy, 3, cols))
     args = {"softmax": (), "layernorm": (g, b, 1e-5)}.get(op, (g, 1e-5))
-    got = getattr(prod_kernels, name)(x, *args)
+    got = getattr(prod, name)(x, *args)
     want = _reference_rows("rmsnorm" if op == "addrmsnorm" else op, x, g, b)
     assert np.max(np.abs(got - want)) < 1e-4 * max(1.0, np.max(np.abs(want)))
 
@@ -203,7 +203,7 @@ def test_many_rows_and_offsets_beyond_2_to_the_31() -> None:
     2^31 + 2 x 16384-element batch are right."""
     import cupy
 
-    from normprops.backends.prod_kernels import ProdKernel
+    from normprops.cuda.prod import ProdKernel
 
     cols = 16384
     rows = 2**31 // cols + 2
@@ -230,7 +230,7 @@ def test_many_rows_and_offsets_beyond_2_to_the_31() -> None:
 def test_fused_kernel_updates_the_residual_in_place(dtype: str) -> None:
     import cupy
 
-    from normprops.backends.prod_kernels import ProdKernel, from_storage, to_storage
+    from normprops.cuda.prod import ProdKernel, from_storage, to_storage
 
     rng = np.random.default_rng(5)
     rows, cols = 7, 3000
@@ -249,10 +249,10 @@ def test_fused_kernel_updates_the_residual_in_place(dtype: str) -> None:
 
 @pytest.mark.gpu
 def test_narrow_input_that_is_not_exact_is_refused() -> None:
-    from normprops.backends import prod_kernels
+    from normprops.cuda import prod
 
     with pytest.raises(ValueError, match=r"x\[0, 0\] = .* is not exactly representable in bfloat16"):
-        prod_kernels.softmaxFastBf16(np.array([[1.0 + 2**-10, 2.0]], F32))
+        prod.softmaxFastBf16(np.array([[1.0 + 2**-10, 2.0]], F32))
 
 
 @pytest.mark.gpu
@@ -263,7 +263,7 @@ def test_packed_storage_gives_the_same_bits(dtype: str, op: str, cols: int, per_
     """The packed 16-bit register storage (not the default yet) must change nothing but speed."""
     import cupy
 
-    from normprops.backends.prod_kernels import ProdKernel, to_storage
+    from normprops.cuda.prod import ProdKernel, to_storage
 
     rng = np.random.default_rng(7)
     rows = 9
@@ -285,7 +285,7 @@ def test_packed_storage_gives_the_same_bits(dtype: str, op: str, cols: int, per_
 def test_device_launch_checks_its_arrays() -> None:
     import cupy
 
-    from normprops.backends.prod_kernels import ProdKernel
+    from normprops.cuda.prod import ProdKernel
 
     x = cupy.zeros((4, 64), dtype=cupy.float32)
     kernel = ProdKernel("rmsnorm", dtype="bfloat16")

@@ -67,3 +67,23 @@ def test_the_face_of_the_package_imports_nothing_of_its_own() -> None:
     # Everything public is reached lazily: importing normprops runs no normprops submodule.
     assert _module_level_imports(PACKAGE / "__init__.py") == set()
     assert set(normprops.__all__) - {"__version__"} <= set(dir(normprops))
+
+
+def _module_level_imports_of_any_package(path: Path) -> set[str]:
+    found: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_the_cuda_package_imports_cupy_only_when_used() -> None:
+    # `normprops kernels` and the CPU-only tests import these modules on machines without CuPy.
+    cuda = PACKAGE / "cuda"
+    assert _module_level_imports(cuda / "__init__.py") == set()
+    for path in cuda.glob("*.py"):
+        imported = _module_level_imports_of_any_package(path)
+        assert not {m for m in imported if m.split(".")[0] in ("cupy", "cupyx")}, path.name
+    assert {p.name for p in cuda.glob("*.cu")} == {"kernels.cu", "prod.cu"}

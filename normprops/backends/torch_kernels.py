@@ -24,7 +24,7 @@ def torch_status(*, device: str) -> tuple[bool, str]:
     if device == "cuda":
         if not torch.cuda.is_available():
             return False, f"torch {torch.__version__} sees no CUDA device"
-        from normprops._cuda import cuda_status
+        from normprops.cuda.build import cuda_status
 
         ok, why = cuda_status()
         if not ok:

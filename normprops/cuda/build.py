@@ -76,7 +76,7 @@ SOURCES = ("kernels.cu", "prod.cu")
 def source_text(source: str = "kernels.cu") -> str:
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES} but was {source!r}")
-    return importlib.resources.files("normprops").joinpath(source).read_text()
+    return importlib.resources.files("normprops.cuda").joinpath(source).read_text()
 
 
 _LOCATION = re.compile(r"([\w./-]+\.cu)\((\d+)\)")

@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from normprops._cuda import BUILDS, compile_source, module
+from normprops.cuda.build import BUILDS, compile_source, module
 
 __all__ = [
     "THREADS",

@@ -25,8 +25,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from normprops._cuda import module
-from normprops.backends.cuda_kernels import KernelFault, validate
+from normprops.cuda.build import module
+from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, split_exact, to_dtype
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
@@ -269,7 +269,7 @@ def _function_for(name: str) -> Callable[..., np.ndarray]:
 
 
 def __getattr__(name: str) -> Callable[..., np.ndarray]:
-    """``prod_kernels.softmaxFastBf16`` etc.: the registry's entry points, built on first use."""
+    """``prod.softmaxFastBf16`` etc.: the registry's entry points, built on first use."""
     if name in PROD_VARIANTS:
         return _function_for(name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
