@@ -65,6 +65,13 @@ __all__ = [
     "GATE_RATIO",
     "LEAD_MEMCPY_TARGET",
     "SETS",
+    # the building blocks, for scripts/ (sweep_prod, ab_bits, launch_once) and the tests
+    "rows_for",
+    "random_storage",
+    "device_storage",
+    "spin_wait",
+    "event_ms",
+    "SPIN_CYCLES",
 ]
 
 GATE_RATIO = 1.05  # rmsNormRow may be at most 5% slower than layerNormRowTwoPass
@@ -240,7 +247,7 @@ class BenchRow:
     dram_bound: bool = False
 
 
-def _rows_for(case: BenchCase, times: dict[str, list[float]], touches: dict[str, int],
+def rows_for(case: BenchCase, times: dict[str, list[float]], touches: dict[str, int],
               moved: dict[str, int] | None = None, *, ops: dict[str, str] | None = None,
               libraries: dict[str, str] | None = None) -> list[BenchRow]:
     """Rows of the table; ``moved`` gives a kernel's ask bytes when not one read and one write."""
@@ -295,14 +302,14 @@ class _Launchers:
             table.pop(name, None)
 
 
-def _random_storage(rng: Any, shape: tuple[int, ...], dtype: str) -> Any:
+def random_storage(rng: Any, shape: tuple[int, ...], dtype: str) -> Any:
     """Standard normal values in the storage type (16-bit types as uint16 bits, truncated)."""
     import cupy
 
-    return _device_storage(rng.standard_normal(shape, dtype=cupy.float32), dtype)
+    return device_storage(rng.standard_normal(shape, dtype=cupy.float32), dtype)
 
 
-def _device_storage(x: Any, dtype: str) -> Any:
+def device_storage(x: Any, dtype: str) -> Any:
     """A CuPy float32 array in the storage type: bfloat16 truncated (a timing input needs no
     rounding), float16 rounded by CuPy; both as uint16 bits."""
     import cupy
@@ -335,11 +342,11 @@ def _launchers(case: BenchCase, progress: TextIO | None = None, *,
 
     rng = cupy.random.default_rng(0)
     shape = (case.rows, case.cols)
-    x = _random_storage(rng, shape, case.dtype)
+    x = random_storage(rng, shape, case.dtype)
     out = cupy.empty_like(x)
-    residual = _random_storage(rng, shape, case.dtype)
-    gamma = _random_storage(rng, (case.cols,), case.dtype)
-    beta = _random_storage(rng, (case.cols,), case.dtype)
+    residual = random_storage(rng, shape, case.dtype)
+    gamma = random_storage(rng, (case.cols,), case.dtype)
+    beta = random_storage(rng, (case.cols,), case.dtype)
     cols, eps = np.uint64(case.cols), np.float32(1e-5)
     nbytes = x.nbytes
     fused_bytes = 2 * 2 * nbytes  # x and residual read, out and residual written
@@ -423,14 +430,17 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
-def _spin(cycles: int) -> Callable[[], None]:
+def spin_wait(cycles: int) -> Callable[[], None]:
+    """A launch of prod.cu's ``spinWait`` kernel (one thread busy for ``cycles`` clock cycles)."""
     from normprops.cuda.build import module
 
     fn = module("default", source="prod.cu").get_function("spinWait")
     return lambda: fn((1,), (1,), (np.int64(cycles),))
 
 
-def _event_ms(launch: Callable[[], None], reps: int, spin: Callable[[], None]) -> float:
+def event_ms(launch: Callable[[], None], reps: int, spin: Callable[[], None]) -> float:
+    """Milliseconds per call of ``launch``: CUDA events around ``reps`` back-to-back calls enqueued
+    behind ``spin``."""
     import cupy
 
     start, end = cupy.cuda.Event(), cupy.cuda.Event()
@@ -540,7 +550,7 @@ def run_bench(cases: Sequence[BenchCase], *, rounds: int = 7, reps: int = 10, wa
         raise ValueError(f"peers must be among {PEER_LIBRARIES} but included {unknown}")
     from normprops.backends.peers import peer_status
 
-    spin = _spin(SPIN_CYCLES)
+    spin = spin_wait(SPIN_CYCLES)
     rows: list[BenchRow] = []
     notes: list[Note] = []
     launch: list[LaunchRow] = []
@@ -558,10 +568,10 @@ def run_bench(cases: Sequence[BenchCase], *, rounds: int = 7, reps: int = 10, wa
         for _ in range(rounds):
             for name, fn in launchers.run.items():
                 try:
-                    times[name].append(_event_ms(fn, reps, spin))
+                    times[name].append(event_ms(fn, reps, spin))
                 except Exception as exc:  # after a clean warm-up: nothing to recover, say where
                     raise BenchError(f"{name} failed on {case.name} while timed: {_one_line(exc)}") from exc
-        rows += _rows_for(case, times, launchers.touches, launchers.moved, ops=launchers.ops,
+        rows += rows_for(case, times, launchers.touches, launchers.moved, ops=launchers.ops,
                           libraries=launchers.libraries)
         if graphs and case.decode:
             launch += _launch_overhead(case, launchers, rounds=rounds, reps=reps)
@@ -623,7 +633,7 @@ def _launch_overhead(case: BenchCase, launchers: _Launchers, *, rounds: int, rep
     import cupy
 
     stream = cupy.cuda.Stream(non_blocking=True)
-    spin = _spin(SPIN_CYCLES)
+    spin = spin_wait(SPIN_CYCLES)
     device: dict[str, list[float]] = {}
     host: dict[str, list[float]] = {}
     replay: dict[str, list[float]] = {}
@@ -655,11 +665,11 @@ def _launch_overhead(case: BenchCase, launchers: _Launchers, *, rounds: int, rep
             for name in timed:
                 launch = launchers.run[name]
                 try:
-                    device.setdefault(name, []).append(_event_ms(launch, reps, spin))
+                    device.setdefault(name, []).append(event_ms(launch, reps, spin))
                     host.setdefault(name, []).append(_host_paced_ms(launch, reps))
                     if name in graphs:
                         g = graphs[name]
-                        replay.setdefault(name, []).append(_event_ms(lambda: g.launch(stream), 1, spin) / reps)
+                        replay.setdefault(name, []).append(event_ms(lambda: g.launch(stream), 1, spin) / reps)
                 except Exception as exc:  # it ran before: nothing to recover, say where
                     raise BenchError(f"{name} failed on {case.name} while timing launch cost: "
                                      f"{_one_line(exc)}") from exc

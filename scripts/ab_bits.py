@@ -16,7 +16,7 @@ import sys
 import cupy
 from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
 
-from normprops.bench import _device_storage
+from normprops.bench import device_storage
 from normprops.cuda.prod import DTYPE_CODES, ProdKernel
 
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
@@ -67,7 +67,7 @@ def main() -> int:
             res = rng.standard_normal((ROWS, cols), dtype=cupy.float32) if op == "addrmsnorm" else None
             g = rng.standard_normal(cols, dtype=cupy.float32)
             b = rng.standard_normal(cols, dtype=cupy.float32)
-            arrays = [_device_storage(a, dtype) if a is not None else None for a in (x, res, g, b)]
+            arrays = [device_storage(a, dtype) if a is not None else None for a in (x, res, g, b)]
             got = _run(new, *arrays, shift)
             want = _run(old, *arrays, shift)
             cases += 1

@@ -10,7 +10,7 @@ import sys
 
 import cupy
 
-from normprops.bench import _random_storage
+from normprops.bench import random_storage
 from normprops.cuda.prod import OPS, ProdKernel
 from normprops.strategies import get_dtype
 
@@ -24,10 +24,10 @@ def main() -> int:
     args = ap.parse_args()
     rows = (1 << 30) // get_dtype(args.dtype).itemsize // args.cols
     rng = cupy.random.default_rng(0)
-    x = _random_storage(rng, (rows, args.cols), args.dtype)
-    res = _random_storage(rng, (rows, args.cols), args.dtype)
-    g = _random_storage(rng, (args.cols,), args.dtype)
-    b = _random_storage(rng, (args.cols,), args.dtype)
+    x = random_storage(rng, (rows, args.cols), args.dtype)
+    res = random_storage(rng, (rows, args.cols), args.dtype)
+    g = random_storage(rng, (args.cols,), args.dtype)
+    b = random_storage(rng, (args.cols,), args.dtype)
     out = cupy.empty_like(x)
     k = ProdKernel(args.op, dtype=args.dtype, per_thread=args.per_thread)
     launch = k.launcher(*k.operands(x=x, out=out, residual=res, gamma=g, beta=b), rows=rows, cols=args.cols,

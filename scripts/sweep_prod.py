@@ -18,7 +18,7 @@ import sys
 
 import cupy
 
-from normprops.bench import SPIN_CYCLES, _event_ms, _random_storage, _spin
+from normprops.bench import SPIN_CYCLES, event_ms, random_storage, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, source_text
 from normprops.cuda.prod import ProdKernel
 from normprops.strategies import get_dtype
@@ -55,18 +55,18 @@ def main() -> int:
     args = ap.parse_args()
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
-    spin = _spin(SPIN_CYCLES)
+    spin = spin_wait(SPIN_CYCLES)
     results = []
     for dtype in args.dtypes.split(","):
         itemsize = get_dtype(dtype).itemsize
         for cols in (1024, 4096, 16384):
             rows = (1 << 30) // itemsize // cols
             rng = cupy.random.default_rng(0)
-            x = _random_storage(rng, (rows, cols), dtype)
-            res = _random_storage(rng, (rows, cols), dtype)
+            x = random_storage(rng, (rows, cols), dtype)
+            res = random_storage(rng, (rows, cols), dtype)
             out = cupy.empty_like(x)
-            g = _random_storage(rng, (cols,), dtype)
-            b = _random_storage(rng, (cols,), dtype)
+            g = random_storage(rng, (cols,), dtype)
+            b = random_storage(rng, (cols,), dtype)
             launches = {"memcpy": lambda: out.data.copy_from_device_async(x.data, x.nbytes)}
             moved = {}
             for op in args.ops.split(","):
@@ -87,7 +87,7 @@ def main() -> int:
             times = {n: [] for n in launches}
             for _ in range(args.rounds):
                 for n, fn in launches.items():
-                    times[n].append(_event_ms(fn, 10, spin))
+                    times[n].append(event_ms(fn, 10, spin))
             med = {n: statistics.median(t) for n, t in times.items()}
             for n, ms in med.items():
                 pct = 100 * moved.get(n, 1) * med["memcpy"] / ms

@@ -22,7 +22,6 @@ from normprops.bench import (
     BenchCase,
     LaunchRow,
     Note,
-    _rows_for,
     bench_cases,
     format_lead_table,
     format_table,
@@ -30,6 +29,7 @@ from normprops.bench import (
     lead_table,
     lead_targets,
     predictions,
+    rows_for,
     write_outputs,
 )
 
@@ -55,7 +55,7 @@ def _rows(rms_ms: float, two_ms: float, case: BenchCase | None = None):
              "rmsNormRow": [rms_ms] * 3, "layerNormRowTwoPass": [two_ms] * 3,
              "layerNormRowWelford": [rms_ms * 1.02] * 3, "softmaxRowSafe": [0.08, 0.081, 0.079]}
     touches = {"rmsNormRow": 3, "layerNormRowTwoPass": 4, "layerNormRowWelford": 3, "softmaxRowSafe": 4}
-    return _rows_for(case, times, touches)
+    return rows_for(case, times, touches)
 
 
 def test_ask_bandwidth_and_percent_of_floors() -> None:
@@ -193,7 +193,7 @@ def _lead_rows(ours: float, torch_ms: float | None, liger: float | None, quack: 
                           ("quack.layernorm", "quack", quack)):
         if ms is not None:
             times[name], ops[name], libraries[name] = [ms] * 3, "layernorm", lib
-    return _rows_for(case, times, {}, ops=ops, libraries=libraries)
+    return rows_for(case, times, {}, ops=ops, libraries=libraries)
 
 
 def test_lead_ratio_is_against_the_fastest_peer() -> None:
@@ -385,8 +385,8 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
     _Stream.capturing_now = _Stream.on_side = False
     monkeypatch.setattr(bench, "_on_stream", on_stream)
     monkeypatch.setattr(bench, "_launchers", fake_launchers)
-    monkeypatch.setattr(bench, "_spin", lambda cycles: (lambda: None))
-    monkeypatch.setattr(bench, "_event_ms", fake_event_ms)
+    monkeypatch.setattr(bench, "spin_wait", lambda cycles: (lambda: None))
+    monkeypatch.setattr(bench, "event_ms", fake_event_ms)
     monkeypatch.setattr(bench, "_host_paced_ms", lambda launch, reps: (launch(), 0.02)[1])
     monkeypatch.setattr(bench, "_healthy", lambda: None)
     monkeypatch.setattr(bench, "_free_device_memory", lambda: None)

@@ -20,7 +20,7 @@ import pytest
 from normprops.api import hunt_families
 from normprops.cli import main
 from normprops.hunt import HuntConfig
-from normprops.judge import _distinct
+from normprops.judge import Verdict
 from normprops.launch import target_from_callable
 from normprops.report import describe_case, format_finding
 
@@ -223,7 +223,9 @@ def test_the_headline_names_the_nan_not_a_rounding_error(user_module: str, tmp_p
     (0.5, 0.25, ("0.5", "0.25")),
 ])
 def test_got_and_expected_are_printed_with_digits_enough(got, expected, shown) -> None:
-    assert _distinct(got, expected) == shown
+    error = abs(got - expected)
+    verdict = Verdict("softmax[k]", "accuracy", "ordinary", 0, 1, got, expected, error, error / 4, 4.0, "")
+    assert f" got {shown[0]} expected {shown[1]} " in verdict.message()
 
 
 # --- 7. fixture identity --------------------------------------------------------------------

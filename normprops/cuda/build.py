@@ -97,11 +97,13 @@ def _nvrtc_image(code: str, options: tuple[str, ...]) -> Path:
     exactly ``options`` plus CuPy's include directories; compiled only when not already cached.
     Raises cupy.cuda.compiler.CompileException."""
     import cupy
-    from cupy._core import core
+    from cupy._core import core  # noqa: PLC2701 -- CuPy's private API, on purpose (see below)
     from cupy.cuda import compiler
 
     # CuPy's include directories (bundled CCCL, cupy/_core/include, the CUDA headers) around our
-    # options, as RawModule(code=...) has them; this adds no -ftz.
+    # options, as RawModule(code=...) has them; this adds no -ftz. Only CuPy's private
+    # cupy._core.core assembles them (no public function gives them); where a CuPy release lacks
+    # assemble_cupy_compiler_options, the fallback is our options alone.
     assemble = getattr(core, "assemble_cupy_compiler_options", None)
     full = tuple(assemble(tuple(options))) if assemble is not None else tuple(options)
     key = "\0".join((cupy.__version__, repr(cupy.cuda.nvrtc.getVersion()),
