@@ -646,8 +646,8 @@ def _launch_overhead(case: BenchCase, launchers: _Launchers, *, rounds: int, rep
                 launch()  # torch's allocator caches per stream: warm this one before capturing
                 stream.synchronize()
             except Exception as exc:
-                launchers.notes.append(Note(case.name, name, f"no launch-cost row: it raised on a side stream "
-                                                             f"{_one_line(exc)}"))
+                text = f"no launch-cost row: it raised on a side stream {_one_line(exc)}"
+                launchers.notes.append(Note(case.name, name, text))
                 continue
             timed.append(name)
             graph, why[name] = _capture(stream, launch, reps)
@@ -699,7 +699,8 @@ class Gate:
     passed: bool
 
     def text(self) -> str:
-        return f"{'PASS' if self.passed else 'FAIL'} {self.case}: {self.name} {self.value:.3f} (limit {self.limit:.3f})"
+        return (f"{'PASS' if self.passed else 'FAIL'} {self.case}: {self.name} {self.value:.3f} "
+                f"(limit {self.limit:.3f})")
 
 
 def gates(rows: Sequence[BenchRow]) -> list[Gate]:
@@ -712,7 +713,8 @@ def gates(rows: Sequence[BenchRow]) -> list[Gate]:
         if rms is None or two is None:
             continue
         ratio = rms.ms / two.ms
-        out.append(Gate(case, "time rmsNormRow / layerNormRowTwoPass", ratio, GATE_RATIO, ratio <= GATE_RATIO))
+        out.append(Gate(case, "time rmsNormRow / layerNormRowTwoPass", ratio, GATE_RATIO,
+                        ratio <= GATE_RATIO))
         out.append(Gate(case, "ask GB/s rmsNormRow / layerNormRowTwoPass", rms.ask_gbps / two.ask_gbps,
                         1.0, rms.ask_gbps >= two.ask_gbps))
     return out

@@ -195,8 +195,8 @@ def _parser() -> argparse.ArgumentParser:
     m.add_argument("--png", type=Path, metavar="PATH", help="draw the matrix (needs [plot])")
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
-                                     "QuACK, the textbook kernels' predictions, the gates and the targets (exit 1 when "
-                                     "a seed gate fails)")
+                                     "QuACK, the textbook kernels' predictions, the gates and the targets "
+                                     "(exit 1 when a seed gate fails)")
     b.add_argument("--cases", default="seed,l2,l2-bf16,decode", metavar="SETS",
                    help="comma-separated: seed (the two 64 MiB cases), l2 / l2-bf16 / l2-f16 (16x "
                         "the L2, 1024/4096/16384 columns), decode (64 x 8192), model (hidden sizes "
@@ -225,7 +225,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--lead-png", type=Path, metavar="PATH",
                    help="chart of the lead table: peer time / ours per case, one panel per op (needs [plot])")
 
-    c = sub.add_parser("census", help="worked numbers from the kernels: the eight values, the wide softmax row, the overflow row")
+    c = sub.add_parser("census", help="worked numbers from the kernels: the eight values, the wide "
+                                      "softmax row, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
                    help="default: the GPU when usable, else the numpy emulation")
     return parser
@@ -829,7 +830,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print("\nlead table (us; ratio: ours / the fastest peer):", file=out)
         print(bench.format_lead_table(lead, notes=result.notes, launch=result.launch), file=out)
     meta = {"device": why, "rounds": args.rounds, "reps": args.reps, "graphs": args.graphs,
-            "peers": {lib: {"available": lib_ok, "status": lib_why} for lib, (lib_ok, lib_why) in status.items()}}
+            "peers": {lib: {"available": lib_ok, "status": lib_why}
+                      for lib, (lib_ok, lib_why) in status.items()}}
     try:
         bench.write_outputs(rows, json_path=args.json, csv_path=args.csv, png_path=args.png,
                             lead_csv_path=args.lead_csv, lead_png_path=args.lead_png, notes=result.notes,

@@ -83,7 +83,8 @@ class Verdict:
 
     def message(self) -> str:
         head = f"{self.label} {self.family} {self.property}"
-        where = "" if self.row is None else f" row {self.row}" + ("" if self.col is None else f" col {self.col}")
+        where = ("" if self.row is None
+                 else f" row {self.row}" + ("" if self.col is None else f" col {self.col}"))
         if self.error is not None and self.tolerance is not None:
             ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
             got, expected = _distinct(self.got, self.expected)

@@ -112,8 +112,8 @@ def _softmax64(x32: np.ndarray) -> Reference:
         limit = np.where(has_posinf[:, None] & ~has_nan[:, None],
                          infs / np.maximum(infs.sum(axis=1, keepdims=True), 1), np.nan)
         z = np.where(regular[:, None], g, np.nan)
-    return Reference("softmax", z, limit, nonfinite, masked, regular.copy(), np.where(regular[:, None], g, 0.0),
-                     np.ones((rows, 1)), w, m)
+    return Reference("softmax", z, limit, nonfinite, masked, regular.copy(),
+                     np.where(regular[:, None], g, 0.0), np.ones((rows, 1)), w, m)
 
 
 def _layernorm64(x32: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> Reference:

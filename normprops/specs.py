@@ -270,10 +270,10 @@ _TORCH_KERNELS = tuple(
 
 # The production kernels of prod.cu (issue 5): range-safe, so the norms claim 'huge' too. Threads
 # per row grow with the row (prod_layout's 32 or 64 elements per thread at most, 1024 threads at
-# most); the forced streaming variants always use 1024 threads. Their softmax constants allow the online rescaling
-# of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1) in float32, while the 16-bit
-# softmax takes ex2.approx (fast-math c_x 3.5; prod.cu's expOf says why that is still far below
-# the output's rounding).
+# most); the forced streaming variants always use 1024 threads. Their softmax constants allow the
+# online rescaling of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1) in float32,
+# while the 16-bit softmax takes ex2.approx (fast-math c_x 3.5; prod.cu's expOf says why that is
+# still far below the output's rounding).
 #: Register path: at most this many elements per thread (normprops.cuda.prod.launch_shape reads it too).
 PROD_PER_THREAD = 32
 

@@ -40,8 +40,10 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=200)
     parser.add_argument("--backend", default="numpy")
     args = parser.parse_args()
-    print(f"python {platform.python_version()}, numpy {np.__version__}, {platform.processor() or platform.machine()}")
-    print(f"| op | kernel | examples/s (hunt, {COLS} cols) | case ms | kernel ms | oracle+judge ms | full evaluate ms |")
+    print(f"python {platform.python_version()}, numpy {np.__version__}, "
+          f"{platform.processor() or platform.machine()}")
+    print(f"| op | kernel | examples/s (hunt, {COLS} cols) | case ms | kernel ms | oracle+judge ms "
+          "| full evaluate ms |")
     print("|---|---|---|---|---|---|---|")
     for op in OPS:
         spec = next(k for k in KERNELS if k.op == op and k.backend == args.backend and k.bug is None)

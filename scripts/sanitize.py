@@ -63,7 +63,9 @@ def drive() -> int:
                 print(text[-2000:], file=sys.stderr)
         print(f"| {name} | {counts['racecheck']} | {counts['memcheck']} |")
     print(f"\nflagged: {flagged or 'nothing'}")
-    return 0 if list(flagged) == ["softmaxRowNoBarrier"] and flagged["softmaxRowNoBarrier"] == ["racecheck"] else 1
+    only_the_planted_race = (list(flagged) == ["softmaxRowNoBarrier"]
+                             and flagged["softmaxRowNoBarrier"] == ["racecheck"])
+    return 0 if only_the_planted_race else 1
 
 
 def main() -> int:

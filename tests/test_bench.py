@@ -142,7 +142,8 @@ def test_list_cases_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     out, err = io.StringIO(), io.StringIO()
     assert main(["bench", "--list-cases", "--cases", "model,l2-bf16"], out=out, err=err) == 0, err.getvalue()
     text = out.getvalue().splitlines()
-    assert text[0].startswith("L2 60 MiB (no usable GPU here, so the H200's 60 MiB is assumed; no CUDA device)")
+    assert text[0].startswith("L2 60 MiB (no usable GPU here, so the H200's 60 MiB is assumed; "
+                              "no CUDA device)")
     assert "72 cases" in text[0]  # 70 + 3, with 131072x4096 bf16 in both sets, kept once
     assert text[1].split()[:4] == ["case", "set", "rows", "cols"]
     for name in ("32768x16384 bf16", "131072x4096 bf16"):
@@ -159,7 +160,8 @@ def test_list_cases_needs_no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
                                   "3534x151936 bf16"], id="one-vocabulary"),
     pytest.param("^256x(4097|5121) ", ["256x4097 bf16", "256x5121 bf16"], id="odd-widths-at-256-rows"),
 ])
-def test_only_keeps_the_matching_cases(monkeypatch: pytest.MonkeyPatch, pattern: str, names: list[str]) -> None:
+def test_only_keeps_the_matching_cases(monkeypatch: pytest.MonkeyPatch, pattern: str,
+                                       names: list[str]) -> None:
     from normprops.cli import main
     from normprops.cuda import build
 
@@ -346,7 +348,8 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
         current.clear()
         for _ in range(reps):
             launch()
-        total = sum(0.8 * ms[n.removesuffix(" (graph)")] if n.endswith(" (graph)") else ms[n] for n in current)
+        total = sum(0.8 * ms[n.removesuffix(" (graph)")] if n.endswith(" (graph)") else ms[n]
+                    for n in current)
         return total / reps
 
     def fake_launchers(case, progress=None, *, peers=()):
@@ -400,7 +403,8 @@ _DECODE = BenchCase("1x2048 bf16", "model", 1, 2048, "bfloat16", ("layernorm",),
 def test_run_bench_drops_a_failing_peer_with_a_note(stand_in_gpu) -> None:
     stand_in_gpu["liger"] = "always"
     result = bench.run_bench([_DECODE], rounds=3, reps=2, peers=("liger", "quack"))
-    assert {r.kernel for r in result.rows} == {"memcpy", "layerNormFastBf16", "F.layer_norm", "quack.layernorm"}
+    assert {r.kernel for r in result.rows} == {"memcpy", "layerNormFastBf16", "F.layer_norm",
+                                               "quack.layernorm"}
     texts = [n.line() for n in result.notes]
     assert "1x2048 bf16: liger.layer_norm: dropped: it raised RuntimeError: CUDA error: an illegal memory " \
            "access was encountered" in texts
@@ -416,8 +420,8 @@ def test_run_bench_drops_a_failing_peer_with_a_note(stand_in_gpu) -> None:
 
 def test_run_bench_stops_with_one_line_when_ours_fails(stand_in_gpu) -> None:
     stand_in_gpu["ours"] = "always"
-    with pytest.raises(bench.BenchError, match=r"^layerNormFastBf16 failed on 1x2048 bf16: RuntimeError: CUDA "
-                                               r"error: an illegal memory access was encountered$"):
+    with pytest.raises(bench.BenchError, match=r"^layerNormFastBf16 failed on 1x2048 bf16: RuntimeError: "
+                                               r"CUDA error: an illegal memory access was encountered$"):
         bench.run_bench([_DECODE], rounds=3, reps=2, peers=())
 
 
@@ -432,9 +436,10 @@ def test_graphs_time_every_contender_and_note_what_cannot_be_captured(stand_in_g
     assert by["layerNormFastBf16"].host_paced_us == pytest.approx(20.0) and by["layerNormFastBf16"].note == ""
     assert by["liger.layer_norm"].note.startswith("suspect: a replay took 0.00 of the device time")
     assert by["quack.layernorm"].graph_us is None
-    assert by["quack.layernorm"].note == "not capturable: RuntimeError: operation not permitted when stream is " \
-                                         "capturing"
-    prefill = BenchCase("262144x2048 bf16", "model", 262144, 2048, "bfloat16", ("layernorm",), dram_bound=True)
+    assert by["quack.layernorm"].note == ("not capturable: RuntimeError: operation not permitted when stream "
+                                          "is capturing")
+    prefill = BenchCase("262144x2048 bf16", "model", 262144, 2048, "bfloat16", ("layernorm",),
+                        dram_bound=True)
     assert bench.run_bench([prefill], rounds=3, reps=4, peers=(), graphs=True).launch == []
 
 
@@ -443,5 +448,6 @@ def test_a_contender_failing_on_the_side_stream_gets_a_note_not_a_row(stand_in_g
     result = bench.run_bench([_DECODE], rounds=3, reps=4, peers=(), graphs=True)
     assert "liger.layer_norm" not in {r.kernel for r in result.launch}
     assert "liger.layer_norm" in {r.kernel for r in result.rows}  # the table itself is on the default stream
-    assert any(n.kernel == "liger.layer_norm" and n.text.startswith("no launch-cost row: it raised on a side "
-                                                                    "stream RuntimeError") for n in result.notes)
+    assert any(n.kernel == "liger.layer_norm"
+               and n.text.startswith("no launch-cost row: it raised on a side stream RuntimeError")
+               for n in result.notes)

@@ -32,7 +32,8 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
 
 @pytest.mark.parametrize("call, error, message", [
     (lambda ck: ck.softmaxRowSafe(np.zeros((2, 3))), TypeError, "x must be float32 but was float64"),
-    (lambda ck: ck.softmaxRowSafe(np.zeros(3, F32)), ValueError, r"x must be 2-D \(rows, cols\) but had shape \(3,\)"),
+    (lambda ck: ck.softmaxRowSafe(np.zeros(3, F32)), ValueError,
+     r"x must be 2-D \(rows, cols\) but had shape \(3,\)"),
     (lambda ck: ck.softmaxRowSafe(np.zeros((2, 0), F32)), ValueError, "at least 1 column"),
     (lambda ck: ck.softmaxRowSafe([[1.0]]), TypeError, "numpy or CuPy array but was list"),
     (lambda ck: ck.rmsNormRow(np.zeros((2, 3), F32), np.ones(4, F32), 1e-5), ValueError,
@@ -59,7 +60,8 @@ def test_empty_and_non_contiguous_inputs(ck) -> None:
     np.testing.assert_array_equal(cupy.asnumpy(on_device), ck.softmaxRowSafe(x))
 
 
-@pytest.mark.parametrize("spec", [k for k in KERNELS if k.backend == "cuda" and k.name != "softmaxRowNoBarrier"],
+@pytest.mark.parametrize("spec",
+                         [k for k in KERNELS if k.backend == "cuda" and k.name != "softmaxRowNoBarrier"],
                          ids=lambda k: k.name)
 def test_gpu_agrees_with_numpy_emulation(spec) -> None:
     from normprops.crosscheck import max_ulp_difference
@@ -73,7 +75,8 @@ def test_rows_beyond_grid_limits_of_old_indexing(ck) -> None:
     # 70000 rows > 65535 (grid.y/z limit) and size_t offsets: the last row must be right.
     x = np.tile(np.arange(4, dtype=F32), (70_000, 1))
     out = ck.softmaxRowSafe(x)
-    np.testing.assert_allclose(out[-1], np.exp(np.arange(4) - 3.0) / np.exp(np.arange(4) - 3.0).sum(), rtol=1e-6)
+    np.testing.assert_allclose(out[-1], np.exp(np.arange(4) - 3.0) / np.exp(np.arange(4) - 3.0).sum(),
+                               rtol=1e-6)
 
 
 def test_user_cuda_kernels_end_to_end(tmp_path: Path) -> None:

@@ -115,7 +115,8 @@ def _fake_liger(root: Path, *, version: str = "0.8.5", broken: str | None = None
     (pkg / "__init__.py").write_text("CALLS = []\n")
     (pkg / "ops" / "__init__.py").write_text("")
     for module, cls in _LIGER_OPS.items():
-        body = ("raise ImportError(\"No module named 'triton'\")\n" if module == broken else textwrap.dedent(f"""
+        body = ("raise ImportError(\"No module named 'triton'\")\n" if module == broken
+                else textwrap.dedent(f"""
             import liger_kernel
 
             class {cls}:
@@ -132,8 +133,8 @@ def _fake_quack(root: Path) -> None:
     pkg = root / "quack"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("CALLS = []\n")
-    (pkg / "softmax.py").write_text("import quack\n\ndef softmax(x):\n    quack.CALLS.append(('softmax', x))\n"
-                                    "    return 'out'\n")
+    (pkg / "softmax.py").write_text("import quack\n\ndef softmax(x):\n"
+                                    "    quack.CALLS.append(('softmax', x))\n    return 'out'\n")
     (pkg / "rmsnorm.py").write_text(textwrap.dedent("""
         import quack
 
@@ -154,7 +155,8 @@ class _Tensor:
     casts: list[str] = []
 
     def __init__(self, dtype: str, shape: tuple[int, ...], name: str) -> None:
-        self.dtype, self.shape, self.name, self.is_cuda, self.device = f"torch.{dtype}", shape, name, True, "cuda:0"
+        self.dtype, self.shape, self.name = f"torch.{dtype}", shape, name
+        self.is_cuda, self.device = True, "cuda:0"
 
     def dim(self) -> int:
         return len(self.shape)
@@ -230,7 +232,8 @@ def test_liger_adapters_call_the_triton_functions(stand_ins: Path) -> None:
     _fake_liger(stand_ins)
     assert peer_status("liger") == (True, "liger-kernel 0.8.5, Triton (liger_kernel.ops.<op> Functions, "
                                           "forward only), torch 2.11.0+stand-in")
-    x, r, g, b = (_Tensor("bfloat16", s, n) for s, n in (((4, 8), "x"), ((4, 8), "r"), ((8,), "g"), ((8,), "b")))
+    x, r, g, b = (_Tensor("bfloat16", s, n)
+                  for s, n in (((4, 8), "x"), ((4, 8), "r"), ((8,), "g"), ((8,), "b")))
     launches = {op: bind(get_peer_op("liger", op), x=x, gamma=g, beta=b, residual=r, eps=1e-5) for op in OPS}
     results = {op: launch() for op, launch in launches.items()}
     assert results["addrmsnorm"] == ("out", "new_residual")
@@ -248,7 +251,8 @@ def test_liger_adapters_call_the_triton_functions(stand_ins: Path) -> None:
 def test_quack_adapters_convert_layer_norm_weights_once(stand_ins: Path) -> None:
     _fake_quack(stand_ins)
     assert peer_status("quack")[0]
-    x, r, g, b = (_Tensor("bfloat16", s, n) for s, n in (((4, 8), "x"), ((4, 8), "r"), ((8,), "g"), ((8,), "b")))
+    x, r, g, b = (_Tensor("bfloat16", s, n)
+                  for s, n in (((4, 8), "x"), ((4, 8), "r"), ((8,), "g"), ((8,), "b")))
     launch = bind(get_peer_op("quack", "layernorm"), x=x, gamma=g, beta=b, eps=1e-5)
     launch()
     launch()

@@ -50,7 +50,8 @@ def test_error_models_follow_the_layout_and_the_exp(name: str, per_thread: int, 
     assert spec.error_model.per_thread == per_thread == prod_layout(op, dtype)[0]
     assert spec.error_model.c_x == c_x
     for cols in (1024, 4096, 16384):
-        assert spec.error_model.threads_for(cols) == launch_shape(cols, dtype=dtype, per_thread=per_thread).tpr
+        shape = launch_shape(cols, dtype=dtype, per_thread=per_thread)
+        assert spec.error_model.threads_for(cols) == shape.tpr
 
 
 def test_launch_shape_rejects_empty_rows() -> None:
@@ -289,7 +290,8 @@ def test_device_launch_checks_its_arrays() -> None:
 
     x = cupy.zeros((4, 64), dtype=cupy.float32)
     kernel = ProdKernel("rmsnorm", dtype="bfloat16")
-    with pytest.raises(ValueError, match=r"x must be a C-contiguous CuPy uint16 array of 256 elements \(bfloat16"):
+    with pytest.raises(ValueError,
+                       match=r"x must be a C-contiguous CuPy uint16 array of 256 elements \(bfloat16"):
         kernel.launch(x, x, x[0], rows=4, cols=64, eps=1e-5)
     f32 = ProdKernel("rmsnorm", dtype="float32")
     with pytest.raises(ValueError, match="gamma must be"):

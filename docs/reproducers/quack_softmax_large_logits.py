@@ -13,4 +13,5 @@ for offset in (0.0, 1e2, 1e4, 1e6):
     x = z + offset  # float32 logits; the exact softmax of these very values, in float64:
     exact = torch.softmax(x.double(), -1)
     err = lambda y: ((y.double() - exact).abs() / exact).max().item()
-    print(f"offset {offset:7.0e}: max relative error quack {err(softmax(x)):.1e}, torch {err(torch.softmax(x, -1)):.1e}")
+    print(f"offset {offset:7.0e}: max relative error quack {err(softmax(x)):.1e}, "
+          f"torch {err(torch.softmax(x, -1)):.1e}")

@@ -1,4 +1,5 @@
-"""The six textbook kernels of kernels.cu, emulated in float32 numpy, faithful to each kernel's order of operations.
+"""The six textbook kernels of kernels.cu, emulated in float32 numpy, faithful to each kernel's order of
+operations.
 
 Launch geometry being emulated (``kernels.cu``'s): one block of 256 threads per row.
 Thread ``t`` accumulates columns ``t, t + 256, t + 512, ...`` sequentially into its own partial; five

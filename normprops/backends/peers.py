@@ -227,7 +227,8 @@ def peer_status(library: str) -> tuple[bool, str]:
     try:
         import torch
     except Exception as exc:
-        return False, f"{lib.distribution} {version} needs torch, which is not importable ({_first_line(exc)})"
+        return False, (f"{lib.distribution} {version} needs torch, which is not importable "
+                       f"({_first_line(exc)})")
     if not torch.cuda.is_available():
         return False, f"{lib.distribution} {version} needs a CUDA device; torch {torch.__version__} sees none"
     for name in lib.entry_modules:
@@ -254,7 +255,8 @@ def _liger(op: str) -> Callable[..., Any]:
     from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 
     def add_rms_norm(x: Any, residual: Any, gamma: Any, eps: float) -> tuple[Any, Any]:
-        out, new_residual = LigerFusedAddRMSNormFunction.apply(x, residual, gamma, eps, 0.0, LIGER_CASTING_MODE)
+        out, new_residual = LigerFusedAddRMSNormFunction.apply(x, residual, gamma, eps, 0.0,
+                                                               LIGER_CASTING_MODE)
         return out, new_residual
 
     return add_rms_norm

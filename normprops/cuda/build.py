@@ -28,8 +28,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SOURCES", "BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source", "source_text",
-           "build_flushes"]
+__all__ = ["SOURCES", "BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source",
+           "source_text", "build_flushes"]
 
 #: NVRTC options per build, passed as they are (see the module docstring: not through
 #: ``RawModule(code=...)``, which would append ``-ftz=true``). ``ftz`` flushes subnormal operands and
@@ -57,7 +57,8 @@ def cuda_status() -> tuple[bool, str]:
     try:
         import cupy
     except Exception as exc:  # ImportError, or a CuPy built for another CUDA failing to load
-        return False, f"CuPy is not importable ({type(exc).__name__}: {exc}); install normprops[cuda12] or [cuda13]"
+        return False, (f"CuPy is not importable ({type(exc).__name__}: {exc}); "
+                       "install normprops[cuda12] or [cuda13]")
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:

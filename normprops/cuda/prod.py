@@ -187,7 +187,8 @@ class ProdKernel:
             raise ValueError(f"rows must be >= 0 and cols >= 1 but were rows={rows}, cols={cols}")
         for name, a in zip(names, arrays):
             size = cols if name in ("gamma", "beta") else rows * cols
-            if not isinstance(a, cupy.ndarray) or a.dtype != storage or a.size != size or not a.flags.c_contiguous:
+            if (not isinstance(a, cupy.ndarray) or a.dtype != storage or a.size != size
+                    or not a.flags.c_contiguous):
                 what = (f"{type(a).__name__} {getattr(a, 'dtype', '')} of size {getattr(a, 'size', '?')}")
                 raise ValueError(f"{name} must be a C-contiguous CuPy {np.dtype(storage)} array of {size} "
                                  f"elements ({self.dtype} storage) but was {what}")
@@ -202,7 +203,8 @@ class ProdKernel:
             return lambda: None
         shape = self.shape(cols)
         fn = self._function(shape.vpt)
-        args = (*arrays, np.uint64(rows), np.uint64(cols), *(() if self.op == "softmax" else (np.float32(eps),)))
+        args = (*arrays, np.uint64(rows), np.uint64(cols),
+                *(() if self.op == "softmax" else (np.float32(eps),)))
         grid, block = shape.grid(rows), shape.block()
         return lambda: fn(grid, block, args)
 
@@ -244,7 +246,8 @@ def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., n
             if op == "addrmsnorm":
                 updated = from_storage(residual, dtype)
                 want = np.asarray(x, dtype=np.float32)
-                same = (updated.view(np.uint32) == want.view(np.uint32)) | (np.isnan(updated) & np.isnan(want))
+                same = ((updated.view(np.uint32) == want.view(np.uint32))
+                        | (np.isnan(updated) & np.isnan(want)))
                 # The GPU flushes float32 subnormal results to zero (docs/results.md): a subnormal
                 # x + residual may come back as a zero.
                 flushed = (np.abs(want) < np.float32(2.0**-126)) & (updated == 0)

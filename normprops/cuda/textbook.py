@@ -65,7 +65,8 @@ def _check_vector(name: str, v: Any, cols: int) -> None:
                          f"shape {v.shape}")
 
 
-def validate(op: str, x: Any, gamma: Any = None, beta: Any = None, eps: float | None = None) -> tuple[int, int]:
+def validate(op: str, x: Any, gamma: Any = None, beta: Any = None,
+             eps: float | None = None) -> tuple[int, int]:
     """Check what CuPy does not (dtype, rank, gamma/beta shapes, eps) and return (rows, cols)."""
     _array_module(x, "x")
     if x.dtype != np.float32:
