@@ -6,8 +6,8 @@ float32 needs, pairwise (``row_sum``). An mpmath reference at a chosen precision
 and takes over for any row where float64's own error bound is not negligible against the tolerance.
 
 Tolerances follow the error analysis in ``docs/tolerances.md`` (condition-aware: layer norm's error
-grows with ``kappa = mean|x| / sqrt(var + eps)``, softmax's with ``|x_j - max|``). The seed's table
-gate ``atol + rtol*|ref|`` is kept as the selectable ``"seed"`` policy.
+grows with ``kappa = mean|x| / sqrt(var + eps)``, softmax's with ``|x_j - max|``). A flat table
+gate ``atol + rtol*|ref|`` is kept as the selectable ``"table"`` policy.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ FLT_MIN = 2.0**-126  # smallest normal float32
 FLT_MAX = float(np.finfo(np.float32).max)
 U64 = 2.0**-53
 
-POLICIES = ("default", "seed")
+POLICIES = ("default", "table")
 ORACLES = ("float64", "mpmath")
-SEED_TABLE_RTOL = 1e-5
-SEED_ATOL = 1e-6  # the lesson's gate names an atol without a value; this is ours
+TABLE_RTOL = 1e-5
+TABLE_ATOL = 1e-6  # a table gate names an atol without a value; this is ours
 
 
 def row_sum(a: np.ndarray) -> np.ndarray:
@@ -71,7 +71,7 @@ class Reference:
     infinity (for softmax: a NaN or +inf) in the input: their outputs may be NaN, or must equal
     ``limit`` where ``limit`` is not NaN. ``masked_rows`` (softmax) are entirely -inf: an all-NaN or
     an all-zero output row is accepted. ``in_domain`` rows are the finite rows inside the accuracy
-    domain of NUMERICS.md (no intermediate of a float32 algorithm need overflow); the others are
+    domain of docs/tolerances.md (no intermediate of a float32 algorithm need overflow); the others are
     judged by the range-safety property.
     """
 
@@ -331,12 +331,12 @@ def _default_rmsnorm(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
     return Tolerance(tol, np.zeros(case.rows, bool))
 
 
-def _seed_policy(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
-    """The lesson's gate: atol + max(1e-5, 4 * 2^-23 * sqrt(C)) * |ref|, condition-blind."""
-    rtol = max(SEED_TABLE_RTOL, 4.0 * 2.0**-23 * math.sqrt(case.cols))
+def _table_policy(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
+    """The flat table gate: atol + max(1e-5, 4 * 2^-23 * sqrt(C)) * |ref|, condition-blind."""
+    rtol = max(TABLE_RTOL, 4.0 * 2.0**-23 * math.sqrt(case.cols))
     with np.errstate(all="ignore"):
-        tol = SEED_ATOL + rtol * np.abs(ref.z)
-    sum_tol = SEED_ATOL * case.cols + rtol if case.op == "softmax" else None
+        tol = TABLE_ATOL + rtol * np.abs(ref.z)
+    sum_tol = TABLE_ATOL * case.cols + rtol if case.op == "softmax" else None
     return Tolerance(tol, np.zeros(case.rows, bool), sum_tol)
 
 
@@ -350,13 +350,13 @@ _DEFAULT: dict[str, Callable[[Case, Reference, ErrorModel], Tolerance]] = {
 def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "default") -> Tolerance:
     if policy == "default":
         tol = _DEFAULT[case.op](case, ref, model)
-    elif policy == "seed":
-        tol = _seed_policy(case, ref, model)
+    elif policy == "table":
+        tol = _table_policy(case, ref, model)
     else:
         raise ValueError(f"policy must be one of {POLICIES} but was {policy!r}")
     if case.dtype == "float32":
         return tol
-    # A narrow storage type rounds every output once more (NUMERICS.md): u_d |z| per element plus
+    # A narrow storage type rounds every output once more (docs/tolerances.md): u_d |z| per element plus
     # the type's smallest subnormal; a softmax row sum gains at most u_d, as the outputs sum to 1.
     kind = get_dtype(case.dtype)
     with np.errstate(all="ignore"):

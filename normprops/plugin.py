@@ -52,7 +52,7 @@ HUNT_PROPERTY = "normprops_hunt"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("normprops", "normprops numerical-robustness hunts")
-    group.addoption("--normprops-policy", default="default", choices=("default", "seed"),
+    group.addoption("--normprops-policy", default="default", choices=("default", "table"),
                     help="tolerance policy for numerics tests (default: condition-aware)")
     group.addoption("--normprops-oracle", default="float64", choices=("float64", "mpmath"),
                     help="reference precision for numerics tests")

@@ -109,9 +109,9 @@ class ErrorModel:
 #: (subnormals kept) unless the kernel declares flushing: ``replace(model, ftz=True)``.
 FOREIGN_ERROR_MODEL = ErrorModel(threads=32, rho=6.0, c_x=3.5, ftz=False)
 
-#: The seed's block reduction: 256 threads stride over the row, five shuffle steps collapse each
+#: The textbook kernels' block reduction: 256 threads stride over the row, five shuffle steps collapse each
 #: warp, and every thread folds the eight warp totals sequentially (seven more additions).
-SEED_BLOCK = ErrorModel(threads=256, tree_depth=5 + 7, rho=2.0, c_x=1.0)
+TEXTBOOK_BLOCK = ErrorModel(threads=256, tree_depth=5 + 7, rho=2.0, c_x=1.0)
 
 
 @dataclass(frozen=True)
@@ -195,28 +195,28 @@ BACKEND_MODULES = {
     "torch-cpu": "normprops.backends.torch_kernels",
 }
 
-# The seed's kernels, identical on the numpy emulation and on the GPU (kernels.cu).
-_SEED_KERNELS: tuple[KernelSpec, ...] = (
+# The textbook kernels, identical on the numpy emulation and on the GPU (kernels.cu).
+_TEXTBOOK_KERNELS: tuple[KernelSpec, ...] = (
     KernelSpec(
-        "softmaxRowNaive", "softmax", "", "", 3, SEED_BLOCK,
+        "softmaxRowNaive", "softmax", "", "", 3, TEXTBOOK_BLOCK,
         frozenset({"ordinary", "tiny", "ragged", "masked"}),
         "sum of expf(x) then expf(x)/sum; no max shift",
         bugs=(KnownBug("overflow_logits", "expf(x) overflows above 88.7: inf/inf gives NaN"),),
     ),
     KernelSpec(
-        "softmaxRowSafe", "softmax", "", "", 4, SEED_BLOCK,
+        "softmaxRowSafe", "softmax", "", "", 4, TEXTBOOK_BLOCK,
         _SOFTMAX_ALL, "max pass, sum of expf(x - max), write expf(x - max)/sum",
     ),
     KernelSpec(
-        "layerNormRowTwoPass", "layernorm", "", "", 4, SEED_BLOCK,
+        "layerNormRowTwoPass", "layernorm", "", "", 4, TEXTBOOK_BLOCK,
         _NORM_ALL - {"huge"}, "mean pass, centred sum of squares pass, write",
     ),
     KernelSpec(
-        "layerNormRowWelford", "layernorm", "", "", 3, SEED_BLOCK,
+        "layerNormRowWelford", "layernorm", "", "", 3, TEXTBOOK_BLOCK,
         _NORM_ALL - {"huge"}, "per-thread Welford, shuffle and block merges (Chan et al.), write",
     ),
     KernelSpec(
-        "layerNormRowOnePass", "layernorm", "", "", 3, SEED_BLOCK,
+        "layerNormRowOnePass", "layernorm", "", "", 3, TEXTBOOK_BLOCK,
         # Its error grows like kappa^2 u: ordinary rows with mean/std ~ 10 show it, and a single
         # column with eps 1e-12 gets a negative variance (NaN). Only underflowing rows are safe.
         frozenset({"tiny"}),
@@ -224,7 +224,7 @@ _SEED_KERNELS: tuple[KernelSpec, ...] = (
         bugs=(KnownBug("large_mean", "E[x^2] - E[x]^2 cancels when |mean| >> std"),), bench=False,
     ),
     KernelSpec(
-        "rmsNormRow", "rmsnorm", "", "", 3, SEED_BLOCK,
+        "rmsNormRow", "rmsnorm", "", "", 3, TEXTBOOK_BLOCK,
         _NORM_ALL - {"huge"}, "sum of squares pass, write x * rsqrtf(ms + eps) * gamma",
     ),
 )
@@ -233,7 +233,7 @@ _SEED_KERNELS: tuple[KernelSpec, ...] = (
 _CUDA_ONLY: tuple[KernelSpec, ...] = (
     KernelSpec(
         "softmaxRowNoBarrier", "softmax", "cuda", f"{BACKEND_MODULES['cuda']}:softmaxRowNoBarrier",
-        4, SEED_BLOCK, frozenset(),
+        4, TEXTBOOK_BLOCK, frozenset(),
         "softmaxRowSafe without the barrier between the max and the sum reductions", bench=False,
         bugs=(KnownBug("ordinary", "shared-memory race: the sum reduction overwrites maxima still "
                                  "being read", property="determinism", detector="racecheck"),),
@@ -245,8 +245,9 @@ def _on(backend: str, spec: KernelSpec) -> KernelSpec:
     return replace(spec, backend=backend, entry=f"{BACKEND_MODULES[backend]}:{spec.name}")
 
 
-# PyTorch's kernels, hunted as foreign code (NUMERICS.md's T = 32 error model). F.rms_norm is known
-# not to be range-safe (a float32 row of 3e19 gives 0); nothing here claims 'huge' for the norms.
+# PyTorch's kernels, hunted as foreign code (the T = 32 error model of docs/tolerances.md).
+# F.rms_norm is known not to be range-safe (a float32 row of 3e19 gives 0); nothing here claims
+# 'huge' for the norms.
 _TORCH = (
     ("torch.softmax", "softmax", "softmax", _SOFTMAX_ALL),
     ("F.layer_norm", "layernorm", "layer_norm", _NORM_ALL - {"huge"}),
@@ -268,7 +269,7 @@ _TORCH_KERNELS = tuple(
     for k in _TORCH_KERNELS
 )
 
-# The production kernels of prod.cu (issue 5): range-safe, so the norms claim 'huge' too. Threads
+# The production kernels of prod.cu: range-safe, so the norms claim 'huge' too. Threads
 # per row grow with the row (prod_layout's 32 or 64 elements per thread at most, 1024 threads at
 # most); the forced streaming variants always use 1024 threads. Their softmax constants allow the
 # online rescaling of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1) in float32,
@@ -288,7 +289,7 @@ def prod_layout(op: str, dtype: str) -> tuple[int, bool]:
     return (32 if op == "addrmsnorm" else 64), True
 
 
-FAST_EXP_C_X = 3.5  # NUMERICS.md's constant for a fast-math exp
+FAST_EXP_C_X = 3.5  # docs/tolerances.md's constant for a fast-math exp
 PROD_BLOCK = ErrorModel(threads=1024, per_thread=PROD_PER_THREAD, rho=6.0, c_x=1.0)
 PROD_STREAM = ErrorModel(threads=1024, rho=6.0, c_x=1.0)
 _PROD_FAMILIES = {"softmax": _SOFTMAX_ALL, "layernorm": _NORM_ALL, "rmsnorm": _NORM_ALL}
@@ -450,8 +451,8 @@ _ECOSYSTEM_KERNELS: tuple[KernelSpec, ...] = tuple(
     for row in _ECOSYSTEM_OPS for dtype in ("float32", "bfloat16"))
 
 KERNELS: tuple[KernelSpec, ...] = (
-    *(_on("numpy", k) for k in _SEED_KERNELS),
-    *(_on("cuda", k) for k in _SEED_KERNELS),
+    *(_on("numpy", k) for k in _TEXTBOOK_KERNELS),
+    *(_on("cuda", k) for k in _TEXTBOOK_KERNELS),
     *_CUDA_ONLY,
     *_PROD_KERNELS,
     *_TORCH_KERNELS,

@@ -17,8 +17,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
+from normprops.cli import resolve_impl
 from normprops.hunt import HuntConfig, hunt
-from normprops.launch import target_from_impl, target_from_spec
+from normprops.launch import target_from_callable, target_from_spec
 from normprops.specs import KERNELS
 from normprops.strategies import families_for
 
@@ -57,7 +58,8 @@ def run(job: Job, examples: int, seed: int) -> dict:
     if job.registry:
         target = target_from_spec(next(k for k in KERNELS if k.name == job.name))
     else:
-        target = target_from_impl(job.name, op=job.op)
+        target = target_from_callable(resolve_impl(job.name), op=job.op,
+                                      name=job.name.partition(":")[2])
     # Bad targets are judged by how fast they are caught: 300 examples at most, as the tests ask.
     config = HuntConfig(max_examples=examples if job.kind == "correct" else min(examples, 300), seed=seed)
     start = time.perf_counter()

@@ -105,11 +105,11 @@ def test_depth_k_matches_the_reduction_shape() -> None:
     assert seed_like.tol[0, 0] == pytest.approx((27 / 2 + 8) * U, rel=1e-3)
 
 
-def test_seed_policy_is_condition_blind() -> None:
+def test_table_policy_is_condition_blind() -> None:
     x = (1e4 + np.random.default_rng(0).standard_normal((1, 1024)) * 1e-2).astype(F32)
     case = Case("layernorm", "large_mean", x, np.ones(1024, F32), np.zeros(1024, F32), 1e-5)
     ref = reference(case)
-    seed = tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="seed")
+    seed = tolerance(case, ref, model=FOREIGN_ERROR_MODEL, policy="table")
     default = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
     assert np.all(seed.tol < default.tol)
     with pytest.raises(ValueError, match="policy must be one of"):
@@ -176,4 +176,4 @@ def test_ratio_bound_skips_what_a_correct_kernel_may_flush() -> None:
     case = Case("softmax", "wide_span", np.array([[0.0, -80.0, -95.0, -200.0]], F32))
     tol = tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL)
     assert np.isfinite(tol.ratio_tol[0, :2]).all() and np.isnan(tol.ratio_tol[0, 2:]).all()
-    assert tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL, policy="seed").ratio_tol is None
+    assert tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL, policy="table").ratio_tol is None

@@ -34,13 +34,13 @@ def test_gpu_marker_skips_with_a_reason(pytester: pytest.Pytester) -> None:
 def test_options_reach_the_hunt_config(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         def test_config(hunt_config, normprops_options):
-            assert normprops_options.policy == "seed"
-            assert hunt_config.policy == "seed"
+            assert normprops_options.policy == "table"
+            assert hunt_config.policy == "table"
             assert hunt_config.max_examples == 10_000
             assert str(normprops_options.fixtures_dir).endswith("fx")
     """)
     # A subprocess: numpy cannot be imported twice into one process.
-    result = pytester.runpytest_subprocess("--normprops-policy", "seed", "--hypothesis-profile",
+    result = pytester.runpytest_subprocess("--normprops-policy", "table", "--hypothesis-profile",
                                            "deep", "--normprops-fixtures-dir", "fx")
     result.assert_outcomes(passed=1)
 
