@@ -90,34 +90,28 @@ OPTIONAL = frozenset({"exact_constant"})
 IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite"} - OPTIONAL
 
 
-def check_ignore(ignore: object) -> frozenset[str]:
-    """``ignore`` (names of properties) validated: a frozenset, or ValueError naming the bad ones."""
-    if isinstance(ignore, str):
-        ignore = [p.strip() for p in ignore.split(",") if p.strip()]
+def _property_names(value: object, *, allowed: frozenset[str], what: str, wrong: str) -> frozenset[str]:
+    """``value`` (property names, or "a,b" text) as a frozenset, every name in ``allowed``; else a
+    ValueError naming ``what``, the bad names, and the choices."""
+    if isinstance(value, str):
+        value = [p.strip() for p in value.split(",") if p.strip()]
     try:
-        names = frozenset(ignore)  # type: ignore[arg-type]
+        names = frozenset(value)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"ignore must be a collection of property names but was {ignore!r}") from None
-    unknown = sorted(n for n in names if n not in IGNORABLE)
+        raise ValueError(f"{what} must be a collection of property names but was {value!r}") from None
+    unknown = sorted(n for n in names if n not in allowed)
     if unknown:
-        raise ValueError(f"ignore: {', '.join(map(repr, unknown))} cannot be ignored; choose from "
-                         f"{', '.join(p for p in PROPERTIES if p in IGNORABLE)}")
+        raise ValueError(f"{what}: {', '.join(map(repr, unknown))} {wrong}; choose from "
+                         f"{', '.join(p for p in PROPERTIES if p in allowed)}")
     return names
 
 
+def check_ignore(ignore: object) -> frozenset[str]:
+    """``ignore`` (names of properties) validated: a frozenset, or ValueError naming the bad ones."""
+    return _property_names(ignore, allowed=IGNORABLE, what="ignore", wrong="cannot be ignored")
 
 
 def check_opt_in(opt_in: object) -> frozenset[str]:
     """``opt_in`` (names of optional properties) validated: a frozenset, or ValueError naming the
     bad ones."""
-    if isinstance(opt_in, str):
-        opt_in = [p.strip() for p in opt_in.split(",") if p.strip()]
-    try:
-        names = frozenset(opt_in)  # type: ignore[arg-type]
-    except TypeError:
-        raise ValueError(f"opt_in must be a collection of property names but was {opt_in!r}") from None
-    unknown = sorted(n for n in names if n not in OPTIONAL)
-    if unknown:
-        raise ValueError(f"opt_in: {', '.join(map(repr, unknown))} is not an optional property; "
-                         f"choose from {', '.join(sorted(OPTIONAL))}")
-    return names
+    return _property_names(opt_in, allowed=OPTIONAL, what="opt_in", wrong="is not an optional property")

@@ -20,9 +20,7 @@ import binascii
 import hashlib
 import json
 import math
-import os
 import platform
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +36,7 @@ from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import OPS, PROPERTIES
 from normprops.properties import evaluate
+from normprops.report import write_json_atomically
 from normprops.strategies import FAMILIES
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
@@ -200,16 +199,7 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "worst": _encode_case(finding.worst),
         "versions": _versions(),
     }
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=folder)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    write_json_atomically(path, doc)
     return path
 
 
