@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TextIO
 
-from normprops import __version__
+from normprops import __version__, interrupt
 from normprops.api import hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
@@ -683,6 +683,7 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"no {args.op} fixtures under {directory}", file=out)
             return EXIT_OK
         for path in paths:
+            interrupt.check()
             try:
                 fixture = load_fixture(path)
             except FixtureError as exc:
@@ -871,25 +872,26 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     parser = _parser()
     command = "hunt"
     try:
-        try:
-            args = parser.parse_args(argv)
-        except SystemExit as exc:  # --help and --version
-            return int(exc.code or 0)
-        command = args.command
-        if command == "hunt":
-            return _hunt(args, out, err)
-        if command == "replay":
-            return _replay(args, out, err)
-        if command == "bench":
-            return _bench(args, out, err)
-        if command == "report":
-            return _report_merge(args, out, err)
-        if command == "census":
-            from normprops.census import census
+        with interrupt.catching():
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as exc:  # --help and --version
+                return int(exc.code or 0)
+            command = args.command
+            if command == "hunt":
+                return _hunt(args, out, err)
+            if command == "replay":
+                return _replay(args, out, err)
+            if command == "bench":
+                return _bench(args, out, err)
+            if command == "report":
+                return _report_merge(args, out, err)
+            if command == "census":
+                from normprops.census import census
 
-            census(backend=_best_backend(args.backend), out=out)
-            return EXIT_OK
-        return _kernels(args, out, err)
+                census(backend=_best_backend(args.backend), out=out)
+                return EXIT_OK
+            return _kernels(args, out, err)
     except UsageError as exc:
         prefix = "normprops" if argv is not None and not list(argv) else f"normprops {command}"
         print(f"{prefix}: error: {exc}", file=err)

@@ -20,6 +20,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
+from normprops import interrupt
 from normprops.case import Case
 from normprops.errors import FatalTargetError
 from normprops.judge import Verdict
@@ -188,6 +189,7 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
     seen = _Round(skip=skip)
 
     def body(case: Case) -> None:
+        interrupt.check()  # a Ctrl-C that a finalizer swallowed still stops the hunt here
         seen.examples += 1
         seen.current = case
         try:

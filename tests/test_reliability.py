@@ -66,6 +66,19 @@ USER_MODULE = textwrap.dedent('''
     def softmax_slow(x):
         time.sleep(0.05)
         return _softmax64(x)
+
+    _calls = [0]
+
+    def softmax_swallows_ctrl_c(x):
+        # Ctrl-C lands in code that swallows it, as a finalizer does ("Exception ignored in ...").
+        import signal
+        _calls[0] += 1
+        if _calls[0] == 3:
+            try:
+                signal.raise_signal(signal.SIGINT)
+            except KeyboardInterrupt:
+                pass
+        return _softmax64(x)
 ''')
 
 
@@ -291,6 +304,8 @@ def test_one_contract_failure_stops_the_hunt_with_one_message(user_module: str, 
 
 def test_ctrl_c_prints_what_was_found_writes_the_report_and_exits_130(user_module: str,
                                                                      tmp_path: Path) -> None:
+    # A child inherits an ignored SIGINT (and would then rightly keep ignoring it).
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     report = tmp_path / "r.json"
     proc = subprocess.Popen(
         [sys.executable, "-m", "normprops", "hunt", "--op", "softmax", "--impl",
@@ -302,12 +317,30 @@ def test_ctrl_c_prints_what_was_found_writes_the_report_and_exits_130(user_modul
     assert first.startswith("normprops hunt:"), first + proc.stderr.read()
     time.sleep(2.0)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"no exit within 60 s of Ctrl-C; stdout: {out[-2000:]!r} stderr: {err[-2000:]!r}")
     assert proc.returncode == 130, out + err
     assert "Traceback" not in out + err and "interrupted" in out
     doc = json.loads(report.read_text())
     assert doc["error"] == "interrupted" and doc["complete"] is False
     assert doc["results"] and doc["results"][0]["family"] == "ordinary"
+
+
+def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
+                                                              tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    start = time.perf_counter()
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_swallows_ctrl_c",
+                         "--max-examples", "200", "--no-fixtures", "--json", str(report))
+    assert code == 130 and "interrupted" in out, out + err
+    assert time.perf_counter() - start < 30  # stopped at the next example, not after 10 families
+    doc = json.loads(report.read_text())
+    assert doc["error"] == "interrupted" and doc["results"][0]["examples"] <= 3
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
 
 
 def test_an_internal_error_is_one_line_exit_4_and_the_report_is_written(
