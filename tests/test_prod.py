@@ -4,10 +4,13 @@ the streaming path, the in-place residual."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 
-from normprops.cuda.prod import Shape, launch_shape, split_exact
+from normprops.cuda.prod import PACKED_VPTS, VPTS, Shape, entry_point, launch_shape, split_exact
 from normprops.oracles import reference, tolerance
 from normprops.specs import FAST_EXP_C_X, KERNELS, PROD_BLOCK, PROD_VARIANTS, prod_layout
 from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
@@ -301,3 +304,17 @@ def test_device_launch_checks_its_arrays() -> None:
     with pytest.raises(ValueError, match="eps must be"):
         f32.launch(x, cupy.empty_like(x), x[0], rows=4, cols=64, eps=float("nan"))
     f32.launch(x[:0], x[:0], x[0], rows=0, cols=64, eps=1e-5)  # no rows: nothing launched
+
+
+def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:
+    """The launcher asks for exactly the kernels prod.cu defines, each name greppable there."""
+    source = (Path(__file__).parents[1] / "normprops" / "cuda" / "prod.cu").read_text()
+    defined = set(re.findall(r"^NP_[A-Z0-9]+\((\w+),", source, flags=re.M))
+    wanted = {entry_point(op, dtype, vpt, packed=packed)
+              for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
+              for dtype in ("float32", "bfloat16", "float16")
+              for vpt in (0, *VPTS)
+              for packed in ((False, True) if dtype != "float32" and vpt in PACKED_VPTS else (False,))}
+    wanted |= {entry_point("rmsnormbf16acc", "bfloat16", vpt, packed=False) for vpt in VPTS}
+    assert defined == wanted, (sorted(wanted - defined), sorted(defined - wanted))
+    assert "##" not in source  # no token pasting: every name appears as it is looked up

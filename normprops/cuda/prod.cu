@@ -7,14 +7,19 @@
 //   block; grid.x = ceil(rows / rpb). Row r = blockIdx.x * rpb + threadIdx.y; the threads of a row
 //   are whole warps, so warp shuffles never mix rows.
 //
-// Register path (template VPT = 1, 2, 4 or 8; cols <= tpr * VPT * W): the row is read once into
+// Register path (template kVecs = 1, 2, 4 or 8; cols <= tpr * kVecs * W): the row is read once into
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
-// holds vectors j * tpr + t for j < VPT, i.e. elements (j * tpr + t) * W + w. When every pointer is
+// holds vectors j * tpr + t for j < kVecs, i.e. elements (j * tpr + t) * W + w. When every pointer is
 // 16-byte aligned and cols % W == 0 the vectors are loaded and stored with 16-byte accesses,
 // otherwise element by element: the same element -> thread map and the same arithmetic order either
 // way, so a row's bits depend on neither its address nor its position in the batch.
 //
-// Streaming path (VPT = 0, rows too wide for registers; tpr = 1024, rpb = 1): thread t walks
+// Template parameters: Storage is the element type (F32, BF16, F16: its C type T, vector width W and
+// conversions); kVecs the 16-byte vectors per thread; kPacked whether 16-bit values stay packed in
+// registers; Share a Regs, one thread's share of a row; kPow 1 for sums of x, 2 for sums of x^2;
+// kPass which pass over a packed row widens an element (see WidenBf16).
+//
+// Streaming path (kVecs = 0, rows too wide for registers; tpr = 1024, rpb = 1): thread t walks
 // elements t, t + tpr, ...; pass 1 keeps online statistics, pass 2 reads the row again and writes.
 //
 // Range safety: the norms scale the row by 2^-e, e the exponent of its largest |x| (clamped to
@@ -105,32 +110,32 @@ __device__ __forceinline__ void unpackF16(unsigned w, float& a, float& b) {
 }
 
 // Widening one element of a packed word, for Regs<..., true>. Each pass over a row calls them with
-// its own K, which changes only the encoding: ptxas merges identical instructions across passes and
+// its own kPass, which changes only the encoding: ptxas merges identical instructions across passes and
 // would then keep every widened value live from one pass to the next (two registers for each packed
-// one: the packing undone, and spills). bfloat16: a PRMT whose zero bytes come from byte 4 + K of
-// the zero operand. float16: a cvt, whose K-copies ptxas does not merge in practice.
+// one: the packing undone, and spills). bfloat16: a PRMT whose zero bytes come from byte 4 + kPass of
+// the zero operand. float16: a cvt, whose kPass-copies ptxas does not merge in practice.
 struct WidenBf16 {
-    template <int K>
+    template <int kPass>
     __device__ static float lo(unsigned w) {
         unsigned r;
-        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x1000 | (4 + K) * 0x11));
+        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x1000 | (4 + kPass) * 0x11));
         return __uint_as_float(r);
     }
-    template <int K>
+    template <int kPass>
     __device__ static float hi(unsigned w) {
         unsigned r;
-        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x3200 | (4 + K) * 0x11));
+        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x3200 | (4 + kPass) * 0x11));
         return __uint_as_float(r);
     }
 };
 struct WidenF16 {
-    template <int K>
+    template <int kPass>
     __device__ static float lo(unsigned w) {
         float f;
         asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, l; }" : "=f"(f) : "r"(w));
         return f;
     }
-    template <int K>
+    template <int kPass>
     __device__ static float hi(unsigned w) {
         float f;
         asm volatile("{ .reg .b16 l, h; mov.b32 {l, h}, %1; cvt.f32.f16 %0, h; }" : "=f"(f) : "r"(w));
@@ -138,7 +143,7 @@ struct WidenF16 {
     }
 };
 
-template <float (*ToF)(unsigned short), unsigned short (*FromF)(float),
+template <float (*ToFloat)(unsigned short), unsigned short (*FromFloat)(float),
           unsigned (*Pack)(float, float), void (*Unpack)(unsigned, float&, float&), class Widen>
 struct Half16 {
     using T = unsigned short;
@@ -146,9 +151,9 @@ struct Half16 {
     static constexpr int W = 8;
     // softmax's exp: ex2.approx (see expOf), whose error is far below a 16-bit output rounding.
     static constexpr bool kFastExp = true;
-    __device__ static float get(const T* p) { return ToF(*p); }
-    __device__ static void put(T* p, float v) { *p = FromF(v); }
-    __device__ static float round(float v) { return ToF(FromF(v)); }
+    __device__ static float get(const T* p) { return ToFloat(*p); }
+    __device__ static void put(T* p, float v) { *p = FromFloat(v); }
+    __device__ static float round(float v) { return ToFloat(FromFloat(v)); }
     __device__ static V loadV(const T* p) { return *reinterpret_cast<const uint4*>(p); }
     __device__ static V ldgV(const T* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
     __device__ static void unpackV(const V& q, float* v) {
@@ -163,13 +168,13 @@ struct Half16 {
         *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
     }
     // Packed register storage (Regs<..., true>): two elements per 32-bit word, the earlier low,
-    // widened again at each use by pass K (WidenBf16 says why).
-    template <int K>
-    __device__ static float lo(unsigned w) { return Widen::template lo<K>(w); }
-    template <int K>
-    __device__ static float hi(unsigned w) { return Widen::template hi<K>(w); }
+    // widened again at each use by pass kPass (WidenBf16 says why).
+    template <int kPass>
+    __device__ static float lo(unsigned w) { return Widen::template lo<kPass>(w); }
+    template <int kPass>
+    __device__ static float hi(unsigned w) { return Widen::template hi<kPass>(w); }
     __device__ static unsigned pack(float a, float b) { return Pack(a, b); }
-    __device__ static unsigned short bits(float v) { return FromF(v); }
+    __device__ static unsigned short bits(float v) { return FromFloat(v); }
 };
 using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16, WidenBf16>;
 using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, WidenF16>;
@@ -203,17 +208,17 @@ struct Max {
     __device__ static T merge(T a, T b) { return fmaxf(a, b); }
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
-// A sum kept in units of 2^(P * e): P = 1 for sum(x), P = 2 for sum(x^2). Merging rescales the
+// A sum kept in units of 2^(kPow * e): kPow = 1 for sum(x), kPow = 2 for sum(x^2). Merging rescales the
 // smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
-// 2^(P e), while the row's largest |x|^P is at least one unit: relatively below 2^-90 for any row
+// 2^(kPow e), while the row's largest |x|^kPow is at least one unit: relatively below 2^-90 for any row
 // (as ldexpf, which also rounds what turns subnormal), far inside every error bound of the hunt.
-template <int P>
+template <int kPow>
 struct ScaledSum {
     struct T { int e; float s; };
     __device__ static T identity() { return {-126, 0.0f}; }
     __device__ static T merge(T a, T b) {
         const int e = max(a.e, b.e);
-        return {e, scaleDown(a.s, P * (a.e - e)) + scaleDown(b.s, P * (b.e - e))};
+        return {e, scaleDown(a.s, kPow * (a.e - e)) + scaleDown(b.s, kPow * (b.e - e))};
     }
     __device__ static T shfl(T v, int o) {
         return {__shfl_xor_sync(kFull, v.e, o), __shfl_xor_sync(kFull, v.s, o)};
@@ -243,49 +248,49 @@ struct Scratch {
 
 // The reduction of v over the tpr threads of this row, returned to all of them. Every thread of the
 // block must call it (it may hold __syncthreads).
-template <class R>
-__device__ __forceinline__ typename R::T rowReduce(typename R::T v, Scratch& scratch) {
+template <class Op>
+__device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& scratch) {
 #pragma unroll
-    for (int o = 16; o > 0; o /= 2) v = R::merge(v, R::shfl(v, o));
+    for (int o = 16; o > 0; o /= 2) v = Op::merge(v, Op::shfl(v, o));
     const int tpr = blockDim.x;
     if (tpr == 32) return v;
     // The block's warps in order: row y owns warps y * tpr / 32 ... (y + 1) * tpr / 32 - 1.
-    auto* slots = reinterpret_cast<typename R::T*>(scratch.slot);
+    auto* slots = reinterpret_cast<typename Op::T*>(scratch.slot);
     const int warps = tpr >> 5;
     const int lane = threadIdx.x & 31;
     if (lane == 0) slots[threadIdx.y * warps + (threadIdx.x >> 5)] = v;
     __syncthreads();
     // Every aligned group of `warps` lanes reads the row's warp totals in order and folds them with
     // the same log2(warps)-step butterfly, so every lane ends with the same total.
-    typename R::T t = slots[threadIdx.y * warps + (lane & (warps - 1))];
+    typename Op::T t = slots[threadIdx.y * warps + (lane & (warps - 1))];
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) {
-        if (o < warps) t = R::merge(t, R::shfl(t, o));
+        if (o < warps) t = Op::merge(t, Op::shfl(t, o));
     }
     return t;
 }
 
 // --- the row in registers ------------------------------------------------------------------------
 
-// One thread's share of a row: VPT vectors of W elements, element (j * tpr + t) * W + w. Column
+// One thread's share of a row: kVecs vectors of W elements, element (j * tpr + t) * W + w. Column
 // indices are int: the register path holds at most 512 x 64 columns.
 //
 // Storage: kPacked = false keeps every element as a float (converted once, at load, and writable);
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
 // element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
-template <class D, int VPT, bool kPacked = false>
+template <class Storage, int kVecs, bool kPacked = false>
 struct Regs {
-    static constexpr int N = VPT * D::W;
+    static constexpr int N = kVecs * Storage::W;
     static constexpr bool kMutable = !kPacked;
     static constexpr int kWords = kPacked ? N / 2 : N;
     unsigned w[kWords];  // float bits, or two 16-bit values
 
-    // Element i as a float; K: the pass (see WidenBf16), 0 to 3.
-    template <int K = 0>
+    // Element i as a float; kPass: the pass (see WidenBf16), 0 to 3.
+    template <int kPass = 0>
     __device__ float at(int i) const {
         if constexpr (kPacked) {
-            return (i & 1) ? D::template hi<K>(w[i >> 1]) : D::template lo<K>(w[i >> 1]);
+            return (i & 1) ? Storage::template hi<kPass>(w[i >> 1]) : Storage::template lo<kPass>(w[i >> 1]);
         } else {
             return __uint_as_float(w[i]);
         }
@@ -298,16 +303,19 @@ struct Regs {
     __device__ void setVec(int j, const float* src) {
         if constexpr (kPacked) {
 #pragma unroll
-            for (int q = 0; q < D::W / 2; ++q) w[j * D::W / 2 + q] = D::pack(src[2 * q], src[2 * q + 1]);
+            for (int q = 0; q < Storage::W / 2; ++q)
+                w[j * Storage::W / 2 + q] = Storage::pack(src[2 * q], src[2 * q + 1]);
         } else {
 #pragma unroll
-            for (int q = 0; q < D::W; ++q) w[j * D::W + q] = __float_as_uint(src[q]);
+            for (int q = 0; q < Storage::W; ++q) w[j * Storage::W + q] = __float_as_uint(src[q]);
         }
     }
 
-    __device__ static int first(int j) { return (j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * D::W; }
+    __device__ static int first(int j) {
+        return (j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * Storage::W;
+    }
     // Whether every element this thread holds is in the row (all threads but the ragged edge's).
-    __device__ static bool full(int cols) { return first(VPT - 1) + D::W <= cols; }
+    __device__ static bool full(int cols) { return first(kVecs - 1) + Storage::W <= cols; }
     // Whether this thread moves its vectors with plain 16-byte accesses: all of them in the row, and
     // 16-byte access allowed (vec: aligned pointers, cols % W == 0). Every loop over memory has two
     // copies (kFast true / false), chosen once per thread: a test inside the loop would be
@@ -320,50 +328,52 @@ struct Regs {
     // once the loops moved into helpers, and then issued gamma's loads only after the previous
     // vector's store to out (SASS, docs/results.md).
     template <bool kFast, bool kReadOnly = true>
-    __device__ static void loadVec(const typename D::T* __restrict__ row, int j, int cols, bool vec, float fill, float* dst) {
+    __device__ static void loadVec(const typename Storage::T* __restrict__ row, int j, int cols, bool vec,
+                                   float fill, float* dst) {
         const int c0 = first(j);
-        if (kFast || (vec && c0 + D::W <= cols)) {
-            D::unpackV(kReadOnly ? D::ldgV(row + c0) : D::loadV(row + c0), dst);
+        if (kFast || (vec && c0 + Storage::W <= cols)) {
+            Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
         } else {
 #pragma unroll
-            for (int w = 0; w < D::W; ++w) dst[w] = c0 + w < cols ? D::get(row + c0 + w) : fill;
+            for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? Storage::get(row + c0 + w) : fill;
         }
     }
     template <bool kFast>
-    __device__ static void storeVec(typename D::T* __restrict__ row, int j, int cols, bool vec, const float* src) {
+    __device__ static void storeVec(typename Storage::T* __restrict__ row, int j, int cols, bool vec,
+                                    const float* src) {
         const int c0 = first(j);
-        if (kFast || (vec && c0 + D::W <= cols)) {
-            D::putVec(row + c0, src);
+        if (kFast || (vec && c0 + Storage::W <= cols)) {
+            Storage::putVec(row + c0, src);
         } else {
 #pragma unroll
-            for (int w = 0; w < D::W; ++w) if (c0 + w < cols) D::put(row + c0 + w, src[w]);
+            for (int w = 0; w < Storage::W; ++w) if (c0 + w < cols) Storage::put(row + c0 + w, src[w]);
         }
     }
     // The row into registers (fill past its end), through the fast copy when fast() allows.
-    __device__ void load(const typename D::T* __restrict__ row, int cols, bool vec, float fill) {
+    __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill) {
         if (fast(cols, vec)) loadAs<true>(row, cols, vec, fill);
         else loadAs<false>(row, cols, vec, fill);
     }
     template <bool kFast>
-    __device__ void loadAs(const typename D::T* __restrict__ row, int cols, bool vec, float fill) {
+    __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill) {
 #pragma unroll
-        for (int j = 0; j < VPT; ++j) {
+        for (int j = 0; j < kVecs; ++j) {
             const int c0 = first(j);
             if constexpr (kPacked) {
-                if (kFast || (vec && c0 + D::W <= cols)) {  // the 16 bytes as they are
-                    const uint4 q = D::ldgV(row + c0);
+                if (kFast || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
+                    const uint4 q = Storage::ldgV(row + c0);
                     w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
                 } else {
-                    const unsigned short pad = D::bits(fill);
+                    const unsigned short pad = Storage::bits(fill);
 #pragma unroll
-                    for (int q = 0; q < D::W / 2; ++q) {
+                    for (int q = 0; q < Storage::W / 2; ++q) {
                         const unsigned a = c0 + 2 * q < cols ? row[c0 + 2 * q] : pad;
                         const unsigned b = c0 + 2 * q + 1 < cols ? row[c0 + 2 * q + 1] : pad;
-                        w[j * D::W / 2 + q] = a | (b << 16);
+                        w[j * Storage::W / 2 + q] = a | (b << 16);
                     }
                 }
             } else {
-                float v[D::W];
+                float v[Storage::W];
                 loadVec<kFast>(row, j, cols, vec, fill, v);
                 setVec(j, v);
             }
@@ -373,7 +383,7 @@ struct Regs {
 #pragma unroll
         for (int i = 0; i < kWords; ++i) w[i] = 0u;
     }
-    __device__ static bool valid(int i, int cols) { return first(i / D::W) + i % D::W < cols; }
+    __device__ static bool valid(int i, int cols) { return first(i / Storage::W) + i % Storage::W < cols; }
     // f(i, in) for every element i, in: element i is in the row. Two copies of the loop: threads
     // whose elements are all in the row (full) run the one without the column test.
     template <class F>
@@ -397,34 +407,35 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 struct RowIndex {
     size_t row;
     bool live;
-    __device__ RowIndex(size_t rows) : row(static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y), live(row < rows) {}
+    __device__ RowIndex(size_t rows)
+        : row(static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y), live(row < rows) {}
 };
 
-// Per-thread (e, sum of (x 2^-e)^P) over the valid elements, e from this thread's largest |x|.
+// Per-thread (e, sum of (x 2^-e)^kPow) over the valid elements, e from this thread's largest |x|.
 // One pass takes the largest |x| and the unscaled sum: with at most 64 elements per thread, an e in
-// [kLo, kHi] keeps that sum and every term normal and finite, and scaling it by 2^(-P e) afterwards
+// [kLo, kHi] keeps that sum and every term normal and finite, and scaling it by 2^(-kPow e) afterwards
 // is exact, so it equals the sum of the scaled terms (up to what subnormal terms lose, below 2^-40
 // of the largest term). Other rows (huge, tiny, nonfinite) take a second, scaled pass.
 // Passes 0 and 3 of the packed storage (Regs::at).
-template <int P, class Rg>
-__device__ __forceinline__ typename ScaledSum<P>::T localScaledSum(const Rg& r) {
-    static_assert(Rg::N <= 64, "the one-pass range assumes at most 64 elements per thread");
-    constexpr int kLo = P == 1 ? -100 : -40, kHi = P == 1 ? 100 : 56;
+template <int kPow, class Share>
+__device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Share& r) {
+    static_assert(Share::N <= 64, "the one-pass range assumes at most 64 elements per thread");
+    constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 56;
     float amax = 0.0f, raw = 0.0f;  // padding is 0
 #pragma unroll
-    for (int i = 0; i < Rg::N; ++i) {
+    for (int i = 0; i < Share::N; ++i) {
         const float x = r.template at<0>(i);
         amax = fmaxf(amax, fabsf(x));
-        raw = P == 1 ? raw + x : fmaf(x, x, raw);
+        raw = kPow == 1 ? raw + x : fmaf(x, x, raw);
     }
     const int e = scaleExponent(amax);
-    if (e >= kLo && e <= kHi) return {e, raw * pow2(-P * e)};
+    if (e >= kLo && e <= kHi) return {e, raw * pow2(-kPow * e)};
     const float sc = pow2(-e);
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < Rg::N; ++i) {
+    for (int i = 0; i < Share::N; ++i) {
         const float y = r.template at<3>(i) * sc;
-        s = P == 1 ? s + y : fmaf(y, y, s);
+        s = kPow == 1 ? s + y : fmaf(y, y, s);
     }
     return {e, s};
 }
@@ -476,31 +487,31 @@ __device__ __forceinline__ float expOf(float x) {
     }
 }
 
-template <bool kFast, class D, class Rg>
-__device__ __forceinline__ void softmaxWrite(const Rg& r, typename D::T* __restrict__ o, float m, float inv,
-                                             int cols, bool vec) {
+template <bool kFast, class Storage, class Share>
+__device__ __forceinline__ void softmaxWrite(const Share& r, typename Storage::T* __restrict__ o, float m,
+                                             float inv, int cols, bool vec) {
 #pragma unroll
-    for (int j = 0; j < Rg::N / D::W; ++j) {
-        float v[D::W];
+    for (int j = 0; j < Share::N / Storage::W; ++j) {
+        float v[Storage::W];
 #pragma unroll
-        for (int w = 0; w < D::W; ++w) {
-            const int i = j * D::W + w;
-            v[w] = (Rg::kMutable ? r.at(i) : expOf<D::kFastExp>(r.template at<2>(i) - m)) * inv;
+        for (int w = 0; w < Storage::W; ++w) {
+            const int i = j * Storage::W + w;
+            v[w] = (Share::kMutable ? r.at(i) : expOf<Storage::kFastExp>(r.template at<2>(i) - m)) * inv;
         }
-        Rg::template storeVec<kFast>(o, j, cols, vec, v);
+        Share::template storeVec<kFast>(o, j, cols, vec, v);
     }
 }
 
 // No column test anywhere: padding is -inf, whose exp(-inf - m) is 0 for every m but -inf and NaN,
 // and m is -inf or NaN only when the row's own elements already make the sum NaN.
-template <class D, int VPT, bool kPacked>
-__device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
+template <class Storage, int kVecs, bool kPacked>
+__device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             size_t rows, size_t cols) {
-    using Rg = Regs<D, VPT, kPacked>;
+    using Share = Regs<Storage, kVecs, kPacked>;
     __shared__ Scratch scratch[2];
     const RowIndex ri(rows);
-    const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out);
-    Rg r;
+    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
+    Share r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, negInf());
     else r.zero();
     float m = negInf();
@@ -510,50 +521,53 @@ __device__ void softmaxRegs(const typename D::T* __restrict__ in, typename D::T*
     float s = 0.0f;
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
-        const float e = expOf<D::kFastExp>(r.template at<1>(i) - m);
-        if constexpr (Rg::kMutable) r.set(i, e);  // packed storage recomputes it below
+        const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
+        if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
         s += e;
     }
     s = rowReduce<Sum>(s, scratch[1]);
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
     if (!ri.live) return;
-    typename D::T* o = out + ri.row * cols;
-    if (Rg::fast(static_cast<int>(cols), vec)) softmaxWrite<true, D>(r, o, m, inv, static_cast<int>(cols), vec);
-    else softmaxWrite<false, D>(r, o, m, inv, static_cast<int>(cols), vec);
+    typename Storage::T* o = out + ri.row * cols;
+    if (Share::fast(static_cast<int>(cols), vec))
+        softmaxWrite<true, Storage>(r, o, m, inv, static_cast<int>(cols), vec);
+    else softmaxWrite<false, Storage>(r, o, m, inv, static_cast<int>(cols), vec);
 }
 
 // out = (x 2^-E - mean) f gamma + beta, gamma and beta one vector at a time.
-template <bool kFast, class D, class Rg>
-__device__ __forceinline__ void layerNormWrite(const Rg& r, typename D::T* __restrict__ o,
-                                               const typename D::T* __restrict__ gamma,
-                                               const typename D::T* __restrict__ beta, float sc, float mean,
-                                               float f, int cols, bool vec) {
+template <bool kFast, class Storage, class Share>
+__device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage::T* __restrict__ o,
+                                               const typename Storage::T* __restrict__ gamma,
+                                               const typename Storage::T* __restrict__ beta, float sc,
+                                               float mean, float f, int cols, bool vec) {
 #pragma unroll
-    for (int j = 0; j < Rg::N / D::W; ++j) {
-        float g[D::W], b[D::W];
-        Rg::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
-        Rg::template loadVec<kFast>(beta, j, cols, vec, 0.0f, b);
+    for (int j = 0; j < Share::N / Storage::W; ++j) {
+        float g[Storage::W], b[Storage::W];
+        Share::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
+        Share::template loadVec<kFast>(beta, j, cols, vec, 0.0f, b);
 #pragma unroll
-        for (int w = 0; w < D::W; ++w) {
-            const int i = j * D::W + w;
-            const float d = Rg::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
+        for (int w = 0; w < Storage::W; ++w) {
+            const int i = j * Storage::W + w;
+            const float d = Share::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
             g[w] = fmaf(d * f, g[w], b[w]);
         }
-        Rg::template storeVec<kFast>(o, j, cols, vec, g);
+        Share::template storeVec<kFast>(o, j, cols, vec, g);
     }
 }
 
-template <class D, int VPT, bool kPacked>
-__device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
-                              const typename D::T* __restrict__ gamma,
-                              const typename D::T* __restrict__ beta, size_t rows, size_t cols,
+template <class Storage, int kVecs, bool kPacked>
+__device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
+                              typename Storage::T* __restrict__ out,
+                              const typename Storage::T* __restrict__ gamma,
+                              const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
-    using Rg = Regs<D, VPT, kPacked>;
+    using Share = Regs<Storage, kVecs, kPacked>;
     __shared__ Scratch scratch[2];
     const RowIndex ri(rows);
-    const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
-    const bool full = Rg::full(static_cast<int>(cols));
-    Rg r;
+    const bool vec =
+        cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
+    const bool full = Share::full(static_cast<int>(cols));
+    Share r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
     const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch[0]);
@@ -561,144 +575,147 @@ __device__ void layerNormRegs(const typename D::T* __restrict__ in, typename D::
     const float sc = pow2(-total.e);
     const float mean = total.s / n;  // in units of 2^E
     float q = 0.0f;  // padding is 0 but its d = -mean is not: it must be left out here
-    Rg::each(full, static_cast<int>(cols), [&](int i, bool in) {
+    Share::each(full, static_cast<int>(cols), [&](int i, bool in) {
         const float d = fmaf(r.template at<1>(i), sc, -mean);
-        if constexpr (Rg::kMutable) r.set(i, d);  // packed storage recomputes it below
+        if constexpr (Share::kMutable) r.set(i, d);  // packed storage recomputes it below
         if (in) q = fmaf(d, d, q);
     });
     q = rowReduce<Sum>(q, scratch[1]);
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
-    typename D::T* o = out + ri.row * cols;
+    typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the general copy: in the fast one the compiler
     // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%).
     const int c = static_cast<int>(cols);
-    if (!Rg::kMutable && Rg::fast(c, vec)) layerNormWrite<true, D>(r, o, gamma, beta, sc, mean, f, c, vec);
-    else layerNormWrite<false, D>(r, o, gamma, beta, sc, mean, f, c, vec);
+    if (!Share::kMutable && Share::fast(c, vec))
+        layerNormWrite<true, Storage>(r, o, gamma, beta, sc, mean, f, c, vec);
+    else layerNormWrite<false, Storage>(r, o, gamma, beta, sc, mean, f, c, vec);
 }
 
 // out = (x * a) * b * gamma, gamma one vector at a time. b is 1 for every row whose largest |x| is
 // within 2^+-64 (see normFactor): that copy of the loop skips the product, which would be exact.
-template <bool kFast, bool kUnitB, class D, class Rg>
-__device__ __forceinline__ void rmsWrite(const Rg& r, typename D::T* __restrict__ o,
-                                         const typename D::T* __restrict__ gamma, NormFactor nf, int cols,
-                                         bool vec) {
+template <bool kFast, bool kUnitB, class Storage, class Share>
+__device__ __forceinline__ void rmsWrite(const Share& r, typename Storage::T* __restrict__ o,
+                                         const typename Storage::T* __restrict__ gamma, NormFactor nf,
+                                         int cols, bool vec) {
 #pragma unroll
-    for (int j = 0; j < Rg::N / D::W; ++j) {
-        float g[D::W];
-        Rg::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
+    for (int j = 0; j < Share::N / Storage::W; ++j) {
+        float g[Storage::W];
+        Share::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
 #pragma unroll
-        for (int w = 0; w < D::W; ++w) {
-            const float y = r.template at<2>(j * D::W + w) * nf.a;
+        for (int w = 0; w < Storage::W; ++w) {
+            const float y = r.template at<2>(j * Storage::W + w) * nf.a;
             g[w] = (kUnitB ? y : y * nf.b) * g[w];
         }
-        Rg::template storeVec<kFast>(o, j, cols, vec, g);
+        Share::template storeVec<kFast>(o, j, cols, vec, g);
     }
 }
-template <class Rg, class D>
-__device__ __forceinline__ void rmsEpilogue(const Rg& r, typename D::T* __restrict__ o,
-                                            const typename D::T* __restrict__ gamma, int cols, NormFactor nf,
-                                            bool vec) {
-    const bool fast = Rg::fast(cols, vec);
-    if (fast && nf.b == 1.0f) rmsWrite<true, true, D>(r, o, gamma, nf, cols, vec);
-    else if (fast) rmsWrite<true, false, D>(r, o, gamma, nf, cols, vec);
-    else if (nf.b == 1.0f) rmsWrite<false, true, D>(r, o, gamma, nf, cols, vec);
-    else rmsWrite<false, false, D>(r, o, gamma, nf, cols, vec);
+template <class Share, class Storage>
+__device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T* __restrict__ o,
+                                            const typename Storage::T* __restrict__ gamma, int cols,
+                                            NormFactor nf, bool vec) {
+    const bool fast = Share::fast(cols, vec);
+    if (fast && nf.b == 1.0f) rmsWrite<true, true, Storage>(r, o, gamma, nf, cols, vec);
+    else if (fast) rmsWrite<true, false, Storage>(r, o, gamma, nf, cols, vec);
+    else if (nf.b == 1.0f) rmsWrite<false, true, Storage>(r, o, gamma, nf, cols, vec);
+    else rmsWrite<false, false, Storage>(r, o, gamma, nf, cols, vec);
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
-template <class D, class Rg>
-__device__ __forceinline__ void rmsNormHeld(const Rg& r, const RowIndex& ri, typename D::T* out,
-                                            const typename D::T* gamma, size_t cols, float eps,
+template <class Storage, class Share>
+__device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
+                                            const typename Storage::T* gamma, size_t cols, float eps,
                                             bool vec, Scratch& scratch) {
     const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r), scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
-    rmsEpilogue<Rg, D>(r, out + ri.row * cols, gamma, cols, nf, vec);
+    rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class D, int VPT, bool kPacked>
-__device__ void rmsNormRegs(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
-                            const typename D::T* __restrict__ gamma, size_t rows, size_t cols,
+template <class Storage, int kVecs, bool kPacked>
+__device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
+                            const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
-    const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
-    Regs<D, VPT, kPacked> r;
+    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
+    Regs<Storage, kVecs, kPacked> r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
-    rmsNormHeld<D>(r, ri, out, gamma, cols, eps, vec, scratch);
+    rmsNormHeld<Storage>(r, ri, out, gamma, cols, eps, vec, scratch);
 }
 
 // Fused add + RMS norm: h = x + residual (rounded to the storage type), residual <- h,
 // out = rmsnorm(h) * gamma. residual is read and written in place by the same thread.
-template <class D, int VPT, bool kPacked>
-__device__ void addRmsNormRegs(const typename D::T* __restrict__ in, typename D::T* residual,
-                               typename D::T* __restrict__ out,
-                               const typename D::T* __restrict__ gamma, size_t rows, size_t cols,
+template <class Storage, int kVecs, bool kPacked>
+__device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* residual,
+                               typename Storage::T* __restrict__ out,
+                               const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                                float eps) {
-    using Rg = Regs<D, VPT, kPacked>;
+    using Share = Regs<Storage, kVecs, kPacked>;
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
-    const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
-    Rg r;
+    const bool vec =
+        cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
+    Share r;
     if (ri.live) {
-        const typename D::T* x = in + ri.row * cols;
-        typename D::T* res = residual + ri.row * cols;
+        const typename Storage::T* x = in + ri.row * cols;
+        typename Storage::T* res = residual + ri.row * cols;
         // h_j = x_j + res_j, res_j <- h_j, vector by vector. The compiler cannot move a load of res
         // above the store before it (same pointer), so the loads are issued kChunk vectors of x and
         // res at a time first: 2 kChunk 16-byte loads in flight per thread instead of two.
-        constexpr int kChunk = VPT < 4 ? VPT : 4;
-        if (Rg::fast(static_cast<int>(cols), vec)) {
+        constexpr int kChunk = kVecs < 4 ? kVecs : 4;
+        if (Share::fast(static_cast<int>(cols), vec)) {
 #pragma unroll
-            for (int j0 = 0; j0 < VPT; j0 += kChunk) {
-                typename D::V xq[kChunk], rq[kChunk];
+            for (int j0 = 0; j0 < kVecs; j0 += kChunk) {
+                typename Storage::V xq[kChunk], rq[kChunk];
 #pragma unroll
                 for (int k = 0; k < kChunk; ++k) {
-                    xq[k] = D::ldgV(x + Rg::first(j0 + k));
-                    rq[k] = D::loadV(res + Rg::first(j0 + k));
+                    xq[k] = Storage::ldgV(x + Share::first(j0 + k));
+                    rq[k] = Storage::loadV(res + Share::first(j0 + k));
                 }
 #pragma unroll
                 for (int k = 0; k < kChunk; ++k) {
-                    float h[D::W], xv[D::W];
-                    D::unpackV(xq[k], xv);
-                    D::unpackV(rq[k], h);
+                    float h[Storage::W], xv[Storage::W];
+                    Storage::unpackV(xq[k], xv);
+                    Storage::unpackV(rq[k], h);
 #pragma unroll
-                    for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
-                    D::putVec(res + Rg::first(j0 + k), h);
+                    for (int w = 0; w < Storage::W; ++w) h[w] = Storage::round(xv[w] + h[w]);
+                    Storage::putVec(res + Share::first(j0 + k), h);
                     r.setVec(j0 + k, h);
                 }
             }
         } else {  // ragged or misaligned: the same sums element by element where needed
 #pragma unroll
-            for (int j = 0; j < VPT; ++j) {
-                float h[D::W], xv[D::W];
-                Rg::template loadVec<false>(x, j, cols, vec, 0.0f, xv);
-                Rg::template loadVec<false, false>(res, j, cols, vec, 0.0f, h);  // res is written
+            for (int j = 0; j < kVecs; ++j) {
+                float h[Storage::W], xv[Storage::W];
+                Share::template loadVec<false>(x, j, cols, vec, 0.0f, xv);
+                Share::template loadVec<false, false>(res, j, cols, vec, 0.0f, h);  // res is written
 #pragma unroll
-                for (int w = 0; w < D::W; ++w) h[w] = D::round(xv[w] + h[w]);
-                Rg::template storeVec<false>(res, j, cols, vec, h);
+                for (int w = 0; w < Storage::W; ++w) h[w] = Storage::round(xv[w] + h[w]);
+                Share::template storeVec<false>(res, j, cols, vec, h);
                 r.setVec(j, h);
             }
         }
     } else {
         r.zero();
     }
-    rmsNormHeld<D>(r, ri, out, gamma, cols, eps, vec, scratch);
+    rmsNormHeld<Storage>(r, ri, out, gamma, cols, eps, vec, scratch);
 }
 
 // --- streaming path (rows wider than the registers hold) ----------------------------------------
 
-template <class D>
-__device__ void softmaxStream(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
+template <class Storage>
+__device__ void softmaxStream(const typename Storage::T* __restrict__ in,
+                              typename Storage::T* __restrict__ out,
                               size_t rows, size_t cols) {
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
-    const typename D::T* row = in + ri.row * cols;
+    const typename Storage::T* row = in + ri.row * cols;
     Online::T st = Online::identity();
     if (ri.live) {
         for (size_t c = threadIdx.x; c < cols; c += blockDim.x) {
-            const float x = D::get(row + c);
+            const float x = Storage::get(row + c);
             if (x > st.m) {  // a new maximum: rescale what was summed so far (expf(x - x) is 1, or
                              // NaN for x = +inf, as in the register path)
                 st.s = (st.m == negInf() ? st.s * 0.0f : st.s * expf(st.m - x)) + expf(x - x);  // keeps a NaN
@@ -710,34 +727,38 @@ __device__ void softmaxStream(const typename D::T* __restrict__ in, typename D::
     }
     st = rowReduce<Online>(st, scratch);
     if (!ri.live) return;
-    typename D::T* o = out + ri.row * cols;
-    for (size_t c = threadIdx.x; c < cols; c += blockDim.x) D::put(o + c, expf(D::get(row + c) - st.m) / st.s);
+    typename Storage::T* o = out + ri.row * cols;
+    for (size_t c = threadIdx.x; c < cols; c += blockDim.x)
+        Storage::put(o + c, expf(Storage::get(row + c) - st.m) / st.s);
 }
 
-// Running (e, sum (x 2^-e)^P) over this thread's strided elements, e growing with the largest |x|.
-template <int P>
-__device__ __forceinline__ void scaledAccumulate(typename ScaledSum<P>::T& st, float x) {
+// Running (e, sum (x 2^-e)^kPow) over this thread's strided elements, e growing with the largest |x|.
+template <int kPow>
+__device__ __forceinline__ void scaledAccumulate(typename ScaledSum<kPow>::T& st, float x) {
     const int e = scaleExponent(fabsf(x));
     if (e > st.e) {
-        st.s = scaleDown(st.s, P * (st.e - e));
+        st.s = scaleDown(st.s, kPow * (st.e - e));
         st.e = e;
     }
     const float y = x * pow2(-st.e);
-    st.s = P == 1 ? st.s + y : fmaf(y, y, st.s);
+    st.s = kPow == 1 ? st.s + y : fmaf(y, y, st.s);
 }
 
-template <class D>
-__device__ void layerNormStream(const typename D::T* __restrict__ in, typename D::T* __restrict__ out,
-                                const typename D::T* __restrict__ gamma,
-                                const typename D::T* __restrict__ beta, size_t rows, size_t cols,
+template <class Storage>
+__device__ void layerNormStream(const typename Storage::T* __restrict__ in,
+                                typename Storage::T* __restrict__ out,
+                                const typename Storage::T* __restrict__ gamma,
+                                const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                                 float eps) {
     __shared__ Scratch scratch[2];
     const RowIndex ri(rows);
-    const typename D::T* row = in + ri.row * cols;
+    const typename Storage::T* row = in + ri.row * cols;
     // Pass 1: the scaled sum and its exponent; pass 2: the centred sum of squares (the row is read
     // again, from L2 when it fits there); pass 3 writes. Three reads, one write: the fallback.
     ScaledSum<1>::T st = ScaledSum<1>::identity();
-    if (ri.live) for (size_t c = threadIdx.x; c < cols; c += blockDim.x) scaledAccumulate<1>(st, D::get(row + c));
+    if (ri.live) {
+        for (size_t c = threadIdx.x; c < cols; c += blockDim.x) scaledAccumulate<1>(st, Storage::get(row + c));
+    }
     st = rowReduce<ScaledSum<1>>(st, scratch[0]);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-st.e);
@@ -745,36 +766,36 @@ __device__ void layerNormStream(const typename D::T* __restrict__ in, typename D
     float q = 0.0f;
     if (ri.live) {
         for (size_t c = threadIdx.x; c < cols; c += blockDim.x) {
-            const float d = fmaf(D::get(row + c), sc, -mean);
+            const float d = fmaf(Storage::get(row + c), sc, -mean);
             q = fmaf(d, d, q);
         }
     }
     q = rowReduce<Sum>(q, scratch[1]);
     const float f = layerNormFactor(q / n, st.e, eps);
     if (!ri.live) return;
-    typename D::T* o = out + ri.row * cols;
+    typename Storage::T* o = out + ri.row * cols;
     for (size_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        const float d = fmaf(D::get(row + c), sc, -mean);
-        D::put(o + c, fmaf(d * f, D::get(gamma + c), D::get(beta + c)));
+        const float d = fmaf(Storage::get(row + c), sc, -mean);
+        Storage::put(o + c, fmaf(d * f, Storage::get(gamma + c), Storage::get(beta + c)));
     }
 }
 
-template <class D, bool kAdd>
-__device__ void rmsNormStream(const typename D::T* __restrict__ in, typename D::T* residual,
-                              typename D::T* __restrict__ out,
-                              const typename D::T* __restrict__ gamma, size_t rows, size_t cols,
+template <class Storage, bool kAdd>
+__device__ void rmsNormStream(const typename Storage::T* __restrict__ in, typename Storage::T* residual,
+                              typename Storage::T* __restrict__ out,
+                              const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                               float eps) {
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     // Fused: pass 1 writes h = x + residual into residual, pass 2 reads h back from there.
-    const typename D::T* row = (kAdd ? residual : in) + ri.row * cols;
+    const typename Storage::T* row = (kAdd ? residual : in) + ri.row * cols;
     ScaledSum<2>::T st = ScaledSum<2>::identity();
     if (ri.live) {
         for (size_t c = threadIdx.x; c < cols; c += blockDim.x) {
-            float x = D::get(in + ri.row * cols + c);
+            float x = Storage::get(in + ri.row * cols + c);
             if (kAdd) {
-                x = D::round(x + D::get(residual + ri.row * cols + c));
-                D::put(residual + ri.row * cols + c, x);
+                x = Storage::round(x + Storage::get(residual + ri.row * cols + c));
+                Storage::put(residual + ri.row * cols + c, x);
             }
             scaledAccumulate<2>(st, x);
         }
@@ -782,27 +803,27 @@ __device__ void rmsNormStream(const typename D::T* __restrict__ in, typename D::
     st = rowReduce<ScaledSum<2>>(st, scratch);
     const NormFactor nf = normFactor(st.s / static_cast<float>(cols), st.e, eps);
     if (!ri.live) return;
-    typename D::T* o = out + ri.row * cols;
+    typename Storage::T* o = out + ri.row * cols;
     for (size_t c = threadIdx.x; c < cols; c += blockDim.x) {
-        D::put(o + c, D::get(row + c) * nf.a * nf.b * D::get(gamma + c));
+        Storage::put(o + c, Storage::get(row + c) * nf.a * nf.b * Storage::get(gamma + c));
     }
 }
 
 // --- kept bad: RMS norm accumulating in bfloat16 -------------------------------------------------
 
-// rmsNormBf16Acc: rmsNormRegs<BF16, VPT> except that each thread's sum of squares is rounded to
+// rmsNormBf16Acc: rmsNormRegs<BF16, kVecs> except that each thread's sum of squares is rounded to
 // bfloat16 after every addition (a "bf16 accumulator"). KEPT BAD: with 8 significant bits, once
 // the partial sum is 2^8 times a square, adding it changes nothing; ordinary rows of a few hundred
 // columns are already off by percents.
-template <int VPT>
+template <int kVecs>
 __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsigned short* __restrict__ out,
                                    const unsigned short* __restrict__ gamma, size_t rows, size_t cols,
                                    float eps) {
-    using D = BF16;
+    using Storage = BF16;
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
-    const bool vec = cols % D::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
-    Regs<D, VPT> r;
+    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
+    Regs<Storage, kVecs> r;
     if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
     float amax = 0.0f;
@@ -813,74 +834,147 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
 #pragma unroll
     for (int i = 0; i < r.N; ++i) {
         const float y = r.at(i) * sct;
-        st.s = D::round(fmaf(y, y, st.s));
+        st.s = Storage::round(fmaf(y, y, st.s));
     }
     st = rowReduce<ScaledSum<2>>(st, scratch);
     const NormFactor nf = normFactor(st.s / static_cast<float>(cols), st.e, eps);
     if (!ri.live) return;
-    rmsEpilogue<Regs<D, VPT>, D>(r, out + ri.row * cols, gamma, cols, nf, vec);
+    rmsEpilogue<Regs<Storage, kVecs>, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-// --- entry points: <op>_<dtype>_v<VPT> (v0: streaming), and _p<VPT> for packed 16-bit storage ----
+// --- entry points: <op>_<dtype>_v<vectors per thread> (v0: streaming), _p<...> for packed 16-bit ---
 
 // Register path: at most 512 threads per block and two blocks per SM, which caps a thread at 64
 // registers (32 for the row: 32 float32 values or 64 packed 16-bit ones, and the rest): rows of
 // 4096+ columns then keep two blocks, and their loads, in flight on every SM. The streaming path
 // runs 1024-thread blocks.
-#define NP_BOUNDS(VPT) __launch_bounds__((VPT) == 0 ? 1024 : 512, (VPT) == 0 ? 1 : 2)
+#define NP_BOUNDS(VECS) __launch_bounds__((VECS) == 0 ? 1024 : 512, (VECS) == 0 ? 1 : 2)
 
-#define NP_SOFTMAX(D, NAME, TAG, VPT, PACKED)                                                      \
-    extern "C" __global__ void NP_BOUNDS(VPT) softmax_##NAME##_##TAG##VPT(                         \
-        const D::T* __restrict__ in, D::T* __restrict__ out, size_t rows, size_t cols) {           \
-        if constexpr (VPT == 0) softmaxStream<D>(in, out, rows, cols);                             \
-        else softmaxRegs<D, VPT, PACKED>(in, out, rows, cols);                                     \
+// One extern "C" kernel per (op, storage, vectors per thread, packing). Each NAME is spelled out
+// below, and normprops/cuda/prod.py looks it up by that name.
+#define NP_SOFTMAX(NAME, STORAGE, VECS, PACKED)                                                     \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out, size_t rows,          \
+             size_t cols) {                                                                         \
+        if constexpr (VECS == 0) softmaxStream<STORAGE>(in, out, rows, cols);                       \
+        else softmaxRegs<STORAGE, VECS, PACKED>(in, out, rows, cols);                               \
     }
-#define NP_LAYERNORM(D, NAME, TAG, VPT, PACKED)                                                    \
-    extern "C" __global__ void NP_BOUNDS(VPT) layernorm_##NAME##_##TAG##VPT(                       \
-        const D::T* __restrict__ in, D::T* __restrict__ out, const D::T* __restrict__ gamma,       \
-        const D::T* __restrict__ beta, size_t rows, size_t cols, float eps) {                      \
-        if constexpr (VPT == 0) layerNormStream<D>(in, out, gamma, beta, rows, cols, eps);         \
-        else layerNormRegs<D, VPT, PACKED>(in, out, gamma, beta, rows, cols, eps);                 \
+#define NP_LAYERNORM(NAME, STORAGE, VECS, PACKED)                                                   \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
+             const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
+             size_t cols, float eps) {                                                              \
+        if constexpr (VECS == 0) layerNormStream<STORAGE>(in, out, gamma, beta, rows, cols, eps);   \
+        else layerNormRegs<STORAGE, VECS, PACKED>(in, out, gamma, beta, rows, cols, eps);           \
     }
-#define NP_RMSNORM(D, NAME, TAG, VPT, PACKED)                                                      \
-    extern "C" __global__ void NP_BOUNDS(VPT) rmsnorm_##NAME##_##TAG##VPT(                         \
-        const D::T* __restrict__ in, D::T* __restrict__ out, const D::T* __restrict__ gamma,       \
-        size_t rows, size_t cols, float eps) {                                                     \
-        if constexpr (VPT == 0) rmsNormStream<D, false>(in, nullptr, out, gamma, rows, cols, eps); \
-        else rmsNormRegs<D, VPT, PACKED>(in, out, gamma, rows, cols, eps);                         \
+#define NP_RMSNORM(NAME, STORAGE, VECS, PACKED)                                                     \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
+             const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
+        if constexpr (VECS == 0)                                                                    \
+            rmsNormStream<STORAGE, false>(in, nullptr, out, gamma, rows, cols, eps);                \
+        else rmsNormRegs<STORAGE, VECS, PACKED>(in, out, gamma, rows, cols, eps);                   \
     }
-#define NP_ADDRMSNORM(D, NAME, TAG, VPT, PACKED)                                                   \
-    extern "C" __global__ void NP_BOUNDS(VPT) addrmsnorm_##NAME##_##TAG##VPT(                      \
-        const D::T* __restrict__ in, D::T* residual, D::T* __restrict__ out,                       \
-        const D::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {                     \
-        if constexpr (VPT == 0) rmsNormStream<D, true>(in, residual, out, gamma, rows, cols, eps); \
-        else addRmsNormRegs<D, VPT, PACKED>(in, residual, out, gamma, rows, cols, eps);            \
+#define NP_ADDRMSNORM(NAME, STORAGE, VECS, PACKED)                                                  \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* residual, STORAGE::T* __restrict__ out, \
+             const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
+        if constexpr (VECS == 0)                                                                    \
+            rmsNormStream<STORAGE, true>(in, residual, out, gamma, rows, cols, eps);                \
+        else addRmsNormRegs<STORAGE, VECS, PACKED>(in, residual, out, gamma, rows, cols, eps);      \
     }
-#define NP_OPS(D, NAME, TAG, VPT, PACKED)                                                          \
-    NP_SOFTMAX(D, NAME, TAG, VPT, PACKED)                                                          \
-    NP_LAYERNORM(D, NAME, TAG, VPT, PACKED)                                                        \
-    NP_RMSNORM(D, NAME, TAG, VPT, PACKED)                                                          \
-    NP_ADDRMSNORM(D, NAME, TAG, VPT, PACKED)
-#define NP_FLOAT_REGS(D, NAME)                                                                     \
-    NP_OPS(D, NAME, v, 0, false) NP_OPS(D, NAME, v, 1, false) NP_OPS(D, NAME, v, 2, false)         \
-    NP_OPS(D, NAME, v, 4, false) NP_OPS(D, NAME, v, 8, false)
-#define NP_PACKED_REGS(D, NAME) NP_OPS(D, NAME, p, 4, true) NP_OPS(D, NAME, p, 8, true)
-NP_FLOAT_REGS(F32, f32)
-NP_FLOAT_REGS(BF16, bf16)
-NP_FLOAT_REGS(F16, f16)
-NP_PACKED_REGS(BF16, bf16)
-NP_PACKED_REGS(F16, f16)
 
-#define NP_BF16ACC(VPT)                                                                            \
-    extern "C" __global__ void NP_BOUNDS(VPT) rmsnormbf16acc_bf16_v##VPT(                          \
-        const unsigned short* __restrict__ in, unsigned short* __restrict__ out,                   \
-        const unsigned short* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
-        rmsNormBf16AccRegs<VPT>(in, out, gamma, rows, cols, eps);                                  \
+NP_SOFTMAX(softmax_f32_v0, F32, 0, false)
+NP_SOFTMAX(softmax_f32_v1, F32, 1, false)
+NP_SOFTMAX(softmax_f32_v2, F32, 2, false)
+NP_SOFTMAX(softmax_f32_v4, F32, 4, false)
+NP_SOFTMAX(softmax_f32_v8, F32, 8, false)
+NP_SOFTMAX(softmax_bf16_v0, BF16, 0, false)
+NP_SOFTMAX(softmax_bf16_v1, BF16, 1, false)
+NP_SOFTMAX(softmax_bf16_v2, BF16, 2, false)
+NP_SOFTMAX(softmax_bf16_v4, BF16, 4, false)
+NP_SOFTMAX(softmax_bf16_v8, BF16, 8, false)
+NP_SOFTMAX(softmax_f16_v0, F16, 0, false)
+NP_SOFTMAX(softmax_f16_v1, F16, 1, false)
+NP_SOFTMAX(softmax_f16_v2, F16, 2, false)
+NP_SOFTMAX(softmax_f16_v4, F16, 4, false)
+NP_SOFTMAX(softmax_f16_v8, F16, 8, false)
+NP_SOFTMAX(softmax_bf16_p4, BF16, 4, true)
+NP_SOFTMAX(softmax_bf16_p8, BF16, 8, true)
+NP_SOFTMAX(softmax_f16_p4, F16, 4, true)
+NP_SOFTMAX(softmax_f16_p8, F16, 8, true)
+
+NP_LAYERNORM(layernorm_f32_v0, F32, 0, false)
+NP_LAYERNORM(layernorm_f32_v1, F32, 1, false)
+NP_LAYERNORM(layernorm_f32_v2, F32, 2, false)
+NP_LAYERNORM(layernorm_f32_v4, F32, 4, false)
+NP_LAYERNORM(layernorm_f32_v8, F32, 8, false)
+NP_LAYERNORM(layernorm_bf16_v0, BF16, 0, false)
+NP_LAYERNORM(layernorm_bf16_v1, BF16, 1, false)
+NP_LAYERNORM(layernorm_bf16_v2, BF16, 2, false)
+NP_LAYERNORM(layernorm_bf16_v4, BF16, 4, false)
+NP_LAYERNORM(layernorm_bf16_v8, BF16, 8, false)
+NP_LAYERNORM(layernorm_f16_v0, F16, 0, false)
+NP_LAYERNORM(layernorm_f16_v1, F16, 1, false)
+NP_LAYERNORM(layernorm_f16_v2, F16, 2, false)
+NP_LAYERNORM(layernorm_f16_v4, F16, 4, false)
+NP_LAYERNORM(layernorm_f16_v8, F16, 8, false)
+NP_LAYERNORM(layernorm_bf16_p4, BF16, 4, true)
+NP_LAYERNORM(layernorm_bf16_p8, BF16, 8, true)
+NP_LAYERNORM(layernorm_f16_p4, F16, 4, true)
+NP_LAYERNORM(layernorm_f16_p8, F16, 8, true)
+
+NP_RMSNORM(rmsnorm_f32_v0, F32, 0, false)
+NP_RMSNORM(rmsnorm_f32_v1, F32, 1, false)
+NP_RMSNORM(rmsnorm_f32_v2, F32, 2, false)
+NP_RMSNORM(rmsnorm_f32_v4, F32, 4, false)
+NP_RMSNORM(rmsnorm_f32_v8, F32, 8, false)
+NP_RMSNORM(rmsnorm_bf16_v0, BF16, 0, false)
+NP_RMSNORM(rmsnorm_bf16_v1, BF16, 1, false)
+NP_RMSNORM(rmsnorm_bf16_v2, BF16, 2, false)
+NP_RMSNORM(rmsnorm_bf16_v4, BF16, 4, false)
+NP_RMSNORM(rmsnorm_bf16_v8, BF16, 8, false)
+NP_RMSNORM(rmsnorm_f16_v0, F16, 0, false)
+NP_RMSNORM(rmsnorm_f16_v1, F16, 1, false)
+NP_RMSNORM(rmsnorm_f16_v2, F16, 2, false)
+NP_RMSNORM(rmsnorm_f16_v4, F16, 4, false)
+NP_RMSNORM(rmsnorm_f16_v8, F16, 8, false)
+NP_RMSNORM(rmsnorm_bf16_p4, BF16, 4, true)
+NP_RMSNORM(rmsnorm_bf16_p8, BF16, 8, true)
+NP_RMSNORM(rmsnorm_f16_p4, F16, 4, true)
+NP_RMSNORM(rmsnorm_f16_p8, F16, 8, true)
+
+NP_ADDRMSNORM(addrmsnorm_f32_v0, F32, 0, false)
+NP_ADDRMSNORM(addrmsnorm_f32_v1, F32, 1, false)
+NP_ADDRMSNORM(addrmsnorm_f32_v2, F32, 2, false)
+NP_ADDRMSNORM(addrmsnorm_f32_v4, F32, 4, false)
+NP_ADDRMSNORM(addrmsnorm_f32_v8, F32, 8, false)
+NP_ADDRMSNORM(addrmsnorm_bf16_v0, BF16, 0, false)
+NP_ADDRMSNORM(addrmsnorm_bf16_v1, BF16, 1, false)
+NP_ADDRMSNORM(addrmsnorm_bf16_v2, BF16, 2, false)
+NP_ADDRMSNORM(addrmsnorm_bf16_v4, BF16, 4, false)
+NP_ADDRMSNORM(addrmsnorm_bf16_v8, BF16, 8, false)
+NP_ADDRMSNORM(addrmsnorm_f16_v0, F16, 0, false)
+NP_ADDRMSNORM(addrmsnorm_f16_v1, F16, 1, false)
+NP_ADDRMSNORM(addrmsnorm_f16_v2, F16, 2, false)
+NP_ADDRMSNORM(addrmsnorm_f16_v4, F16, 4, false)
+NP_ADDRMSNORM(addrmsnorm_f16_v8, F16, 8, false)
+NP_ADDRMSNORM(addrmsnorm_bf16_p4, BF16, 4, true)
+NP_ADDRMSNORM(addrmsnorm_bf16_p8, BF16, 8, true)
+NP_ADDRMSNORM(addrmsnorm_f16_p4, F16, 4, true)
+NP_ADDRMSNORM(addrmsnorm_f16_p8, F16, 8, true)
+
+// The kept-bad RMS norm (register path only).
+#define NP_BF16ACC(NAME, VECS)                                                                      \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const unsigned short* __restrict__ in, unsigned short* __restrict__ out,               \
+             const unsigned short* __restrict__ gamma, size_t rows, size_t cols, float eps) {       \
+        rmsNormBf16AccRegs<VECS>(in, out, gamma, rows, cols, eps);                                  \
     }
-NP_BF16ACC(1)
-NP_BF16ACC(2)
-NP_BF16ACC(4)
-NP_BF16ACC(8)
+NP_BF16ACC(rmsnormbf16acc_bf16_v1, 1)
+NP_BF16ACC(rmsnormbf16acc_bf16_v2, 2)
+NP_BF16ACC(rmsnormbf16acc_bf16_v4, 4)
+NP_BF16ACC(rmsnormbf16acc_bf16_v8, 8)
 
 // --- timing helper -------------------------------------------------------------------------------
 

@@ -31,8 +31,8 @@ from normprops.dtypes import get_dtype, split_exact, to_dtype
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 
-__all__ = ["DTYPE_CODES", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "split_exact",
-           "to_storage", "from_storage"]
+__all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel",
+           "split_exact", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -41,6 +41,13 @@ VPTS = (1, 2, 4, 8)
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 ROW_THREADS = 256  # threads per block when rows are narrow (several rows per block)
 SOURCE = "prod.cu"
+
+
+def entry_point(op: str, dtype: str, vpt: int, *, packed: bool) -> str:
+    """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
+    streaming path), e.g. ``softmax_bf16_p8``; each is spelled out in prod.cu."""
+    tag = "p" if packed and vpt in PACKED_VPTS else "v"
+    return f"{op}_{DTYPE_CODES[dtype]}_{tag}{vpt}"
 
 
 @dataclass(frozen=True)
@@ -144,8 +151,7 @@ class ProdKernel:
     def _function(self, vpt: int) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
         if vpt not in self._functions:
-            tag = "p" if self.packed and vpt in PACKED_VPTS else "v"
-            name = f"{self.op}_{DTYPE_CODES[self.dtype]}_{tag}{vpt}"
+            name = entry_point(self.op, self.dtype, vpt, packed=self.packed)
             self._functions[vpt] = self._module().get_function(name)
         return self._functions[vpt]
 
