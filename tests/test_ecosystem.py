@@ -6,12 +6,14 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from normprops.cli import main
 from normprops.dtypes import split_exact, to_dtype
+from normprops.report import Cell, cell_text, matrix_legend
 from normprops.specs import KERNELS, backend_status
 
 ECOSYSTEM = ("torch-compile", "liger", "quack", "jax", "flax")
@@ -43,8 +45,24 @@ def test_each_ecosystem_entry_records_what_it_promises() -> None:
     quack_softmax = {k.dtype: k for k in entries if k.name.startswith("quack.softmax")}
     assert quack_softmax["float32"].constraints.cols_multiple_of == 4
     assert quack_softmax["bfloat16"].constraints.cols_multiple_of == 8
-    assert all("large_mean" not in k.claims for k in entries
+    # E[x^2] - E[x]^2 cancels on large means and on the constant family's spiked rows alike.
+    assert all({"large_mean", "constant"}.isdisjoint(k.claims) for k in entries
                if k.name.startswith(("flax.LayerNorm", "jax.nn.standardize")))
+
+
+def test_a_marginal_bug_is_caught_or_known_never_a_surprise() -> None:
+    from normprops.hunt import HuntResult
+
+    spec = next(k for k in KERNELS if k.name == "quack.softmax-f32")
+    assert spec.expectation("ordinary") == "marginal" and spec.expectation("huge") == "bug"
+    assert spec.expectation("ragged") == "claim"
+    for passed in (True, False):
+        findings = () if passed else (SimpleNamespace(property="ratios"),)
+        result = HuntResult(spec.label, "softmax", "ordinary", 100, 1.0, 1.0, findings)
+        assert result.passed is passed
+        assert cell_text(result, expected="marginal") == ("known" if passed else "caught")
+    assert "known: a known bug" in matrix_legend([Cell("softmax (quack)", spec.label, "ordinary",
+                                                       "known")])
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])

@@ -77,6 +77,14 @@ def test_every_known_bad_kernel_has_a_committed_fixture() -> None:
     assert not missing, f"known-bad kernels without a committed fixture: {missing}"
 
 
+def test_every_marginal_bug_has_its_fixture() -> None:
+    """A bug a hunt meets only sometimes is shown by its fixture on every replay instead."""
+    committed = {(fixture.impl, fixture.family) for fixture in FIXTURES}
+    marginal = [(k.name, b.family) for k in KERNELS for b in k.bugs if b.detector == "fixture"]
+    assert marginal, "no marginal bug to check"
+    assert not [m for m in marginal if m not in committed], committed
+
+
 def _produced(fixture, spec) -> bool:
     """The kernel whose failure the fixture records (numpy and cuda share the textbook kernels)."""
     same_code = {fixture.backend, spec.backend} <= {"numpy", "cuda"} or fixture.backend == spec.backend
