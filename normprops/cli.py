@@ -596,9 +596,9 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                       f"{result.elapsed_s:.1f}s)", file=err, flush=True)
 
             # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
-            # claim is hunted for the matrix, not saved. A known bug is hunted at every width, even
-            # where the claims are hunted only around it.
-            groups = [(replace(target, constraints=ShapeConstraints()),
+            # claim is hunted for the matrix, not saved. A known bug is hunted at every width the
+            # kernel accepts, even where the claims are hunted only around it.
+            groups = [(replace(target, constraints=spec.bug_constraints),
                        [f for f in families if spec.bug_in(f) is not None]),
                       (target, [f for f in families if spec.bug_in(f) is None])]
             for group_target, group in groups:

@@ -155,7 +155,14 @@ class KernelSpec:
     # storage type: our launchers convert) or a framework's own ("torch", "jax") in ``dtype``.
     framework: str = "numpy"
     device: str | None = None  # for a framework's arrays: where they live (None: its default)
-    constraints: ShapeConstraints = ShapeConstraints()  # the widths it accepts, as documented
+    constraints: ShapeConstraints = ShapeConstraints()  # the widths its claims are hunted at
+    # The widths its known bugs are hunted at, where a bug of its own takes some widths away from
+    # the claims (QuACK's bfloat16 norms at odd widths); None: the same as ``constraints``.
+    bug_widths: ShapeConstraints | None = None
+
+    @property
+    def bug_constraints(self) -> ShapeConstraints:
+        return self.constraints if self.bug_widths is None else self.bug_widths
 
     @property
     def label(self) -> str:
@@ -458,8 +465,10 @@ _AROUND_BUGS = {f"quack.{op}-bf16": ShapeConstraints(cols_multiple_of=2)
 def _with_findings(spec: KernelSpec) -> KernelSpec:
     if spec.name not in _FOUND:
         return spec
-    return replace(spec, bugs=_FOUND[spec.name],
-                   constraints=_AROUND_BUGS.get(spec.name, spec.constraints))
+    if spec.name not in _AROUND_BUGS:
+        return replace(spec, bugs=_FOUND[spec.name])
+    return replace(spec, bugs=_FOUND[spec.name], constraints=_AROUND_BUGS[spec.name],
+                   bug_widths=spec.constraints)
 
 
 _ECOSYSTEM_KERNELS: tuple[KernelSpec, ...] = tuple(

@@ -56,6 +56,10 @@ def test_a_marginal_bug_is_caught_or_known_never_a_surprise() -> None:
     spec = next(k for k in KERNELS if k.name == "quack.softmax-f32")
     assert spec.expectation("ordinary") == "marginal" and spec.expectation("huge") == "bug"
     assert spec.expectation("ragged") == "claim"
+    # Its bugs are hunted at the widths it accepts: a width it refuses is no catch.
+    assert spec.bug_constraints.cols_multiple_of == 4
+    norm = next(k for k in KERNELS if k.name == "quack.rmsnorm-bf16")
+    assert norm.constraints.cols_multiple_of == 2 and norm.bug_constraints.cols_multiple_of == 1
     for passed in (True, False):
         findings = () if passed else (SimpleNamespace(property="ratios"),)
         result = HuntResult(spec.label, "softmax", "ordinary", 100, 1.0, 1.0, findings)

@@ -110,8 +110,11 @@ def test_committed_fixture_replays(fixture, spec) -> None:
     usable, why = backend_status(spec.backend)
     if not usable:
         pytest.skip(f"backend {spec.backend} unusable here: {why}")
+    # Widths outside the ones its claims are hunted at belong to a known bug of its own (QuACK's
+    # bfloat16 norms at odd widths), whichever family met them first.
+    outside = not all(spec.constraints.allows(c.cols) for c in fixture.cases())
     if _produced(fixture, spec) and (fixture.family not in spec.claims
-                                     or spec.bug_in(fixture.family) is not None):
+                                     or spec.bug_in(fixture.family) is not None or outside):
         # Its own bug, judged on every property (including any it does not promise on its claims).
         found = replay(replace(target_from_spec(spec), ignore=frozenset()), fixture)
         assert found, f"{spec.label} no longer fails {fixture.path.name}: was the bug fixed?"
