@@ -27,7 +27,7 @@ from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.launch import Target, target_from_callable
 from normprops.ops import get_op
 from normprops.regressions import save_findings
-from normprops.report import Report, format_finding
+from normprops.report import Report, format_finding, hints
 from normprops.strategies import families_for
 
 __all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json"]
@@ -184,7 +184,12 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
              f"{len(report.failures)} propert{'y' if len(report.failures) == 1 else 'ies'}:"]
     lines += [format_finding(f, indent="  ") for f in report.failures]
     lines += report.notes
+    constrained = any(kwargs.get(k) not in (None, 1) for k in ("cols_multiple_of", "min_cols", "max_cols"))
+    lines += hints(report.failures, op=target["op"], dtype=target["dtype"],
+                   arithmetic=kwargs.get("arithmetic", "float32"), constrained=constrained)
     if any(f.fixture for f in report.failures):
-        lines.append(f"replay: normprops replay --op {target['op']} --impl MODULE:FUNC "
+        module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+        impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"
+        lines.append(f"replay: normprops replay --op {target['op']} --impl {impl} "
                      f"--fixtures-dir {kwargs.get('fixtures_dir')}")
     raise AssertionError("\n".join(lines))

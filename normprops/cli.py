@@ -7,10 +7,12 @@ Exit status (scripts rely on it):
 - 2: a usage error: a bad flag, path, module or value, named in one line;
 - 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
 - 4: an internal error of normprops (please report it; the JSON report holds the traceback);
+- 5: replay only: there was no fixture to replay;
 - 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
 
-The ``--json`` report is written on every one of these paths (atomically), with an ``error`` field
-when the run did not finish.
+Once the arguments are accepted, the ``--json`` report is written on every one of these paths
+(atomically), with an ``error`` field when the run did not finish. A usage error (2) stops before
+anything runs and writes no report.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import secrets
 import signal
 import sys
 import traceback
@@ -36,7 +39,7 @@ from normprops.launch import Target, target_from_callable, target_from_cuda_sour
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
 from normprops.regressions import iter_fixtures, load_fixture, replay
-from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
+from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
 
@@ -44,6 +47,7 @@ __all__ = ["main", "EXIT_OK", "EXIT_FOUND", "EXIT_USAGE", "EXIT_UNREADABLE", "EX
            "EXIT_INTERRUPTED", "DEFAULT_FIXTURES"]
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_NOTHING = 5  # replay: no fixture to replay (as pytest's 5: nothing collected)
 #: Where findings are saved unless --fixtures-dir says otherwise: beside the user's work, never
 #: inside a package (the suite's own committed fixtures live in tests/regressions).
 DEFAULT_FIXTURES = Path("normprops-fixtures")
@@ -152,9 +156,10 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--families", metavar="A,B,...", help="comma-separated families (default: all)")
     h.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
                    help="examples per family and property (default 100)")
-    h.add_argument("--seed", type=int, metavar="N", help="Hypothesis seed, for a repeatable hunt")
+    h.add_argument("--seed", type=int, metavar="N",
+                   help="Hypothesis seed, for a repeatable hunt (default: a fresh one, shown in the header)")
     h.add_argument("--json", type=Path, metavar="PATH",
-                   help="write a JSON report here (always written, also on errors and Ctrl-C)")
+                   help="write a JSON report here (written on every exit but a usage error, Ctrl-C included)")
     fx = h.add_mutually_exclusive_group()
     fx.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"where findings are saved, as DIR/<op>/*.json (default ./{DEFAULT_FIXTURES})")
@@ -313,7 +318,10 @@ def _constraints(args: argparse.Namespace) -> ShapeConstraints:
 
 
 def _config(args: argparse.Namespace) -> HuntConfig:
-    return HuntConfig(max_examples=args.max_examples, seed=args.seed, policy=args.policy,
+    # Without --seed, a fresh seed each run, printed in the header and kept in the report, so any
+    # run can be repeated (`--seed N`), as Hypothesis prints @seed for a failure.
+    seed = secrets.randbelow(2**31) if args.seed is None else args.seed
+    return HuntConfig(max_examples=args.max_examples, seed=seed, policy=args.policy,
                       oracle=args.oracle)
 
 
@@ -359,6 +367,10 @@ def _guarded(run: _Run, body: Callable[[], int]) -> int:
               f"(a bug in normprops, please report it{where})", file=run.err)
         code = EXIT_INTERNAL
     return _finish(run, code)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def _family_line(result: HuntResult, note: str | None) -> str:
@@ -455,8 +467,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ignored += f"; computes in {target.error_model.arithmetic}"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
-              f"{len(families)} families, {config.max_examples} examples each; widths: "
-              f"{target.constraints.describe()}; {arithmetic}{ignored}", file=out)
+              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each; widths: "
+              f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
 
         def show(result: HuntResult, note: str | None) -> None:
             report.results.append((result, None))
@@ -478,9 +490,14 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary()
         failed = [r for r, _ in report.results if not r.passed]
         findings = sum(len(r.findings) for r in failed)
+        for line in hints([f for r in failed for f in r.findings], op=target.op, dtype=target.dtype,
+                          arithmetic=target.error_model.arithmetic,
+                          constrained=target.constraints != ShapeConstraints()):
+            print(line, file=out)
         print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
               f"{'s' * (findings != 1)})." if failed
-              else f"clean: {len(report.results)} families, no counterexample.", file=out)
+              else f"clean: {_count(len(report.results), 'family', 'families')}, no counterexample.",
+              file=out)
         return EXIT_FOUND if failed else EXIT_OK
 
     return _guarded(run, body)
@@ -576,7 +593,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     def body() -> int:
         print(f"normprops hunt: {len(specs)} {backend} kernels, {total} hunts of "
-              f"{config.max_examples} examples, policy {config.policy}"
+              f"{config.max_examples} examples, policy {config.policy}, seed {config.seed}"
               + ("" if args.shard is None else f", shard {args.shard[0]}/{args.shard[1]}"), file=out)
         for note in report.notes:
             print(f"  {note}", file=out)
@@ -673,8 +690,12 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
     def body() -> int:
         if not paths:
-            print(f"no {args.op} fixtures under {directory}", file=out)
-            return EXIT_OK
+            here = sorted(p.name for p in directory.glob("*.json"))
+            hint = (f"; {directory} itself holds {len(here)} .json file(s): pass the directory "
+                    f"above it (fixtures live in DIR/{args.op}/)" if here else "")
+            print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
+            report.error = "nothing to replay"
+            return EXIT_NOTHING
         for path in paths:
             interrupt.check()
             try:
@@ -709,8 +730,11 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             parts.append(f"{unreadable} could not be read")
         if skipped:
             parts.append(f"{skipped} skipped")
-        print(f"all {len(paths)} fixtures pass." if len(rows) - failed - unreadable - skipped == len(paths)
-              else f"{len(paths)} fixtures: {', '.join(parts)}.", file=out)
+        passed = len(rows) - failed - unreadable - skipped
+        if passed == len(paths):
+            print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
+        else:
+            print(f"{_count(len(paths), 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
         if failed:
             return EXIT_FOUND
         return EXIT_UNREADABLE if unreadable else EXIT_OK

@@ -9,6 +9,7 @@ framework's array of the same type, shape and device.
 
 from __future__ import annotations
 
+import inspect
 import signal
 import threading
 import warnings
@@ -152,6 +153,21 @@ def _check_ignore(ignore: object) -> frozenset[str]:
         raise UsageError(str(exc)) from None
 
 
+def _check_arity(fn: Callable[..., object], params: tuple[str, ...], op: str) -> None:
+    """A function that cannot take the op's arguments is a usage error now, not a contract finding
+    in every family. Functions whose signature Python cannot read (some C functions) pass."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*params)
+    except TypeError:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise UsageError(f"{name}{signature} cannot be called as {op}'s fn({', '.join(params)}); "
+                         f"check the op (--op, op=)") from None
+
+
 def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None = None,
                          dtype: str = "float32", framework: str = "numpy",
                          device: str | None = None, ignore: frozenset[str] | tuple[str, ...] = (),
@@ -172,9 +188,10 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     if not callable(fn):
         raise UsageError(f"fn must be callable but was a {type(fn).__name__}")
     try:
-        get_op(op)
+        spec = get_op(op)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_arity(fn, spec.params, op)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise UsageError(f"threads must be a positive integer but was {threads!r}")
     if timeout_s is not None and not timeout_s > 0:

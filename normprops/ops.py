@@ -3,6 +3,7 @@ properties a kernel of them is judged on."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import numpy as np
@@ -101,7 +102,13 @@ def _property_names(value: object, *, allowed: frozenset[str], what: str, wrong:
         raise ValueError(f"{what} must be a collection of property names but was {value!r}") from None
     unknown = sorted(n for n in names if n not in allowed)
     if unknown:
-        raise ValueError(f"{what}: {', '.join(map(repr, unknown))} {wrong}; choose from "
+        # A name that is no property at all is a typo: say so, and suggest the nearest one.
+        typos = [n for n in unknown if n not in PROPERTIES]
+        near = [m for n in typos for m in difflib.get_close_matches(n, sorted(allowed), n=1)]
+        why = "is not a property" if typos and len(unknown) == 1 else (
+            "are not properties" if len(typos) == len(unknown) else wrong)
+        hint = f" (did you mean {', '.join(map(repr, near))}?)" if near else ""
+        raise ValueError(f"{what}: {', '.join(map(repr, unknown))} {why}{hint}; choose from "
                          f"{', '.join(p for p in PROPERTIES if p in allowed)}")
     return names
 

@@ -8,6 +8,9 @@ scale invariance), each of which needs the target again on a transformed input.
 from __future__ import annotations
 
 import math
+import os
+import sysconfig
+import traceback
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,8 +47,24 @@ def _call(target: Target, case: Case) -> np.ndarray | Verdict:
     except ContractError as exc:
         reason = str(exc)
     except Exception as exc:  # a user's kernel may raise anything; that is a finding, not a crash
-        reason = f"raised {type(exc).__name__}: {exc}"
+        reason = f"raised {type(exc).__name__}: {exc}{_where(exc)}"
     return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
+
+
+def _where(exc: BaseException) -> str:
+    """Where ``exc`` was raised, outside normprops (the user's file and line), as " at FILE:LINE in
+    FUNC"; empty when every frame is ours."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    libraries = tuple(os.path.abspath(p) + os.sep for p in {sysconfig.get_path("stdlib"),
+                                                            sysconfig.get_path("purelib"),
+                                                            sysconfig.get_path("platlib")})
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not os.path.abspath(f.filename).startswith(package)]
+    # The user's own line: the last frame outside normprops and the installed libraries (numpy,
+    # torch), else the last frame outside normprops.
+    own = [f for f in frames if not os.path.abspath(f.filename).startswith(libraries)]
+    last = (own or frames or [None])[-1]
+    return "" if last is None else f" at {last.filename}:{last.lineno} in {last.name}"
 
 
 def _is_float32(values: np.ndarray, dtype: str = "float32") -> bool:

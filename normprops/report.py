@@ -63,21 +63,53 @@ def describe_case(case: Case, verdict: Verdict | None = None) -> str:
     if col is not None and not 0 <= col < case.cols:
         col = None
     r = 0 if row is None else row
-    values = case.x[r]
-    if case.cols <= 12:
-        lines.append(f"x[{r}] = [{', '.join(repr(float(v)) for v in values)}]")
-    else:
-        finite = values[np.isfinite(values)].astype(np.float64)
-        stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
-                 f"std {finite.std():.6g}" if finite.size else "no finite values")
-        lines.append(f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite")
-        if col is not None:
-            lines.append(f"x[{r}, {col}] = {float(values[col])!r}")
+    lines.append(_row_line(case, r))
+    if case.cols > 12 and col is not None:
+        lines.append(f"x[{r}, {col}] = {float(case.x[r, col])!r}")
+    # The other rows too, when there are few: a row can spoil its neighbours (a batch-wide max, a
+    # NaN that leaks), and the failing row alone would then look harmless.
+    if case.rows <= 4:
+        lines += [_row_line(case, other) for other in range(case.rows) if other != r]
     for name in ("gamma", "beta"):
         arr = getattr(case, name)
-        if arr is not None and col is not None:
+        if arr is not None and case.cols <= 12:
+            lines.append(f"{name} = [{', '.join(repr(float(v)) for v in arr)}]")
+        elif arr is not None and col is not None:
             lines.append(f"{name}[{col}] = {float(arr[col])!r}")
     return "\n".join(lines)
+
+
+def _row_line(case: Case, r: int) -> str:
+    values = case.x[r]
+    if case.cols <= 12:
+        return f"x[{r}] = [{', '.join(repr(float(v)) for v in values)}]"
+    finite = values[np.isfinite(values)].astype(np.float64)
+    stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
+             f"std {finite.std():.6g}" if finite.size else "no finite values")
+    return f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
+
+
+def hints(findings: Iterable[Finding], *, op: str, dtype: str, arithmetic: str = "float32",
+          constrained: bool = False) -> list[str]:
+    """What a kernel author can do about these findings when they may be a choice rather than a bug:
+    one line per kind, each naming the flag that declares it."""
+    found = list(findings)
+    out: list[str] = []
+    if op in ("layernorm", "rmsnorm") and any(f.property == "range_safety" for f in found):
+        out.append("hint: squares overflow float32 past |x| of about 1.8e19, so a norm that does "
+                   "not scale its rows first fails huge. If yours does not promise range safety: "
+                   "--ignore range_safety (ignore=[\"range_safety\"])")
+    if dtype != "float32" and arithmetic == "float32" and any(
+            f.property == "accuracy" and f.verdict.ratio < 4 for f in found):
+        out.append(f"hint: accuracy just past the bound in {dtype}: a kernel that rounds to {dtype} "
+                   f"between steps (e.g. casts, then multiplies by gamma in {dtype}) is judged as "
+                   f"one that does with --arithmetic {dtype} (arithmetic=\"{dtype}\")")
+    if not constrained and any(f.property == "contract" and "raised" in f.verdict.reason
+                               for f in found):
+        out.append("hint: if your kernel accepts only some widths, declare them: "
+                   "--cols-multiple-of K, --min-cols N, --max-cols N (cols_multiple_of=, "
+                   "min_cols=, max_cols=)")
+    return out
 
 
 def format_finding(finding: Finding, *, indent: str = "    ") -> str:

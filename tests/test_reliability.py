@@ -193,6 +193,22 @@ def test_replay_of_a_missing_directory_is_a_usage_error(user_module: str, tmp_pa
     assert code == 2 and "no such directory" in err and len(err.splitlines()) == 1
 
 
+
+def test_replay_with_nothing_to_replay_exits_5_and_says_where_to_look(user_module: str,
+                                                                      tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, out, _ = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                       "--fixtures-dir", str(empty))
+    assert code == 5 and "no softmax fixtures under" in out
+    # The op's own folder given by mistake: its .json files are pointed out.
+    (empty / "softmax").mkdir()
+    (empty / "softmax" / "ordinary-0123456789ab.json").write_text("{}")
+    code, out, _ = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                       "--fixtures-dir", str(empty / "softmax"), "--json", str(tmp_path / "r.json"))
+    assert code == 5 and "holds 1 .json file(s): pass the directory above it" in out
+    assert json.loads((tmp_path / "r.json").read_text())["error"] == "nothing to replay"
+
 # --- 5. paths are checked before any hunting ---------------------------------------------------
 
 

@@ -190,10 +190,11 @@ def test_cli_reports_the_constraints(tmp_path: Path, monkeypatch: pytest.MonkeyP
     (["--cols-multiple-of", "8", "--min-cols", "9", "--max-cols", "15"], "--max-cols must be at least 16"),
     (["--cols-multiple-of", "0"], "expected a positive integer but got 0"),
     (["--ignore", "finite"], "'finite' cannot be ignored"),
-    (["--ignore", "batch"], "'batch' cannot be ignored"),
+    (["--ignore", "batch"], "'batch' is not a property"),
     (["--dtype", "int8"], "invalid choice: 'int8'"),
     (["--framework", "tensorflow"], "invalid choice: 'tensorflow'"),
     (["--device", "cuda"], "device must be 'cpu'"),
+    (["--op", "rmsnorm"], "cannot be called as rmsnorm's fn(x, gamma, eps)"),  # a softmax's fn(x)
 ])
 def test_bad_kernel_flags_are_usage_errors(argv: list[str], message: str) -> None:
     err = io.StringIO()
@@ -395,3 +396,32 @@ def test_jax_kernel_on_the_cpu() -> None:
                                    families=["ordinary", "overflow_logits"], max_examples=20, seed=0,
                                    ignore=["batch_invariance"])
     assert report.passed, [f.message for f in report.failures]
+
+
+def test_a_raising_kernel_is_reported_with_its_own_file_and_line() -> None:
+    def softmax(x):
+        return x[:, [0, 10**6]]  # an index past the row: IndexError inside numpy
+
+    report = normprops.hunt_kernel(softmax, op="softmax", families=["ordinary"], max_examples=3)
+    message = report.failures[0].message
+    assert "raised IndexError" in message
+    assert f"{__file__}:" in message and "in softmax" in message  # this file, not numpy's
+
+
+def test_findings_that_may_be_a_choice_come_with_the_flag_that_declares_it() -> None:
+    def rms_norm_widths_of_8(x, gamma, eps):  # correct, but refuses widths it does not support
+        if x.shape[-1] % 8:
+            raise ValueError(f"width {x.shape[-1]} not supported")
+        with np.errstate(all="ignore"):  # x * x in float32: not range-safe, as most norms
+            ms = (x * x).mean(-1, keepdims=True, dtype=np.float64).astype(np.float32)
+            return (x / np.sqrt(ms + np.float32(eps)) * gamma).astype(np.float32)
+
+    with pytest.raises(AssertionError) as caught:
+        normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["ordinary", "huge"],
+                                max_examples=10, seed=0)
+    assert "--cols-multiple-of K" in str(caught.value)
+    # Declared, the width hint goes; huge still fails, and says why.
+    with pytest.raises(AssertionError) as caught:
+        normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["huge"],
+                                cols_multiple_of=8, max_examples=10, seed=0)
+    assert "--cols-multiple-of" not in str(caught.value) and "squares overflow" in str(caught.value)
