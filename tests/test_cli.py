@@ -113,7 +113,8 @@ def test_broken_impls_are_findings_not_crashes(user_module: str, func: str, reas
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "eps_scale"],
      "eps_scale not a family of softmax"),
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
-    (["hunt", "--kernel", "noSuchKernel"], "--kernel noSuchKernel: no numpy kernel of that name"),
+    (["hunt", "--backend", "numpy", "--kernel", "noSuchKernel"],
+     "--kernel noSuchKernel: no numpy kernel of that name"),  # numpy: the default backend only without a GPU
 ])
 def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str], message: str) -> None:
     code, out, err = run(*argv)
