@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import os
 import secrets
 import signal
@@ -102,6 +103,16 @@ def _ignore_list(text: str) -> frozenset[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> None:
+    shape = p.add_argument_group(
+        "the widths your kernel accepts" + (" (fixtures of other widths are skipped)" if replay else ""))
+    shape.add_argument("--cols-multiple-of", type=_positive_int, default=1, metavar="K",
+                       help="every drawn width is a multiple of K (e.g. 4 for 16-byte float32 "
+                            "vectors); the ragged edges are counted in vectors of K")
+    shape.add_argument("--min-cols", type=_positive_int, metavar="N", help="narrowest row it takes")
+    shape.add_argument("--max-cols", type=_positive_int, metavar="N", help="widest row it takes")
+
+
 def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
     """What a user's kernel takes and promises: shared by hunt and replay."""
     g = p.add_argument_group("your kernel (with --impl)")
@@ -174,12 +185,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="hunt only the K-th of N deterministic slices of the (kernel, family) cells; "
                         "merge the N reports with normprops report merge")
     _add_kernel_flags(h)
-    shape = h.add_argument_group("the widths your kernel accepts")
-    shape.add_argument("--cols-multiple-of", type=_positive_int, default=1, metavar="K",
-                       help="every drawn width is a multiple of K (e.g. 4 for 16-byte float32 "
-                            "vectors); the ragged edges are counted in vectors of K")
-    shape.add_argument("--min-cols", type=_positive_int, metavar="N", help="narrowest row it takes")
-    shape.add_argument("--max-cols", type=_positive_int, metavar="N", help="widest row it takes")
+    _add_width_flags(h)
 
     r = sub.add_parser("replay", help="run stored regression fixtures against a function")
     r.add_argument("--op", choices=sorted(OPS), required=True)
@@ -189,6 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--policy", choices=POLICIES, default="default")
     r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
     _add_kernel_flags(r)
+    _add_width_flags(r, replay=True)
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
 
@@ -377,8 +384,13 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     status = "pass" if result.passed else "FAIL " + ",".join(result.properties)
     if result.interrupted and result.passed:
         status = "stopped"
-    line = (f"  {result.family:16s} {status:24s} {result.examples:6d} examples  worst err/tol "
-            f"{result.max_ratio:.3g}  {result.elapsed_s:.1f}s")
+    # A failing family's worst includes its findings (inf: an outright failure such as a
+    # non-finite output or a broken contract, which has no finite ratio).
+    worst = max([result.max_ratio, *(r for f in result.findings
+                                     for r in (f.verdict.ratio, f.worst_verdict.ratio)
+                                     if r is not None and not math.isnan(r))])
+    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} examples  worst err/tol "
+            f"{worst:.3g}  {result.elapsed_s:.1f}s")
     if note:
         line += f"  ({note})"
     return line
@@ -681,6 +693,7 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         return targets[dtype]
 
     target_for(args.dtype or "float32")  # a bad --framework or --device is a usage error now
+    widths = _constraints(args)
     paths = iter_fixtures(directory, op=args.op)
     report = Report("replay", settings={"op": args.op, "impl": args.impl,
                                         "fixtures_dir": str(directory), "policy": args.policy})
@@ -705,6 +718,13 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(f"unreadable {exc}", file=out)
                 continue
             dtype = args.dtype or fixture.dtype
+            outside = sorted({c.cols for c in fixture.cases() if not widths.allows(c.cols)})
+            if outside:
+                rows.append({"path": str(path), "outcome": "skipped",
+                             "reason": f"rows {outside[0]} wide, outside {widths.describe()}"})
+                print(f"skip {path.name}: its rows are {outside[0]} wide, outside the widths given "
+                      f"({widths.describe()})", file=out)
+                continue
             if not fixture.fits(dtype):
                 rows.append({"path": str(path), "outcome": "skipped",
                              "reason": f"{fixture.dtype} values, not exact in {dtype}"})

@@ -135,9 +135,10 @@ class _Verdicts:
 
 
 def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
-                 label: str) -> tuple[list[Verdict], float]:
+                 label: str, skip: frozenset[str] = frozenset()) -> tuple[list[Verdict], float]:
     """Judge one output against its reference. Returns the failures and the worst err/tol ratio
-    over judged elements (the quantity ``hypothesis.target`` maximizes)."""
+    over judged elements (the quantity ``hypothesis.target`` maximizes), leaving out the elements
+    of a property in ``skip``: a hunt neither reports nor steers toward what it does not judge."""
     v = _Verdicts(label, case.family)
     got = out.astype(np.float64)
     with np.errstate(all="ignore"):
@@ -166,7 +167,12 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
                 r, c = _worst(ratio, sel)
                 v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c], error=err[r, c],
                       tolerance=tol.tol[r, c], ratio=ratio[r, c])
-    worst_ratio = float(np.max(np.where(check, ratio, 0.0))) if check.any() else 0.0
+    counted = check
+    if "range_safety" in skip:
+        counted = counted & ~range_rows
+    if "accuracy" in skip:
+        counted = counted & range_rows
+    worst_ratio = float(np.max(np.where(counted, ratio, 0.0))) if counted.any() else 0.0
     if tol.ratio_tol is not None:
         _judge_ratios(got, ref, tol.ratio_tol, range_rows[:, 0], v)
 

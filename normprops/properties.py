@@ -232,7 +232,7 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
         return Evaluation(() if out.property in skip else (out,), math.inf)
     ref = reference(case, oracle=oracle)
     tol = tolerance(case, ref, model=target.error_model, policy=policy)
-    failures, worst = judge_output(case, out, ref, tol, label=target.label)
+    failures, worst = judge_output(case, out, ref, tol, label=target.label, skip=skip)
     if "exact_constant" in opt_in:
         found = judge_exact_constant(case, out, label=target.label)
         if found:

@@ -425,3 +425,18 @@ def test_findings_that_may_be_a_choice_come_with_the_flag_that_declares_it() -> 
         normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["huge"],
                                 cols_multiple_of=8, max_examples=10, seed=0)
     assert "--cols-multiple-of" not in str(caught.value) and "squares overflow" in str(caught.value)
+
+
+def test_replay_skips_fixtures_outside_the_widths_given(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    # Hunted before its widths were declared: a contract fixture at a width it refuses.
+    assert main(["hunt", "--op", "softmax", "--impl", "test_user_kernels:softmax_vec4",
+                 "--families", "ordinary", "--max-examples", "10", "--seed", "0"],
+                out=io.StringIO(), err=io.StringIO()) == 1
+    replay_argv = ["replay", "--op", "softmax", "--impl", "test_user_kernels:softmax_vec4"]
+    assert main(replay_argv, out=io.StringIO(), err=io.StringIO()) == 1
+    out = io.StringIO()
+    assert main([*replay_argv, "--cols-multiple-of", "4"], out=out, err=io.StringIO()) == 0
+    assert "wide, outside the widths given (cols a multiple of 4)" in out.getvalue()
