@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import math
 import platform
 from dataclasses import dataclass
@@ -36,7 +35,7 @@ from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import OPS, PROPERTIES
 from normprops.properties import evaluate
-from normprops.report import write_json_atomically
+from normprops.report import read_json_document, write_json_atomically
 from normprops.strategies import FAMILIES
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
@@ -250,15 +249,7 @@ def load_fixture(path: Path) -> Fixture:
     """Read one fixture. Raises :class:`~normprops.errors.FixtureError` naming the file and what
     is wrong with it (unreadable, not JSON, not a fixture, a missing or malformed part)."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FixtureError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
-    except ValueError as exc:
-        raise FixtureError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise FixtureError(f"{path}: not a normprops fixture (format {found!r}, expected {FORMAT!r})")
+    doc = read_json_document(path, format=FORMAT, kind="fixture", error=FixtureError)
     try:
         op = _text(doc, "op", OPS)
         family = _text(doc, "family", FAMILIES)

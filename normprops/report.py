@@ -320,19 +320,26 @@ def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
         raise
 
 
+def read_json_document(path: Path, *, format: str, kind: str,
+                       error: type[ValueError]) -> dict[str, Any]:
+    """The JSON object in ``path`` whose ``"format"`` is ``format``; otherwise ``error`` with one
+    line naming the file and what is wrong (unreadable, not JSON, not a normprops ``kind``)."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
+    except ValueError as exc:
+        raise error(f"{path}: not valid JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != format:
+        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise error(f"{path}: not a normprops {kind} (format {found!r}, expected {format!r})")
+    return doc
+
+
 def load_report(path: Path) -> dict[str, Any]:
     """A JSON report written by :meth:`Report.write`, its shape checked: ReportError otherwise."""
     path = Path(path)
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ReportError(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
-    except ValueError as exc:
-        raise ReportError(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise ReportError(f"{path}: not a normprops report (format {found!r}, expected "
-                          f"{REPORT_FORMAT!r})")
+    doc = read_json_document(path, format=REPORT_FORMAT, kind="report", error=ReportError)
     for key in ("results", "failures"):
         if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
             raise ReportError(f"{path}: '{key}' is missing or not a list of objects")
