@@ -5,7 +5,9 @@ arithmetic alone (memory access, launch details) must give 0 differing outputs; 
 code's deep-run results still describe the new one. Usage on the device (the old copy inside the
 repository, untracked, so that it travels there):
     git show COMMIT:normprops/cuda/prod.cu > old_prod.cu
-    python3 scripts/ab_bits.py --against old_prod.cu"""
+    python3 scripts/ab_bits.py --against old_prod.cu
+or, for a variant behind a macro of prod.cu (e.g. NP_STAGE_UNALIGNED):
+    python3 scripts/ab_bits.py --define NP_STAGE_UNALIGNED"""
 
 from __future__ import annotations
 
@@ -50,13 +52,18 @@ def _run(k: ProdKernel, x, res, g, b, shift: int):
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--against", required=True, help="path of the other prod.cu")
+    ap.add_argument("--against", help="path of the other prod.cu")
+    ap.add_argument("--define", action="append", default=[], metavar="MACRO",
+                    help="compare the packaged prod.cu with itself compiled with -DMACRO (repeatable)")
     args = ap.parse_args()
+    if bool(args.against) == bool(args.define):
+        ap.error("give --against PATH or --define MACRO")
+    other = (f"src={args.against}",) if args.against else tuple(args.define)
     rng = cupy.random.default_rng(0)
     cases = differing = 0
     for op, dtype, path in itertools.product(OPS, DTYPE_CODES, ("auto", "stream")):
         new = ProdKernel(op, dtype=dtype, path=path)
-        old = SweepKernel(op, dtype=dtype, path=path, defines=(f"src={args.against}",))
+        old = SweepKernel(op, dtype=dtype, path=path, defines=other)
         for cols, (family, (scale, offset)), shift in itertools.product(WIDTHS, FAMILIES.items(), (0, 1)):
             if path == "stream" and cols > 4100:
                 continue

@@ -1,7 +1,7 @@
 """Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
 for several elements-per-thread settings (which set threads per row). Usage on the device:
     python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
-        [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH]
+        [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH] [--widths 4097,5121]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
 float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another
 copy of prod.cu (an older commit's, for an A/B in one run). Each configuration is timed like
@@ -52,6 +52,8 @@ def main() -> int:
     ap.add_argument("--json")
     ap.add_argument("--ops", default="softmax,layernorm,rmsnorm,addrmsnorm")
     ap.add_argument("--variants", default="base")
+    ap.add_argument("--widths", default="1024,4096,16384",
+                    help="row widths (e.g. 4097,5121: rows that are not 16-byte aligned)")
     args = ap.parse_args()
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
@@ -59,7 +61,7 @@ def main() -> int:
     results = []
     for dtype in args.dtypes.split(","):
         itemsize = get_dtype(dtype).itemsize
-        for cols in (1024, 4096, 16384):
+        for cols in (int(w) for w in args.widths.split(",")):
             rows = (1 << 30) // itemsize // cols
             rng = cupy.random.default_rng(0)
             x = random_storage(rng, (rows, cols), dtype)

@@ -272,6 +272,25 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
 
 // --- the row in registers ------------------------------------------------------------------------
 
+#ifdef NP_STAGE_UNALIGNED
+// Experimental (off by default; scripts/sweep_prod.py --variants base,NP_STAGE_UNALIGNED measures
+// it, scripts/ab_bits.py --define NP_STAGE_UNALIGNED checks its bits). A launch whose rows cannot be
+// moved with 16-byte accesses (cols % W != 0, or an unaligned pointer) moves each vector j of a row
+// through shared memory instead of element by element: global memory then sees thread t touch
+// elements t, t + tpr, ... of the chunk (coalesced), while the element -> thread map, and so every
+// bit of the arithmetic, stays that of the vector path. One chunk is tpr vectors of 16 bytes; a
+// block holds at most 512 threads on the register path, so 8 KiB hold every row of a block.
+__device__ __forceinline__ unsigned char* stageBuffer() {
+    __shared__ __align__(16) unsigned char buf[512 * 16];
+    return buf;
+}
+// The threads of one row (whole warps) wait for each other: named barrier 1 + row of the block
+// (at most 8 rows per block; barrier 0 stays __syncthreads').
+__device__ __forceinline__ void rowBarrier() {
+    asm volatile("bar.sync %0, %1;" ::"r"(1 + threadIdx.y), "r"(blockDim.x) : "memory");
+}
+#endif
+
 // One thread's share of a row: kVecs vectors of W elements, element (j * tpr + t) * W + w. Column
 // indices are int: the register path holds at most 512 x 64 columns.
 //
@@ -333,17 +352,58 @@ struct Regs {
         const int c0 = first(j);
         if (kFast || (vec && c0 + Storage::W <= cols)) {
             Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
+#ifdef NP_STAGE_UNALIGNED
+        } else if (!vec) {  // the whole launch: every thread of the row comes here, for every j
+            Storage::unpackV(stagedVec(row, j, cols), dst);
+#pragma unroll
+            for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? dst[w] : fill;
+#endif
         } else {
 #pragma unroll
             for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? Storage::get(row + c0 + w) : fill;
         }
     }
+#ifdef NP_STAGE_UNALIGNED
+    // This thread's vector j of a row, read through shared memory (see stageBuffer); the elements
+    // past cols are left as they were in the buffer, for the caller to replace.
+    __device__ static typename Storage::V stagedVec(const typename Storage::T* __restrict__ row, int j,
+                                                    int cols) {
+        using T = typename Storage::T;
+        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+        T* s = reinterpret_cast<T*>(stageBuffer()) + threadIdx.y * tpr * Storage::W;
+        const int base = j * tpr * Storage::W;
+#pragma unroll
+        for (int k = 0; k < Storage::W; ++k) {
+            const int c = base + k * tpr + t;
+            if (c < cols) s[k * tpr + t] = row[c];
+        }
+        rowBarrier();
+        const typename Storage::V v = *reinterpret_cast<const typename Storage::V*>(s + t * Storage::W);
+        rowBarrier();  // the buffer is free for the next vector
+        return v;
+    }
+#endif
     template <bool kFast>
     __device__ static void storeVec(typename Storage::T* __restrict__ row, int j, int cols, bool vec,
                                     const float* src) {
         const int c0 = first(j);
         if (kFast || (vec && c0 + Storage::W <= cols)) {
             Storage::putVec(row + c0, src);
+#ifdef NP_STAGE_UNALIGNED
+        } else if (!vec) {  // the whole launch: every thread of the row comes here, for every j
+            using T = typename Storage::T;
+            const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+            T* s = reinterpret_cast<T*>(stageBuffer()) + threadIdx.y * tpr * Storage::W;
+            Storage::putVec(s + t * Storage::W, src);
+            rowBarrier();
+            const int base = j * tpr * Storage::W;
+#pragma unroll
+            for (int k = 0; k < Storage::W; ++k) {
+                const int c = base + k * tpr + t;
+                if (c < cols) row[c] = s[k * tpr + t];
+            }
+            rowBarrier();
+#endif
         } else {
 #pragma unroll
             for (int w = 0; w < Storage::W; ++w) if (c0 + w < cols) Storage::put(row + c0 + w, src[w]);
@@ -363,6 +423,18 @@ struct Regs {
                 if (kFast || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
                     const uint4 q = Storage::ldgV(row + c0);
                     w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
+#ifdef NP_STAGE_UNALIGNED
+                } else if (!vec) {  // every thread of the row, for every j
+                    const uint4 q = stagedVec(row, j, cols);
+                    const unsigned got[4] = {q.x, q.y, q.z, q.w};
+                    const unsigned pad = Storage::bits(fill);
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const unsigned a = c0 + 2 * i < cols ? (got[i] & 0xffffu) : pad;
+                        const unsigned b = c0 + 2 * i + 1 < cols ? (got[i] >> 16) : pad;
+                        w[j * 4 + i] = a | (b << 16);
+                    }
+#endif
                 } else {
                     const unsigned short pad = Storage::bits(fill);
 #pragma unroll
