@@ -15,6 +15,7 @@ message, not one per family).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -193,3 +194,7 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
         lines.append(f"replay: normprops replay --op {target['op']} --impl {impl} "
                      f"--fixtures-dir {kwargs.get('fixtures_dir')}")
     raise AssertionError("\n".join(lines))
+
+
+# help(), IDEs and inspect show hunt_kernel's keywords, which assert_robust takes as they are.
+assert_robust.__signature__ = inspect.signature(hunt_kernel)  # type: ignore[attr-defined]

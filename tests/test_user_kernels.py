@@ -440,3 +440,11 @@ def test_replay_skips_fixtures_outside_the_widths_given(tmp_path: Path,
     out = io.StringIO()
     assert main([*replay_argv, "--cols-multiple-of", "4"], out=out, err=io.StringIO()) == 0
     assert "wide, outside the widths given (cols a multiple of 4)" in out.getvalue()
+
+
+def test_assert_robust_shows_the_keywords_it_takes() -> None:
+    import inspect
+
+    params = inspect.signature(normprops.assert_robust).parameters
+    assert list(params) == list(inspect.signature(normprops.hunt_kernel).parameters)
+    assert params["op"].kind is inspect.Parameter.KEYWORD_ONLY
