@@ -22,6 +22,7 @@ from normprops.case import Case
 from normprops.hunt import Finding, HuntResult
 from normprops.judge import Verdict
 from normprops.ops import PROPERTIES
+from normprops.strategies import FAMILIES
 
 __all__ = ["REPORT_FORMAT", "Cell", "Report", "describe_case", "format_finding", "render_matrix",
            "matrix_legend", "cell_text", "cell_from_json", "load_report", "merge_reports",
@@ -169,13 +170,17 @@ class Cell:
 
 def render_matrix(cells: Iterable[Cell], *, sort: bool = False) -> str:
     """kernel x family, one table per group; kernels and families in first-seen order, or sorted
-    by name (``sort``: cells gathered from parallel workers come in no particular order)."""
+    (``sort``: cells gathered from parallel workers come in no particular order): groups and
+    kernels by name, families in the hunt's own order."""
     out: list[str] = []
     cells = list(cells)
     order = sorted if sort else list
+    rank = {f: i for i, f in enumerate(FAMILIES)}
     for group in order(dict.fromkeys(c.group for c in cells)):
         mine = [c for c in cells if c.group == group]
-        families = order(dict.fromkeys(c.family for c in mine))
+        families = list(dict.fromkeys(c.family for c in mine))
+        if sort:
+            families.sort(key=lambda f: (rank.get(f, len(rank)), f))
         kernels = order(dict.fromkeys(c.kernel for c in mine))
         grid = {(c.kernel, c.family): c.text for c in mine}
         width = {f: max(len(f), *(len(grid.get((k, f), "-")) for k in kernels)) for f in families}

@@ -141,3 +141,11 @@ def test_merge_draws_the_matrix(tmp_path: Path) -> None:
     code, _, err = run("report", "merge", str(tmp_path / "r.json"), "--png", str(tmp_path / "m.png"))
     assert code == 0, err
     assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_sorted_matrix_keeps_the_families_in_the_hunts_order() -> None:
+    from normprops.report import render_matrix
+
+    cells = [Cell("softmax (x)", "k", family, "pass") for family in ("tiny", "huge", "ordinary")]
+    header = render_matrix(cells, sort=True).splitlines()[1].split()
+    assert header == ["ordinary", "huge", "tiny"]
