@@ -185,9 +185,7 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
              f"{len(report.failures)} propert{'y' if len(report.failures) == 1 else 'ies'}:"]
     lines += [format_finding(f, indent="  ") for f in report.failures]
     lines += report.notes
-    constrained = any(kwargs.get(k) not in (None, 1) for k in ("cols_multiple_of", "min_cols", "max_cols"))
-    lines += hints(report.failures, op=target["op"], dtype=target["dtype"],
-                   arithmetic=kwargs.get("arithmetic", "float32"), constrained=constrained)
+    lines += hints(report.failures, target=target)
     if any(f.fixture for f in report.failures):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"

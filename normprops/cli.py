@@ -502,9 +502,7 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary()
         failed = [r for r, _ in report.results if not r.passed]
         findings = sum(len(r.findings) for r in failed)
-        for line in hints([f for r in failed for f in r.findings], op=target.op, dtype=target.dtype,
-                          arithmetic=target.error_model.arithmetic,
-                          constrained=target.constraints != ShapeConstraints()):
+        for line in hints([f for r in failed for f in r.findings], target=report.targets[0]):
             print(line, file=out)
         print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
               f"{'s' * (findings != 1)})." if failed

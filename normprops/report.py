@@ -18,7 +18,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from normprops.case import Case
+from normprops.case import Case, ShapeConstraints
 from normprops.hunt import Finding, HuntResult
 from normprops.judge import Verdict
 from normprops.ops import PROPERTIES
@@ -90,11 +90,13 @@ def _row_line(case: Case, r: int) -> str:
     return f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
 
 
-def hints(findings: Iterable[Finding], *, op: str, dtype: str, arithmetic: str = "float32",
-          constrained: bool = False) -> list[str]:
+def hints(findings: Iterable[Finding], *, target: dict[str, Any]) -> list[str]:
     """What a kernel author can do about these findings when they may be a choice rather than a bug:
-    one line per kind, each naming the flag that declares it."""
+    one line per kind, each naming the flag that declares it. ``target``: the report's description
+    of the kernel (:func:`normprops.api.target_json`)."""
     found = list(findings)
+    op, dtype, arithmetic = target["op"], target["dtype"], target["arithmetic"]
+    constrained = target["constraints"] != ShapeConstraints().to_json()
     out: list[str] = []
     if op in ("layernorm", "rmsnorm") and any(f.property == "range_safety" for f in found):
         out.append("hint: squares overflow float32 past |x| of about 1.8e19, so a norm that does "
