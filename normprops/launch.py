@@ -28,8 +28,8 @@ from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
            "target_from_callable", "target_from_cuda_source"]
 
-GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "torch-cuda", "cuda-user", "torch-compile", "liger",
-                          "quack"})
+GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "cuda-cluster", "torch-cuda", "cuda-user", "torch-compile",
+                          "liger", "quack"})
 GPU_STRESS_ROWS = 2048
 
 

@@ -16,6 +16,15 @@ from typing import Callable
 import numpy as np
 
 from normprops.case import ShapeConstraints
+from normprops.cuda.shape import (
+    CLUSTER_SIZES,
+    CLUSTER_TREE_DEPTH,
+    MAX_ROW_THREADS,
+    Shape,
+    elements_per_thread,
+    shape_for,
+)
+from normprops.dtypes import get_dtype
 from normprops.ops import FLOAT32_EPS, OPS, OpSpec, get_op
 
 __all__ = [
@@ -55,9 +64,11 @@ class ErrorModel:
 
     threads: int = 32
     tree_depth: int | None = None
-    # Threads that grow with the row (normprops/cuda/prod.cu): a power of two from 32 up to ``threads``,
-    # the fewest that hold at most ``per_thread`` elements each. None: always ``threads``.
+    # Threads that grow with the row (normprops/cuda/prod.cu): the register path's launch shape for
+    # at most ``per_thread`` elements per thread in 16-byte vectors of ``vector_width`` elements
+    # (normprops.cuda.shape), the streaming path's ``threads`` beyond it. None: always ``threads``.
     per_thread: int | None = None
+    vector_width: int = 4
     rho: float = 6.0
     c_x: float = 3.5
     # Flush-to-zero arithmetic: subnormal operands and results may become 0. A kernel declares it
@@ -86,11 +97,20 @@ class ErrorModel:
         """u of the arithmetic: 2^-24 for float32, 2^-8 for bfloat16."""
         return 2.0**-24 if self.arithmetic == "float32" else 2.0**-8
 
+    def _shape(self, cols: int) -> Shape:
+        shape = shape_for(max(cols, 1), vector_width=self.vector_width, per_thread=self.per_thread)
+        return shape if shape.vpt else Shape(0, self.threads, 1)
+
     def threads_for(self, cols: int) -> int:
         if self.per_thread is None:
             return self.threads
-        wanted = max(1, math.ceil(cols / self.per_thread))
-        return min(self.threads, max(32, 1 << (wanted - 1).bit_length()))
+        return self._shape(cols).tpr
+
+    def per_thread_for(self, cols: int) -> int:
+        """The most elements one thread adds in turn."""
+        if self.per_thread is None:
+            return math.ceil(cols / self.threads)
+        return elements_per_thread(max(cols, 1), self._shape(cols), vector_width=self.vector_width)
 
     def depth_of_tree(self, threads: int) -> int:
         if self.tree_depth is not None:
@@ -100,8 +120,7 @@ class ErrorModel:
     def k(self, cols: int) -> int:
         if self.reduction == "tree":
             return max(1, math.ceil(math.log2(max(cols, 1))) + TREE_LEAF_DEPTH)
-        t = self.threads_for(cols)
-        return max(1, math.ceil(cols / t) - 1 + self.depth_of_tree(t))
+        return max(1, self.per_thread_for(cols) - 1 + self.depth_of_tree(self.threads_for(cols)))
 
 
 #: A kernel we did not write (a user's function, PyTorch's): T = 32 and the looser softmax
@@ -208,6 +227,8 @@ BACKEND_MODULES = {
     "numpy": "normprops.backends.numpy_kernels",
     "cuda": "normprops.cuda.textbook",
     "cuda-prod": "normprops.cuda.prod",
+    # prod.cu's cluster path, forced at every width (it needs thread-block clusters: sm_90 and later)
+    "cuda-cluster": "normprops.cuda.prod",
     "torch-cuda": "normprops.backends.torch_kernels",
     "torch-cpu": "normprops.backends.torch_kernels",
 }
@@ -287,8 +308,9 @@ _TORCH_KERNELS = tuple(
 )
 
 # The production kernels of prod.cu: range-safe, so the norms claim 'huge' too. Threads
-# per row grow with the row (prod_layout's 32 or 64 elements per thread at most, 1024 threads at
-# most); the forced streaming variants always use 1024 threads. Their softmax constants allow the
+# per row grow with the row (prod_layout's 32 or 64 elements per thread at most, 512 threads at
+# most on the register path, 1024 streaming, normprops.cuda.shape); the forced streaming variants
+# always use 1024 threads, the forced cluster ones 8 blocks of 512. Their softmax constants allow the
 # online rescaling of the streaming path (rho 6); expf is CUDA's faithful one (c_x 1) in float32,
 # while the 16-bit softmax takes ex2.approx (fast-math c_x 3.5; prod.cu's expOf says why that is
 # still far below the output's rounding).
@@ -328,6 +350,8 @@ PROD_VARIANTS: dict[str, tuple[str, str, str]] = {
     **{f"{base}Stream": (op, "float32", "stream")
        for base, op in (("softmax", "softmax"), ("layerNorm", "layernorm"), ("rmsNorm", "rmsnorm"),
                         ("addRmsNorm", "addrmsnorm"))},
+    "softmaxCluster": ("softmax", "float32", "cluster"),
+    "softmaxClusterBf16": ("softmax", "bfloat16", "cluster"),
     "rmsNormBf16Acc": ("rmsnormbf16acc", "bfloat16", "auto"),
 }
 
@@ -341,13 +365,24 @@ def _prod(name: str) -> KernelSpec:
         claims = claims - {"huge"}
     touches = 4 if op == "addrmsnorm" else 2
     summary = _PROD_SUMMARY.get(op, "")
+    width = 16 // get_dtype(dtype).itemsize
     if path == "stream":
         summary = "streaming path forced: online statistics in pass 1, read again and write in pass 2"
-    model = PROD_STREAM if path == "stream" else replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0])
+        model = PROD_STREAM
+    elif path == "cluster":
+        summary = ("cluster path forced: the row in the registers of 8 blocks of 512 threads, "
+                   "online statistics per block merged through distributed shared memory")
+        # A thread adds at most ceil(cols / 4096) + W - 1 elements (whole vectors of W), then a
+        # tree 9 levels deep in its block and 3 across the cluster.
+        model = ErrorModel(threads=CLUSTER_SIZES[-1] * MAX_ROW_THREADS,
+                           tree_depth=CLUSTER_TREE_DEPTH + width - 1, rho=6.0, c_x=1.0)
+    else:
+        model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width)
     if op == "softmax" and dtype != "float32":
         # ex2.approx.ftz.f32 (prod.cu's expOf): a fast exp that flushes subnormal results.
         model = replace(model, c_x=FAST_EXP_C_X, ftz=True)
-    return KernelSpec(name, user_op, "cuda-prod", f"{BACKEND_MODULES['cuda-prod']}:{name}", touches,
+    backend = "cuda-cluster" if path == "cluster" else "cuda-prod"
+    return KernelSpec(name, user_op, backend, f"{BACKEND_MODULES[backend]}:{name}", touches,
                       model, claims,
                       f"{summary} ({dtype})", dtype=dtype, bench=path == "auto")
 
@@ -489,10 +524,16 @@ def backend_status(backend: str) -> tuple[bool, str]:
     """Whether ``backend`` can run here, and why not when it cannot."""
     if backend == "numpy":
         return True, f"numpy {np.__version__}"
-    if backend in ("cuda", "cuda-prod"):
+    if backend in ("cuda", "cuda-prod", "cuda-cluster"):
         from normprops.cuda.build import cuda_status
 
-        return cuda_status()
+        ok, why = cuda_status()
+        if ok and backend == "cuda-cluster":
+            from normprops.cuda.prod import clusters_supported
+
+            if not clusters_supported():
+                return False, f"{why}: thread-block clusters need compute capability 9.0 or later"
+        return ok, why
     if backend in ("torch-cuda", "torch-cpu"):
         from normprops.backends.torch_kernels import torch_status
 

@@ -9,8 +9,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from normprops.cuda.prod import PACKED_VPTS, VPTS, Shape, entry_point, launch_shape, split_exact
+from normprops.cuda.shape import CLUSTER_SIZES, CLUSTER_VPT, cluster_shape, elements_per_thread, shape_for
 from normprops.oracles import reference, tolerance
 from normprops.specs import FAST_EXP_C_X, KERNELS, PROD_BLOCK, PROD_VARIANTS, prod_layout
 from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
@@ -21,14 +24,16 @@ F32 = np.float32
 @pytest.mark.parametrize("cols, dtype, shape", [
     (1, "float32", Shape(1, 32, 8)),
     (1024, "float32", Shape(8, 32, 8)),      # a warp per row, 32 floats per thread
-    (1025, "float32", Shape(8, 64, 4)),
+    (1025, "float32", Shape(2, 160, 1)),     # 257 vectors: 320 slots, where 64 x 8 would leave half empty
     (4096, "float32", Shape(8, 128, 2)),
     (8192, "float32", Shape(8, 256, 1)),     # the decode shape: one 256-thread block per row
     (16384, "float32", Shape(8, 512, 1)),
-    (32768, "float32", Shape(8, 1024, 1)),
-    (32769, "float32", Shape(0, 1024, 1)),   # beyond the registers: streaming
+    (16385, "float32", Shape(0, 1024, 1)),   # beyond 512 threads of 32: streaming
     (1024, "bfloat16", Shape(4, 32, 8)),
     (16384, "bfloat16", Shape(4, 512, 1)),
+    (2880, "bfloat16", Shape(4, 96, 2)),     # hidden sizes that are not a power of two: whole warps,
+    (5120, "bfloat16", Shape(4, 160, 1)),    # not a power of two of them, every vector slot used
+    (7168, "bfloat16", Shape(4, 224, 1)),
     (3, "float16", Shape(1, 32, 8)),
 ])
 def test_launch_shape(cols: int, dtype: str, shape: Shape) -> None:
@@ -57,13 +62,46 @@ def test_error_models_follow_the_layout_and_the_exp(name: str, per_thread: int, 
         assert spec.error_model.threads_for(cols) == shape.tpr
 
 
+@given(cols=st.integers(1, 40000), width=st.sampled_from([4, 8]), per_thread=st.sampled_from([16, 32, 64]))
+def test_every_shape_covers_its_row_in_whole_warps(cols: int, width: int, per_thread: int) -> None:
+    """Any width: the register path's threads are whole warps (at most 512), hold at most
+    per_thread elements each and cover the row, and the error bound's depth follows the shape;
+    a row one warp can hold gets one warp."""
+    shape = shape_for(cols, vector_width=width, per_thread=per_thread)
+    vecs = -(-cols // width)
+    vpt_max = min(VPTS[-1], per_thread // width)
+    if shape.vpt == 0:
+        assert vecs > 512 * vpt_max  # nothing on the register path could hold it
+        return
+    assert shape.tpr % 32 == 0 and shape.tpr <= 512 and shape.vpt * width <= per_thread
+    assert shape.vpt * shape.tpr >= vecs
+    assert shape.rpb == max(1, 256 // shape.tpr)
+    if vecs <= 32 * vpt_max:
+        assert shape.tpr == 32
+    held = elements_per_thread(cols, shape, vector_width=width)
+    assert held <= per_thread and held * shape.tpr >= cols
+
+
+@given(cols=st.integers(1, 300000), width=st.sampled_from([4, 8]))
+def test_cluster_shape_takes_the_fewest_blocks_that_hold_the_row(cols: int, width: int) -> None:
+    shape = cluster_shape(cols, vector_width=width)
+    capacity = 512 * CLUSTER_VPT * width  # columns one block holds
+    if shape is None:
+        assert cols > CLUSTER_SIZES[-1] * capacity
+        return
+    assert shape.cluster in CLUSTER_SIZES and shape.tpr == 512 and shape.grid(3) == (3 * shape.cluster, 1, 1)
+    assert shape.cluster * capacity >= cols
+    smaller = CLUSTER_SIZES[: CLUSTER_SIZES.index(shape.cluster)]
+    assert all(n * capacity < cols for n in smaller)  # the fewest blocks that hold the row
+
+
 def test_launch_shape_rejects_empty_rows() -> None:
     with pytest.raises(ValueError, match="cols must be at least 1"):
         launch_shape(0, dtype="float32")
 
 
 def test_kept_bad_kernel_rejects_rows_wider_than_its_registers() -> None:
-    """rmsnormbf16acc has no streaming entry point: a row past 1024 x 32 columns is a clear
+    """rmsnormbf16acc has no streaming entry point: a row past 512 x 32 columns is a clear
     ValueError (it was a driver error, 'named symbol not found', found by compute-sanitizer)."""
     from normprops.cuda.prod import ProdKernel
 
@@ -75,6 +113,9 @@ def test_error_model_depth_follows_threads_per_row() -> None:
     assert PROD_BLOCK.k(1024) == 1024 // 32 - 1 + 5
     assert PROD_BLOCK.k(16384) == 16384 // 512 - 1 + 9
     assert PROD_BLOCK.k(100_000) == -(-100_000 // 1024) - 1 + 10
+    bf16 = next(k for k in KERNELS if k.name == "softmaxFastBf16").error_model
+    assert bf16.k(2880) == 4 * 8 - 1 + 7  # 96 threads of 4 vectors: 3 warps, a 2-step tree over them
+    assert bf16.k(33) == 8 - 1 + 5  # thread 0 adds a whole vector of 8 before the warp's tree
 
 
 def test_to_dtype_rounds_to_nearest_even_and_saturates() -> None:
@@ -126,8 +167,10 @@ def test_split_is_exact(dtype: str) -> None:
 
 
 def test_registry_has_every_variant_and_the_kept_bad_one() -> None:
-    prod = {k.name: k for k in KERNELS if k.backend == "cuda-prod"}
+    prod = {k.name: k for k in KERNELS if k.backend in ("cuda-prod", "cuda-cluster")}
     assert set(prod) == set(PROD_VARIANTS)
+    assert {k.name for k in KERNELS if k.backend == "cuda-cluster"} == {
+        name for name, (_, _, path) in PROD_VARIANTS.items() if path == "cluster"}
     assert prod["rmsNormBf16Acc"].bug is not None and prod["rmsNormBf16Acc"].dtype == "bfloat16"
     assert "huge" in prod["rmsNormFast"].claims and "huge" in prod["layerNormFastBf16"].claims
     assert "huge" not in prod["rmsNormFastF16"].claims
@@ -185,20 +228,48 @@ def test_misaligned_rows_give_the_same_bits(op: str, cols: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
-@pytest.mark.parametrize("cols", [70_001, 100_000])
-def test_streaming_path_for_wide_rows(op: str, cols: int) -> None:
+@pytest.mark.parametrize("cols, blocks", [(20_000, 2), (40_000, 3), (70_001, 5), (100_000, 8), (140_000, 0)])
+def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int) -> None:
+    """Rows past one block's registers: the norms stream; softmax takes the fewest cluster blocks
+    that hold the row on sm_90 and later (0: too wide for 8, it streams)."""
     import cupy
 
     from normprops.cuda import prod
 
     name = {"softmax": "softmaxFast", "layernorm": "layerNormFast", "rmsnorm": "rmsNormFast",
             "addrmsnorm": "addRmsNormFast"}[op]
-    assert prod.ProdKernel(op, dtype="float32").shape(cols).vpt == 0
+    shape = prod.ProdKernel(op, dtype="float32").shape(cols)
+    if op == "softmax" and blocks and prod.clusters_supported():
+        assert shape.cluster == blocks and shape.vpt == 8
+    else:
+        assert shape.vpt == 0 and shape.cluster == 1
     x, g, b = (cupy.asnumpy(a) for a in _device_args(op, cupy, 3, cols))
     args = {"softmax": (), "layernorm": (g, b, 1e-5)}.get(op, (g, 1e-5))
     got = getattr(prod, name)(x, *args)
     want = _reference_rows("rmsnorm" if op == "addrmsnorm" else op, x, g, b)
     assert np.max(np.abs(got - want)) < 1e-4 * max(1.0, np.max(np.abs(want)))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [40_000, 70_001, 128_256, 151_936])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cluster_path_for_vocabulary_rows(cols: int, dtype: str) -> None:
+    """16-bit softmax over vocabulary-wide rows (2, 3, 4 and 5 cluster blocks): every element within
+    its storage rounding of the float64 softmax (float16's subnormal spacing below), and each row's
+    bits independent of the batch."""
+    from normprops.cuda import prod
+
+    if not prod.clusters_supported():
+        pytest.skip("thread-block clusters need compute capability 9.0 or later")
+    rng = np.random.default_rng(cols)
+    x = to_dtype((rng.standard_normal((3, cols)) * 4).astype(np.float32), dtype)
+    x[1, : cols // 2] = -np.inf  # half a row masked: some blocks see only -inf
+    fn = getattr(prod, "softmaxFastBf16" if dtype == "bfloat16" else "softmaxFastF16")
+    got = fn(x)
+    want = _reference_rows("softmax", x)
+    unit = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
+    assert np.all(np.abs(got - want) <= 2 * unit * want + 2.0**-24)
+    assert np.array_equal(fn(x[2:]).view(np.uint32), got[2:].view(np.uint32))
 
 
 @pytest.mark.gpu
@@ -309,12 +380,14 @@ def test_device_launch_checks_its_arrays() -> None:
 def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:
     """The launcher asks for exactly the kernels prod.cu defines, each name greppable there."""
     source = (Path(__file__).parents[1] / "normprops" / "cuda" / "prod.cu").read_text()
-    defined = set(re.findall(r"^NP_[A-Z0-9]+\((\w+),", source, flags=re.M))
+    defined = set(re.findall(r"^NP_[A-Z0-9_]+\((\w+),", source, flags=re.M))
     wanted = {entry_point(op, dtype, vpt, packed=packed)
               for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
               for dtype in ("float32", "bfloat16", "float16")
               for vpt in (0, *VPTS)
               for packed in ((False, True) if dtype != "float32" and vpt in PACKED_VPTS else (False,))}
     wanted |= {entry_point("rmsnormbf16acc", "bfloat16", vpt, packed=False) for vpt in VPTS}
+    wanted |= {entry_point("softmax", dtype, CLUSTER_VPT, packed=dtype != "float32", cluster=n)
+               for dtype in ("float32", "bfloat16", "float16") for n in CLUSTER_SIZES}
     assert defined == wanted, (sorted(wanted - defined), sorted(defined - wanted))
     assert "##" not in source  # no token pasting: every name appears as it is looked up

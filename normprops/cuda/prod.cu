@@ -2,10 +2,11 @@
 // at the memory-bandwidth floor and to be right for any finite row. Storage is float32, bfloat16 or
 // float16; all arithmetic is float32. The textbook kernels stay in kernels.cu.
 //
-// Launch shape (normprops/backends/prod_kernels.py picks it from cols and the storage type):
-//   block = (tpr, rpb): tpr threads per row (32, 64, ..., 1024), rpb = max(1, 256 / tpr) rows per
-//   block; grid.x = ceil(rows / rpb). Row r = blockIdx.x * rpb + threadIdx.y; the threads of a row
-//   are whole warps, so warp shuffles never mix rows.
+// Launch shape (normprops/cuda/shape.py picks it from cols and the storage type alone):
+//   block = (tpr, rpb): tpr threads per row (a multiple of 32: up to 512 on the register path, 1024
+//   on the streaming path), rpb = max(1, 256 / tpr) rows per block; grid.x = ceil(rows / rpb).
+//   Row r = blockIdx.x * rpb + threadIdx.y; the threads of a row are whole warps, so warp shuffles
+//   never mix rows.
 //
 // Register path (template kVecs = 1, 2, 4 or 8; cols <= tpr * kVecs * W): the row is read once into
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
@@ -29,8 +30,8 @@
 //
 // Reductions: each thread folds its own elements in order; a warp folds its 32 partials with a
 // __shfl_xor_sync butterfly (every merge below is commutative bit for bit, so all lanes agree); the
-// warp totals of a row go through shared memory and a log2(warps)-step butterfly. Error depth:
-// ceil(cols / tpr) - 1 + log2(tpr) additions.
+// warp totals of a row go through shared memory and a ceil(log2(warps))-step butterfly. Error depth:
+// the elements a thread holds - 1 + ceil(log2(tpr)) additions.
 //
 // Size_t offsets: rows x cols beyond 2^31 elements work; grid.x allows 2^31 - 1 blocks.
 // NVRTC has no <math.h> macros and no cuda_fp16.h here: infinities are spelled as bit patterns, and
@@ -260,45 +261,50 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
     const int lane = threadIdx.x & 31;
     if (lane == 0) slots[threadIdx.y * warps + (threadIdx.x >> 5)] = v;
     __syncthreads();
-    // Every aligned group of `warps` lanes reads the row's warp totals in order and folds them with
-    // the same log2(warps)-step butterfly, so every lane ends with the same total.
-    typename Op::T t = slots[threadIdx.y * warps + (lane & (warps - 1))];
+    // Every aligned group of p lanes (p: warps rounded up to a power of two) reads the row's warp
+    // totals in order, the identity past the last, and folds them with the same log2(p)-step
+    // butterfly, so every lane ends with the same total. Rows of a power-of-two number of warps have
+    // no padding.
+    const int p = warps & (warps - 1) ? 1 << (32 - __clz(warps)) : warps;
+    const int i = lane & (p - 1);
+    typename Op::T t = i < warps ? slots[threadIdx.y * warps + i] : Op::identity();
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) {
-        if (o < warps) t = Op::merge(t, Op::shfl(t, o));
+        if (o < p) t = Op::merge(t, Op::shfl(t, o));
     }
     return t;
 }
 
 // --- the row in registers ------------------------------------------------------------------------
 
-#ifdef NP_STAGE_UNALIGNED
-// Experimental (off by default; scripts/sweep_prod.py --variants base,NP_STAGE_UNALIGNED measures
-// it, scripts/ab_bits.py --define NP_STAGE_UNALIGNED checks its bits). A launch whose rows cannot be
-// moved with 16-byte accesses (cols % W != 0, or an unaligned pointer) moves each vector j of a row
-// through shared memory instead of element by element: global memory then sees thread t touch
-// elements t, t + tpr, ... of the chunk (coalesced), while the element -> thread map, and so every
-// bit of the arithmetic, stays that of the vector path. One chunk is tpr vectors of 16 bytes; a
-// block holds at most 512 threads on the register path, so 8 KiB hold every row of a block.
-__device__ __forceinline__ unsigned char* stageBuffer() {
-    __shared__ __align__(16) unsigned char buf[512 * 16];
-    return buf;
+// The threads that share a row: the tpr threads of this block's row (the register path), or, on the
+// cluster path, the kCtas x tpr threads of a thread-block cluster (thread rank * tpr + t).
+struct BlockTeam {
+    __device__ static int size() { return static_cast<int>(blockDim.x); }
+    __device__ static int rank() { return static_cast<int>(threadIdx.x); }
+};
+__device__ __forceinline__ unsigned clusterRank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
 }
-// The threads of one row (whole warps) wait for each other: named barrier 1 + row of the block
-// (at most 8 rows per block; barrier 0 stays __syncthreads').
-__device__ __forceinline__ void rowBarrier() {
-    asm volatile("bar.sync %0, %1;" ::"r"(1 + threadIdx.y), "r"(blockDim.x) : "memory");
-}
-#endif
+template <int kCtas>
+struct ClusterTeam {
+    __device__ static int size() { return kCtas * static_cast<int>(blockDim.x); }
+    __device__ static int rank() {
+        return static_cast<int>(clusterRank()) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+    }
+};
 
-// One thread's share of a row: kVecs vectors of W elements, element (j * tpr + t) * W + w. Column
-// indices are int: the register path holds at most 512 x 64 columns.
+// One thread's share of a row: kVecs vectors of W elements, element (j * T + t) * W + w for the
+// team's T threads (Team: BlockTeam, T = tpr, or ClusterTeam). Column indices are int: a team holds
+// at most 8 x 512 x 64 columns.
 //
 // Storage: kPacked = false keeps every element as a float (converted once, at load, and writable);
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
 // element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
-template <class Storage, int kVecs, bool kPacked = false>
+template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam>
 struct Regs {
     static constexpr int N = kVecs * Storage::W;
     static constexpr bool kMutable = !kPacked;
@@ -330,9 +336,7 @@ struct Regs {
         }
     }
 
-    __device__ static int first(int j) {
-        return (j * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x)) * Storage::W;
-    }
+    __device__ static int first(int j) { return (j * Team::size() + Team::rank()) * Storage::W; }
     // Whether every element this thread holds is in the row (all threads but the ragged edge's).
     __device__ static bool full(int cols) { return first(kVecs - 1) + Storage::W <= cols; }
     // Whether this thread moves its vectors with plain 16-byte accesses: all of them in the row, and
@@ -352,58 +356,17 @@ struct Regs {
         const int c0 = first(j);
         if (kFast || (vec && c0 + Storage::W <= cols)) {
             Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
-#ifdef NP_STAGE_UNALIGNED
-        } else if (!vec) {  // the whole launch: every thread of the row comes here, for every j
-            Storage::unpackV(stagedVec(row, j, cols), dst);
-#pragma unroll
-            for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? dst[w] : fill;
-#endif
         } else {
 #pragma unroll
             for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? Storage::get(row + c0 + w) : fill;
         }
     }
-#ifdef NP_STAGE_UNALIGNED
-    // This thread's vector j of a row, read through shared memory (see stageBuffer); the elements
-    // past cols are left as they were in the buffer, for the caller to replace.
-    __device__ static typename Storage::V stagedVec(const typename Storage::T* __restrict__ row, int j,
-                                                    int cols) {
-        using T = typename Storage::T;
-        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
-        T* s = reinterpret_cast<T*>(stageBuffer()) + threadIdx.y * tpr * Storage::W;
-        const int base = j * tpr * Storage::W;
-#pragma unroll
-        for (int k = 0; k < Storage::W; ++k) {
-            const int c = base + k * tpr + t;
-            if (c < cols) s[k * tpr + t] = row[c];
-        }
-        rowBarrier();
-        const typename Storage::V v = *reinterpret_cast<const typename Storage::V*>(s + t * Storage::W);
-        rowBarrier();  // the buffer is free for the next vector
-        return v;
-    }
-#endif
     template <bool kFast>
     __device__ static void storeVec(typename Storage::T* __restrict__ row, int j, int cols, bool vec,
                                     const float* src) {
         const int c0 = first(j);
         if (kFast || (vec && c0 + Storage::W <= cols)) {
             Storage::putVec(row + c0, src);
-#ifdef NP_STAGE_UNALIGNED
-        } else if (!vec) {  // the whole launch: every thread of the row comes here, for every j
-            using T = typename Storage::T;
-            const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
-            T* s = reinterpret_cast<T*>(stageBuffer()) + threadIdx.y * tpr * Storage::W;
-            Storage::putVec(s + t * Storage::W, src);
-            rowBarrier();
-            const int base = j * tpr * Storage::W;
-#pragma unroll
-            for (int k = 0; k < Storage::W; ++k) {
-                const int c = base + k * tpr + t;
-                if (c < cols) row[c] = s[k * tpr + t];
-            }
-            rowBarrier();
-#endif
         } else {
 #pragma unroll
             for (int w = 0; w < Storage::W; ++w) if (c0 + w < cols) Storage::put(row + c0 + w, src[w]);
@@ -423,18 +386,6 @@ struct Regs {
                 if (kFast || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
                     const uint4 q = Storage::ldgV(row + c0);
                     w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
-#ifdef NP_STAGE_UNALIGNED
-                } else if (!vec) {  // every thread of the row, for every j
-                    const uint4 q = stagedVec(row, j, cols);
-                    const unsigned got[4] = {q.x, q.y, q.z, q.w};
-                    const unsigned pad = Storage::bits(fill);
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const unsigned a = c0 + 2 * i < cols ? (got[i] & 0xffffu) : pad;
-                        const unsigned b = c0 + 2 * i + 1 < cols ? (got[i] >> 16) : pad;
-                        w[j * 4 + i] = a | (b << 16);
-                    }
-#endif
                 } else {
                     const unsigned short pad = Storage::bits(fill);
 #pragma unroll
@@ -468,6 +419,12 @@ struct Regs {
             for (int i = 0; i < N; ++i) f(i, valid(i, cols));
         }
     }
+};
+
+// A compile-time bool passed to a generic lambda (no <type_traits> under NVRTC).
+template <bool B>
+struct Flag {
+    static constexpr bool value = B;
 };
 
 __device__ __forceinline__ bool aligned16(const void* p) {
@@ -737,26 +694,42 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
         // above the store before it (same pointer), so the loads are issued kChunk vectors of x and
         // res at a time first: 2 kChunk 16-byte loads in flight per thread instead of two.
         constexpr int kChunk = kVecs < 4 ? kVecs : 4;
-        if (Share::fast(static_cast<int>(cols), vec)) {
+        // kTail: a thread of an aligned row some of whose vectors lie wholly past its end (cols % W
+        // == 0, so none lies across it): those are skipped, and hold 0 as the padding does. Without
+        // it such threads took the copy below, one round trip per vector, and 2880 bfloat16 columns
+        // (a quarter of the threads) ran at 66% of memcpy.
+        const auto chunks = [&](auto tail) {
+            constexpr bool kTail = decltype(tail)::value;
 #pragma unroll
             for (int j0 = 0; j0 < kVecs; j0 += kChunk) {
                 typename Storage::V xq[kChunk], rq[kChunk];
 #pragma unroll
                 for (int k = 0; k < kChunk; ++k) {
-                    xq[k] = Storage::ldgV(x + Share::first(j0 + k));
-                    rq[k] = Storage::loadV(res + Share::first(j0 + k));
+                    const int c0 = Share::first(j0 + k);
+                    if (!kTail || c0 < static_cast<int>(cols)) {
+                        xq[k] = Storage::ldgV(x + c0);
+                        rq[k] = Storage::loadV(res + c0);
+                    } else {
+                        xq[k] = rq[k] = typename Storage::V{};
+                    }
                 }
 #pragma unroll
                 for (int k = 0; k < kChunk; ++k) {
+                    const int c0 = Share::first(j0 + k);
                     float h[Storage::W], xv[Storage::W];
                     Storage::unpackV(xq[k], xv);
                     Storage::unpackV(rq[k], h);
 #pragma unroll
                     for (int w = 0; w < Storage::W; ++w) h[w] = Storage::round(xv[w] + h[w]);
-                    Storage::putVec(res + Share::first(j0 + k), h);
+                    if (!kTail || c0 < static_cast<int>(cols)) Storage::putVec(res + c0, h);
                     r.setVec(j0 + k, h);
                 }
             }
+        };
+        if (Share::fast(static_cast<int>(cols), vec)) {
+            chunks(Flag<false>{});
+        } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
+            chunks(Flag<true>{});
         } else {  // ragged or misaligned: the same sums element by element where needed
 #pragma unroll
             for (int j = 0; j < kVecs; ++j) {
@@ -880,6 +853,86 @@ __device__ void rmsNormStream(const typename Storage::T* __restrict__ in, typena
         Storage::put(o + c, Storage::get(row + c) * nf.a * nf.b * Storage::get(gamma + c));
     }
 }
+
+// --- cluster path (softmax over rows too wide for one block's registers; sm_90 and later) ---------
+
+#if __CUDA_ARCH__ >= 900
+// A thread-block cluster of kCtas blocks (2 to 8) of 512 threads holds one row in registers (the
+// register path's layout over kCtas x 512 threads, see ClusterTeam), so a vocabulary-wide row is read
+// once and written once by kCtas SMs at a time instead of streamed twice by one. Each block reduces
+// its share to online statistics (m_b, s_b = sum of exp(x - m_b)); the kCtas pairs meet through
+// distributed shared memory: each block publishes its pair in its own shared memory, one cluster
+// barrier makes them visible, and every thread reads them in rank order and merges them in the same
+// log2(kCtas)-level tree (Online::merge), so every thread of the cluster holds the same (m, s).
+__device__ __forceinline__ void clusterSync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void clusterArrive() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void clusterWait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+// *p in the shared memory of the cluster's block `rank`.
+__device__ __forceinline__ float loadFromBlock(const float* p, unsigned rank) {
+    const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    float v;
+    asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
+    return v;
+}
+
+// The row's softmax over a cluster: grid.x = rows x kCtas, block (512, 1), cluster r of the grid is
+// row r. Each element's output is the register path's, expf(x - m) / s with the row's max m; only s
+// is summed differently (per block, then rescaled: the online constant rho of the error model).
+template <class Storage, int kVecs, bool kPacked, int kCtas>
+__device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
+                               size_t rows, size_t cols) {
+    using Share = Regs<Storage, kVecs, kPacked, ClusterTeam<kCtas>>;
+    __shared__ Scratch scratch[2];
+    __shared__ float published[2];  // this block's (m_b, s_b), read by every block of the cluster
+    const size_t row = blockIdx.x / kCtas;  // < rows: the grid has exactly rows clusters
+    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
+    Share r;
+    r.load(in + row * cols, cols, vec, negInf());
+    float mb = negInf();
+#pragma unroll
+    for (int i = 0; i < r.N; ++i) mb = fmaxf(mb, r.template at<0>(i));
+    mb = rowReduce<Max>(mb, scratch[0]);
+    // A block that holds only -inf (padding, or a masked stretch) sums exp(x - 0) = 0, NaN kept.
+    const float shift = mb == negInf() ? 0.0f : mb;
+    float sb = 0.0f;
+#pragma unroll
+    for (int i = 0; i < r.N; ++i) sb += expOf<Storage::kFastExp>(r.template at<1>(i) - shift);
+    sb = rowReduce<Sum>(sb, scratch[1]);
+    if (threadIdx.x == 0) {
+        published[0] = mb;
+        published[1] = sb;
+    }
+    clusterSync();
+    Online::T t[kCtas];
+#pragma unroll
+    for (int b = 0; b < kCtas; ++b) t[b] = {loadFromBlock(&published[0], b), loadFromBlock(&published[1], b)};
+    clusterArrive();  // this block has read every pair; the writes below overlap the barrier
+#pragma unroll
+    for (int step = 1; step < kCtas; step *= 2) {
+#pragma unroll
+        for (int b = 0; b + step < kCtas; b += 2 * step) t[b] = Online::merge(t[b], t[b + step]);
+    }
+    const float m = t[0].m, inv = 1.0f / t[0].s;
+    typename Storage::T* o = out + row * cols;
+    const int c = static_cast<int>(cols);
+    const bool fast = Share::fast(c, vec);
+#pragma unroll
+    for (int j = 0; j < kVecs; ++j) {
+        float v[Storage::W];
+#pragma unroll
+        for (int w = 0; w < Storage::W; ++w) v[w] = expOf<Storage::kFastExp>(r.template at<2>(j * Storage::W + w) - m) * inv;
+        if (fast) Share::template storeVec<true>(o, j, c, vec, v);
+        else Share::template storeVec<false>(o, j, c, vec, v);
+    }
+    clusterWait();  // no block leaves while another may still read its pair
+}
+#endif
 
 // --- kept bad: RMS norm accumulating in bfloat16 -------------------------------------------------
 
@@ -1035,6 +1088,35 @@ NP_ADDRMSNORM(addrmsnorm_bf16_p4, BF16, 4, true)
 NP_ADDRMSNORM(addrmsnorm_bf16_p8, BF16, 8, true)
 NP_ADDRMSNORM(addrmsnorm_f16_p4, F16, 4, true)
 NP_ADDRMSNORM(addrmsnorm_f16_p8, F16, 8, true)
+
+// The cluster path: <op>_<dtype>_c<blocks per row><v|p>8, softmax only, compiled for sm_90 and
+// later (normprops/cuda/prod.py launches it only there).
+#if __CUDA_ARCH__ >= 900
+#define NP_SOFTMAX_CLUSTER(NAME, STORAGE, CTAS, PACKED)                                             \
+    extern "C" __global__ void __cluster_dims__(CTAS, 1, 1) __launch_bounds__(512, 2)               \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out, size_t rows,          \
+             size_t cols) {                                                                         \
+        softmaxCluster<STORAGE, 8, PACKED, CTAS>(in, out, rows, cols);                              \
+    }
+NP_SOFTMAX_CLUSTER(softmax_f32_c2v8, F32, 2, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c3v8, F32, 3, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c4v8, F32, 4, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c5v8, F32, 5, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c6v8, F32, 6, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c8v8, F32, 8, false)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c2p8, BF16, 2, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c3p8, BF16, 3, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c4p8, BF16, 4, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c5p8, BF16, 5, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c6p8, BF16, 6, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c8p8, BF16, 8, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c2p8, F16, 2, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c3p8, F16, 3, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c4p8, F16, 4, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c5p8, F16, 5, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c6p8, F16, 6, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c8p8, F16, 8, true)
+#endif
 
 // The kept-bad RMS norm (register path only).
 #define NP_BF16ACC(NAME, VECS)                                                                      \

@@ -20,68 +20,48 @@ Launch shape: see :func:`launch_shape` and the header of ``prod.cu``.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
 
 from normprops.cuda.build import module
+from normprops.cuda.shape import CLUSTER_SIZES, VPTS, Shape, cluster_shape, shape_for
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, split_exact, to_dtype
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 
-__all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel",
-           "split_exact", "to_storage", "from_storage"]
+__all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
+           "ProdKernel", "split_exact", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
 PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
-VPTS = (1, 2, 4, 8)
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
-ROW_THREADS = 256  # threads per block when rows are narrow (several rows per block)
 SOURCE = "prod.cu"
 
 
-def entry_point(op: str, dtype: str, vpt: int, *, packed: bool) -> str:
+def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1) -> str:
     """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
-    streaming path), e.g. ``softmax_bf16_p8``; each is spelled out in prod.cu."""
+    streaming path), e.g. ``softmax_bf16_p8``, or on the cluster path (``cluster`` blocks per row),
+    e.g. ``softmax_bf16_c8p8``; each is spelled out in prod.cu."""
     tag = "p" if packed and vpt in PACKED_VPTS else "v"
-    return f"{op}_{DTYPE_CODES[dtype]}_{tag}{vpt}"
+    return f"{op}_{DTYPE_CODES[dtype]}_{f'c{cluster}' if cluster > 1 else ''}{tag}{vpt}"
 
 
-@dataclass(frozen=True)
-class Shape:
-    vpt: int  # 16-byte vectors per thread; 0: the streaming path
-    tpr: int  # threads per row
-    rpb: int  # rows per block
+@functools.cache
+def clusters_supported() -> bool:
+    """Whether the current GPU runs thread-block clusters (compute capability 9.0 or later), which
+    the cluster path needs."""
+    import cupy
 
-    def grid(self, rows: int) -> tuple[int, int, int]:
-        return (-(-rows // self.rpb), 1, 1)
-
-    def block(self) -> tuple[int, int, int]:
-        return (self.tpr, self.rpb, 1)
+    return int(cupy.cuda.Device().compute_capability) >= 90
 
 
-def _vector_width(dtype: str) -> int:
-    return 16 // get_dtype(dtype).itemsize
-
-
-def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD, max_tpr: int = 1024) -> Shape:
-    """Threads per row: the fewest (a power of two, 32 to ``max_tpr``) holding at most
-    ``per_thread`` elements each; vectors per thread: the fewest of 1, 2, 4, 8 that cover the row.
-    Wider rows take the streaming path (1024 threads, one row per block)."""
-    if cols < 1:
-        raise ValueError(f"cols must be at least 1 but was {cols}")
-    w = _vector_width(dtype)
-    vecs = -(-cols // w)
-    vpt_max = max(1, per_thread // w)
-    wanted = -(-vecs // vpt_max)
-    tpr = max(32, 1 << (wanted - 1).bit_length())
-    if tpr > max_tpr:
-        return Shape(0, 1024, 1)
-    vpt = next(v for v in VPTS if v * tpr >= vecs)
-    return Shape(vpt, tpr, max(1, ROW_THREADS // tpr))
+def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD) -> Shape:
+    """The register path's shape for a row of ``cols`` elements of ``dtype`` (see
+    :mod:`normprops.cuda.shape`), or the streaming path's (vpt 0, 1024 threads) beyond it."""
+    return shape_for(cols, vector_width=16 // get_dtype(dtype).itemsize, per_thread=per_thread)
 
 
 def to_storage(a: np.ndarray, dtype: str, *, name: str) -> Any:
@@ -118,8 +98,9 @@ def from_storage(dev: Any, dtype: str) -> np.ndarray:
 
 
 class ProdKernel:
-    """One op of ``prod.cu`` for one storage type. ``path``: "auto" (registers when the row fits),
-    or "stream" (always the streaming path: how the hunt reaches it at small widths)."""
+    """One op of ``prod.cu`` for one storage type. ``path``: "auto" (registers when the row fits a
+    block; for softmax on sm_90 and later, a cluster of blocks when it fits one; else streaming),
+    "stream" or "cluster" (always that path: how the hunt reaches it at small widths)."""
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
                  per_thread: int | None = None, packed: bool | None = None) -> None:
@@ -127,8 +108,10 @@ class ProdKernel:
             raise ValueError(f"op must be one of {OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_CODES)} but was {dtype!r}")
-        if path not in ("auto", "stream"):
-            raise ValueError(f"path must be 'auto' or 'stream' but was {path!r}")
+        if path not in ("auto", "stream", "cluster"):
+            raise ValueError(f"path must be 'auto', 'stream' or 'cluster' but was {path!r}")
+        if path == "cluster" and op != "softmax":
+            raise ValueError(f"the cluster path exists for softmax only, not {op!r}")
         if op == "rmsnormbf16acc" and (dtype != "bfloat16" or path != "auto"):
             raise ValueError("rmsnormbf16acc exists for dtype bfloat16 on the register path only")
         self.op, self.dtype, self.path, self.build = op, dtype, path, build
@@ -141,32 +124,46 @@ class ProdKernel:
         if packed and (dtype == "float32" or op == "rmsnormbf16acc"):
             raise ValueError("packed register storage exists for bfloat16 / float16 prod kernels only")
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
-        self._functions: dict[int, Any] = {}
+        self._functions: dict[tuple[int, int], Any] = {}
         self._shapes: dict[int, Shape] = {}
 
     def _module(self) -> Any:
         """The compiled prod.cu (scripts/sweep_prod.py's variants override this)."""
         return module(self.build, source=SOURCE)
 
-    def _function(self, vpt: int) -> Any:
+    def _function(self, vpt: int, cluster: int = 1) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        if vpt not in self._functions:
-            name = entry_point(self.op, self.dtype, vpt, packed=self.packed)
-            self._functions[vpt] = self._module().get_function(name)
-        return self._functions[vpt]
+        key = (vpt, cluster)
+        if key not in self._functions:
+            packed = self.packed or (cluster > 1 and self.dtype != "float32")
+            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster)
+            self._functions[key] = self._module().get_function(name)
+        return self._functions[key]
+
+    def _cluster_shape(self, cols: int, blocks: int | None = None) -> Shape | None:
+        return cluster_shape(cols, vector_width=16 // get_dtype(self.dtype).itemsize, blocks=blocks)
 
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
             return Shape(0, 1024, 1)
         if cols in self._shapes:
             return self._shapes[cols]
+        if self.path == "cluster":  # the largest cluster: the hunt covers its whole tree
+            shape = self._cluster_shape(cols, blocks=CLUSTER_SIZES[-1])
+            if shape is None or not clusters_supported():
+                raise ValueError(f"the cluster path cannot take {cols} columns here (at most 8 x 512 x 8 "
+                                 f"vectors, on a GPU of compute capability 9.0 or later)")
+            self._shapes[cols] = shape
+            return shape
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
         # A thread count the compiled kernel's registers cannot launch goes to the streaming path.
         if shape.vpt and shape.tpr > self._function(shape.vpt).max_threads_per_block:
             shape = Shape(0, 1024, 1)
+        if shape.vpt == 0 and self.op == "softmax" and clusters_supported():
+            shape = self._cluster_shape(cols) or shape
         if shape.vpt == 0 and self.op == "rmsnormbf16acc":  # it has no streaming entry point
             raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers "
-                             f"(at most {self.per_thread} per thread, 1024 threads)")
+                             f"(at most {self.per_thread} per thread, 512 threads)")
         self._shapes[cols] = shape
         return shape
 
@@ -208,7 +205,7 @@ class ProdKernel:
         if rows == 0:
             return lambda: None
         shape = self.shape(cols)
-        fn = self._function(shape.vpt)
+        fn = self._function(shape.vpt, shape.cluster)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *(() if self.op == "softmax" else (np.float32(eps),)))
         grid, block = shape.grid(rows), shape.block()
