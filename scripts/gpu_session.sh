@@ -4,7 +4,7 @@
 # steps: env ftz tests numerics crosscheck census sanitize torch hunt deep-numpy deep-cuda bench
 #        bench-model frameworks ecosystem sweep profile perf flakes pack
 # Environment: WORKERS (xdist workers, default 16), BACKENDS (numerics' backends, default "cuda
-# cuda-prod torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
+# cuda-prod cuda-cluster torch-cuda torch-cpu"), STRESS_ROWS (deep-cuda's stress batch, default 2048; 0 is off),
 # DEEP_BACKEND (default cuda), DEEP_K (a -k expression for deep-cuda), FLAKE_RUNS (default 20),
 # SWEEP_ARGS (e.g. "--per-thread 32,32p,64p --dtypes bfloat16"), PROFILE ("op:dtype:cols ...",
 # Nsight Compute on scripts/launch_once.py, default "layernorm:bfloat16:16384"), BENCH_ARGS (more
@@ -66,7 +66,7 @@ print("default build flushes subnormals:", f("default"), "| ftz build:", f("ftz"
       timeout 900 python3 -m pytest -q -rs -p no:cacheprovider tests/test_gpu.py tests/test_prod.py \
         tests/test_kernels_cu.py tests/test_regressions.py 2>&1 | tee "$OUT/gpu_tests.log" | tail -25 ;;
     numerics) step numerics
-      backends=(); for b in ${BACKENDS:-cuda cuda-prod torch-cuda torch-cpu}; do backends+=(--normprops-backend "$b"); done
+      backends=(); for b in ${BACKENDS:-cuda cuda-prod cuda-cluster torch-cuda torch-cpu}; do backends+=(--normprops-backend "$b"); done
       timeout "${NUMERICS_TIMEOUT:-900}" python3 -m pytest -q -p no:cacheprovider -m numerics -n "$WORKERS" \
         --hypothesis-profile ci "${backends[@]}" --normprops-fixtures-dir "$OUT/fixtures" 2>&1 \
         | tee "$OUT/numerics_gpu.log" | tail -70 ;;

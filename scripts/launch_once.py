@@ -1,7 +1,8 @@
 """Launch one production kernel twice on a 1 GiB batch, for a profiler to catch (the second launch
 is the warm one). Usage on the device:
     ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:layernorm \\
-        python3 scripts/launch_once.py --op layernorm --dtype bfloat16 --cols 16384 [--per-thread 64]"""
+        python3 scripts/launch_once.py --op layernorm --dtype bfloat16 --cols 16384 [--per-thread 64]
+        [--rows 1] [--define MACRO]"""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import argparse
 import sys
 
 import cupy
+from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
 
 from normprops.bench import random_storage
-from normprops.cuda.prod import OPS, ProdKernel
+from normprops.cuda.prod import OPS
 from normprops.strategies import get_dtype
 
 
@@ -21,15 +23,18 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--per-thread", type=int)
+    ap.add_argument("--rows", type=int, help="rows (default: 1 GiB of them)")
+    ap.add_argument("--define", action="append", default=[], metavar="MACRO",
+                    help="build prod.cu with -DMACRO")
     args = ap.parse_args()
-    rows = (1 << 30) // get_dtype(args.dtype).itemsize // args.cols
+    rows = args.rows or (1 << 30) // get_dtype(args.dtype).itemsize // args.cols
     rng = cupy.random.default_rng(0)
     x = random_storage(rng, (rows, args.cols), args.dtype)
     res = random_storage(rng, (rows, args.cols), args.dtype)
     g = random_storage(rng, (args.cols,), args.dtype)
     b = random_storage(rng, (args.cols,), args.dtype)
     out = cupy.empty_like(x)
-    k = ProdKernel(args.op, dtype=args.dtype, per_thread=args.per_thread)
+    k = SweepKernel(args.op, dtype=args.dtype, per_thread=args.per_thread, defines=tuple(args.define))
     launch = k.launcher(*k.operands(x=x, out=out, residual=res, gamma=g, beta=b), rows=rows, cols=args.cols,
                         eps=1e-5)
     for _ in range(2):

@@ -2,9 +2,11 @@
 for several elements-per-thread settings (which set threads per row). Usage on the device:
     python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
         [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH] [--widths 4097,5121]
+        [--rows 1,8,64,256,gib]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
 float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another
-copy of prod.cu (an older commit's, for an A/B in one run). Each configuration is timed like
+copy of prod.cu (an older commit's, for an A/B in one run). --rows: batch sizes ("gib": 1 GiB each
+way, the default). Each configuration is timed like
 normprops bench (spin, CUDA events, interleaved rounds, median)."""
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ class SweepKernel(ProdKernel):
     def _module(self):
         return _variant_module(self.defines) if self.defines else super()._module()
 
+    def _cluster_shape(self, cols: int, blocks: int | None = None):
+        # another copy of prod.cu (src=) may predate the cluster path: it streams there
+        if any(d.startswith("src=") for d in self.defines):
+            return None
+        return super()._cluster_shape(cols, blocks)
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -54,6 +62,7 @@ def main() -> int:
     ap.add_argument("--variants", default="base")
     ap.add_argument("--widths", default="1024,4096,16384",
                     help="row widths (e.g. 4097,5121: rows that are not 16-byte aligned)")
+    ap.add_argument("--rows", default="gib", help="rows per batch, e.g. 1,8,64,256,gib")
     args = ap.parse_args()
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
@@ -61,8 +70,9 @@ def main() -> int:
     results = []
     for dtype in args.dtypes.split(","):
         itemsize = get_dtype(dtype).itemsize
-        for cols in (int(w) for w in args.widths.split(",")):
-            rows = (1 << 30) // itemsize // cols
+        for cols, batch in itertools.product((int(w) for w in args.widths.split(",")),
+                                             args.rows.split(",")):
+            rows = (1 << 30) // itemsize // cols if batch == "gib" else int(batch)
             rng = cupy.random.default_rng(0)
             x = random_storage(rng, (rows, cols), dtype)
             res = random_storage(rng, (rows, cols), dtype)
@@ -94,8 +104,10 @@ def main() -> int:
             med = {n: statistics.median(t) for n, t in times.items()}
             for n, ms in med.items():
                 pct = 100 * moved.get(n, 1) * med["memcpy"] / ms
-                results.append({"dtype": dtype, "cols": cols, "kernel": n, "ms": ms, "pct_memcpy": pct})
-                print(f"{dtype:9s} {cols:6d} {n:64s} {ms:8.4f} ms {pct:6.1f}% of memcpy", flush=True)
+                results.append({"dtype": dtype, "cols": cols, "rows": rows, "kernel": n, "ms": ms,
+                                 "pct_memcpy": pct})
+                print(f"{dtype:9s} {rows:7d}x{cols:<6d} {n:68s} {1000 * ms:9.2f} us {pct:6.1f}% of memcpy",
+                      flush=True)
             del x, res, out, launches
             cupy.get_default_memory_pool().free_all_blocks()
     if args.json:
