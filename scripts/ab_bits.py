@@ -6,8 +6,10 @@ code's deep-run results still describe the new one. Usage on the device (the old
 repository, untracked, so that it travels there):
     git show COMMIT:normprops/cuda/prod.cu > old_prod.cu
     python3 scripts/ab_bits.py --against old_prod.cu
-or, for a variant behind a macro of prod.cu (e.g. NP_STAGE_UNALIGNED):
-    python3 scripts/ab_bits.py --define NP_STAGE_UNALIGNED"""
+or, for a variant behind a macro of prod.cu:
+    python3 scripts/ab_bits.py --define NP_SOME_VARIANT
+Both copies launch with today's shapes (normprops.cuda.shape); an older copy (--against) is never
+given the cluster path, so softmax rows that now take it stream there and differ, as expected."""
 
 from __future__ import annotations
 
