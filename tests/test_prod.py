@@ -95,6 +95,19 @@ def test_cluster_shape_takes_the_fewest_blocks_that_hold_the_row(cols: int, widt
     assert all(n * capacity < cols for n in smaller)  # the fewest blocks that hold the row
 
 
+@given(cols=st.integers(1, 262144), name=st.sampled_from(["softmaxCluster", "softmaxClusterBf16"]))
+def test_cluster_error_model_covers_the_forced_cluster_shape(cols: int, name: str) -> None:
+    """The forced cluster path's bound counts at least what a thread adds (whole vectors) and the
+    tree's depth (9 levels in a block, 3 across 8 blocks)."""
+    spec = next(k for k in KERNELS if k.name == name)
+    width = 16 // get_dtype(spec.dtype).itemsize
+    shape = cluster_shape(cols, vector_width=width, blocks=CLUSTER_SIZES[-1])
+    if shape is None or cols > shape.cluster * shape.tpr * shape.vpt * width:
+        return
+    held = elements_per_thread(cols, shape, vector_width=width)
+    assert spec.error_model.k(cols) >= held - 1 + 9 + 3
+
+
 def test_launch_shape_rejects_empty_rows() -> None:
     with pytest.raises(ValueError, match="cols must be at least 1"):
         launch_shape(0, dtype="float32")
