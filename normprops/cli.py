@@ -55,11 +55,19 @@ DEFAULT_FIXTURES = Path("normprops-fixtures")
 BACKEND_PREFERENCE = ("cuda", "numpy")
 
 
+class _ParseError(UsageError):
+    """A usage error argparse found, with the (sub)command whose arguments were wrong."""
+
+    def __init__(self, message: str, *, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with a usage error as one line (the usage itself is one ``--help`` away)."""
 
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{message} (see {self.prog} --help)")
+        raise _ParseError(f"{message} (see {self.prog} --help)", prog=self.prog)
 
 
 def _positive_int(text: str) -> int:
@@ -928,7 +936,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                 return EXIT_OK
             return _kernels(args, out, err)
     except UsageError as exc:
-        prefix = "normprops" if argv is not None and not list(argv) else f"normprops {command}"
+        if isinstance(exc, _ParseError):  # before the command was known: argparse names it
+            prefix = exc.prog
+        else:
+            prefix = "normprops" if argv is not None and not list(argv) else f"normprops {command}"
         print(f"{prefix}: error: {exc}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -128,6 +128,17 @@ def test_argparse_errors_exit_2() -> None:
     assert run("frobnicate")[0] == 2
 
 
+@pytest.mark.parametrize("argv, prefix", [
+    (["replay", "fixtures"], "normprops replay: error: "),
+    (["bench", "--rounds", "x"], "normprops bench: error: "),
+    (["report", "merge"], "normprops report merge: error: "),
+    (["frobnicate"], "normprops: error: "),
+])
+def test_argparse_errors_name_the_command_they_are_about(argv: list[str], prefix: str) -> None:
+    code, _, err = run(*argv)
+    assert code == 2 and err.startswith(prefix) and err.count("\n") == 1
+
+
 def test_kernels_lists_registry_and_backends() -> None:
     code, out, _ = run("kernels")
     assert code == 0
