@@ -21,6 +21,7 @@ from normprops.cuda.shape import (
     CLUSTER_TREE_DEPTH,
     MAX_ROW_THREADS,
     Shape,
+    cluster_shape,
     elements_per_thread,
     shape_for,
 )
@@ -69,6 +70,9 @@ class ErrorModel:
     # (normprops.cuda.shape), the streaming path's ``threads`` beyond it. None: always ``threads``.
     per_thread: int | None = None
     vector_width: int = 4
+    # Rows past one block's registers may instead take the cluster path (prod.cu's softmax on sm_90
+    # and later, decided by the GPU): the depth is then the larger of the two paths'.
+    cluster: bool = False
     rho: float = 6.0
     c_x: float = 3.5
     # Flush-to-zero arithmetic: subnormal operands and results may become 0. A kernel declares it
@@ -120,7 +124,13 @@ class ErrorModel:
     def k(self, cols: int) -> int:
         if self.reduction == "tree":
             return max(1, math.ceil(math.log2(max(cols, 1))) + TREE_LEAF_DEPTH)
-        return max(1, self.per_thread_for(cols) - 1 + self.depth_of_tree(self.threads_for(cols)))
+        k = max(1, self.per_thread_for(cols) - 1 + self.depth_of_tree(self.threads_for(cols)))
+        if self.cluster and self.per_thread is not None and self._shape(cols).vpt == 0:
+            shape = cluster_shape(cols, vector_width=self.vector_width)
+            if shape is not None:  # a block's tree, then ceil(log2(blocks)) levels across the cluster
+                held = elements_per_thread(cols, shape, vector_width=self.vector_width)
+                k = max(k, held - 1 + self.depth_of_tree(shape.tpr) + self.depth_of_tree(shape.cluster))
+        return k
 
 
 #: A kernel we did not write (a user's function, PyTorch's): T = 32 and the looser softmax
@@ -377,7 +387,8 @@ def _prod(name: str) -> KernelSpec:
         model = ErrorModel(threads=CLUSTER_SIZES[-1] * MAX_ROW_THREADS,
                            tree_depth=CLUSTER_TREE_DEPTH + width - 1, rho=6.0, c_x=1.0)
     else:
-        model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width)
+        model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width,
+                        cluster=op == "softmax")
     if op == "softmax" and dtype != "float32":
         # ex2.approx.ftz.f32 (prod.cu's expOf): a fast exp that flushes subnormal results.
         model = replace(model, c_x=FAST_EXP_C_X, ftz=True)

@@ -17,6 +17,7 @@ import sys
 
 import numpy as np
 
+from normprops.cuda.shape import MAX_ROW_THREADS
 from normprops.specs import KERNELS, PROD_PER_THREAD, PROD_VARIANTS
 from normprops.strategies import to_dtype
 
@@ -34,8 +35,8 @@ def launch(name: str) -> None:
     # 9 rows: prod.cu puts up to 8 narrow rows in a block, so the last block is partly empty.
     rows = 9 if spec.backend == "cuda-prod" else 3
     widths = RAGGED + (PROD_EXTRA if spec.backend in ("cuda-prod", "cuda-cluster") else ())
-    if PROD_VARIANTS.get(name, ("",))[0] == "rmsnormbf16acc":  # register path only: 1024 threads
-        widths = tuple(c for c in widths if c <= PROD_PER_THREAD * 1024)
+    if PROD_VARIANTS.get(name, ("",))[0] == "rmsnormbf16acc":  # register path only
+        widths = tuple(c for c in widths if c <= PROD_PER_THREAD * MAX_ROW_THREADS)
     for cols in widths:
         x = to_dtype(rng.standard_normal((rows, cols)).astype(np.float32), spec.dtype)
         g = to_dtype(rng.standard_normal(cols).astype(np.float32), spec.dtype)

@@ -62,24 +62,25 @@ def test_error_models_follow_the_layout_and_the_exp(name: str, per_thread: int, 
         assert spec.error_model.threads_for(cols) == shape.tpr
 
 
-@given(cols=st.integers(1, 40000), width=st.sampled_from([4, 8]), per_thread=st.sampled_from([16, 32, 64]))
+@given(cols=st.integers(1, 40000), width=st.sampled_from([4, 8]),
+       per_thread=st.sampled_from([4, 16, 32, 48, 64]))
 def test_every_shape_covers_its_row_in_whole_warps(cols: int, width: int, per_thread: int) -> None:
     """Any width: the register path's threads are whole warps (at most 512), hold at most
     per_thread elements each and cover the row, and the error bound's depth follows the shape;
     a row one warp can hold gets one warp."""
     shape = shape_for(cols, vector_width=width, per_thread=per_thread)
     vecs = -(-cols // width)
-    vpt_max = min(VPTS[-1], per_thread // width)
+    vpt_max = max(v for v in VPTS if v <= max(1, per_thread // width))  # at least one whole vector
     if shape.vpt == 0:
         assert vecs > 512 * vpt_max  # nothing on the register path could hold it
         return
-    assert shape.tpr % 32 == 0 and shape.tpr <= 512 and shape.vpt * width <= per_thread
+    assert shape.tpr % 32 == 0 and shape.tpr <= 512 and shape.vpt <= vpt_max
     assert shape.vpt * shape.tpr >= vecs
     assert shape.rpb == max(1, 256 // shape.tpr)
     if vecs <= 32 * vpt_max:
         assert shape.tpr == 32
     held = elements_per_thread(cols, shape, vector_width=width)
-    assert held <= per_thread and held * shape.tpr >= cols
+    assert held <= max(per_thread, width) and held * shape.tpr >= cols
 
 
 @given(cols=st.integers(1, 300000), width=st.sampled_from([4, 8]))
@@ -106,6 +107,28 @@ def test_cluster_error_model_covers_the_forced_cluster_shape(cols: int, name: st
         return
     held = elements_per_thread(cols, shape, vector_width=width)
     assert spec.error_model.k(cols) >= held - 1 + 9 + 3
+
+
+@given(cols=st.integers(16385, 262144),
+       name=st.sampled_from(["softmaxFast", "softmaxFastBf16", "softmaxFastF16"]))
+def test_auto_softmax_bound_covers_the_cluster_path_too(cols: int, name: str) -> None:
+    """Past one block, the auto softmax streams or (sm_90+) takes the fewest cluster blocks: its
+    bound covers both, the cluster's whole vectors per thread included (16388 float32 columns:
+    thread 0 adds 5 vectors, 20 elements)."""
+    spec = next(k for k in KERNELS if k.name == name)
+    width = 16 // get_dtype(spec.dtype).itemsize
+    if launch_shape(cols, dtype=spec.dtype, per_thread=spec.error_model.per_thread).vpt:
+        return  # still the register path
+    shape = cluster_shape(cols, vector_width=width)
+    if shape is not None:
+        held = elements_per_thread(cols, shape, vector_width=width)
+        assert spec.error_model.k(cols) >= held - 1 + 9 + (shape.cluster - 1).bit_length()
+    assert spec.error_model.k(cols) >= -(-cols // 1024) - 1 + 10  # the streaming path
+
+
+def test_auto_softmax_bound_at_a_width_a_cluster_of_two_holds() -> None:
+    spec = next(k for k in KERNELS if k.name == "softmaxFast")
+    assert spec.error_model.k(16388) == 5 * 4 - 1 + 9 + 1
 
 
 def test_launch_shape_rejects_empty_rows() -> None:

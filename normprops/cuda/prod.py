@@ -49,13 +49,19 @@ def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1
     return f"{op}_{DTYPE_CODES[dtype]}_{f'c{cluster}' if cluster > 1 else ''}{tag}{vpt}"
 
 
-@functools.cache
 def clusters_supported() -> bool:
     """Whether the current GPU runs thread-block clusters (compute capability 9.0 or later), which
     the cluster path needs."""
     import cupy
 
-    return int(cupy.cuda.Device().compute_capability) >= 90
+    return _clusters_on(cupy.cuda.Device().id)
+
+
+@functools.cache
+def _clusters_on(device: int) -> bool:
+    import cupy
+
+    return int(cupy.cuda.Device(device).compute_capability) >= 90
 
 
 def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD) -> Shape:

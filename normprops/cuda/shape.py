@@ -56,7 +56,8 @@ def shape_for(cols: int, *, vector_width: int, per_thread: int) -> Shape:
     if cols < 1:
         raise ValueError(f"cols must be at least 1 but was {cols}")
     vecs = -(-cols // vector_width)
-    vpt_max = min(VPTS[-1], max(1, per_thread // vector_width))
+    # the most vectors per thread with an entry point that per_thread allows (at least one vector)
+    vpt_max = max(v for v in VPTS if v <= max(1, per_thread // vector_width))
     if vecs <= 32 * vpt_max:  # one warp
         vpt = next(v for v in VPTS if 32 * v >= vecs)
         return Shape(vpt, 32, ROW_THREADS // 32)
