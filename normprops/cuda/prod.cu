@@ -864,13 +864,13 @@ __device__ void rmsNormStream(const typename Storage::T* __restrict__ in, typena
 // distributed shared memory: each block publishes its pair in its own shared memory, one cluster
 // barrier makes them visible, and every thread reads them in rank order and merges them in the same
 // log2(kCtas)-level tree (Online::merge), so every thread of the cluster holds the same (m, s).
+// Not .aligned: the writes before clusterWait branch per thread, and .aligned would need every
+// thread of a warp to reach the barrier together.
 __device__ __forceinline__ void clusterSync() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
 }
-__device__ __forceinline__ void clusterArrive() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void clusterWait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
+__device__ __forceinline__ void clusterArrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void clusterWait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 // *p in the shared memory of the cluster's block `rank`.
 __device__ __forceinline__ float loadFromBlock(const float* p, unsigned rank) {
     const unsigned local = static_cast<unsigned>(__cvta_generic_to_shared(p));
