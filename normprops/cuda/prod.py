@@ -64,10 +64,15 @@ def _clusters_on(device: int) -> bool:
     return int(cupy.cuda.Device(device).compute_capability) >= 90
 
 
+def vector_width(dtype: str) -> int:
+    """Elements of ``dtype`` in one 16-byte vector (prod.cu's W)."""
+    return 16 // get_dtype(dtype).itemsize
+
+
 def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD) -> Shape:
     """The register path's shape for a row of ``cols`` elements of ``dtype`` (see
     :mod:`normprops.cuda.shape`), or the streaming path's (vpt 0, 1024 threads) beyond it."""
-    return shape_for(cols, vector_width=16 // get_dtype(dtype).itemsize, per_thread=per_thread)
+    return shape_for(cols, vector_width=vector_width(dtype), per_thread=per_thread)
 
 
 def to_storage(a: np.ndarray, dtype: str, *, name: str) -> Any:
@@ -147,7 +152,7 @@ class ProdKernel:
         return self._functions[key]
 
     def _cluster_shape(self, cols: int, blocks: int | None = None) -> Shape | None:
-        return cluster_shape(cols, vector_width=16 // get_dtype(self.dtype).itemsize, blocks=blocks)
+        return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks)
 
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
