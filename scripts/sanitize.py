@@ -4,6 +4,7 @@ memcheck to flag nothing.
 
     python scripts/sanitize.py            # drives compute-sanitizer, prints a table
     python scripts/sanitize.py --backend cuda-cluster   # only the cluster path's kernels
+    python scripts/sanitize.py --kernel softmaxFastBf16   # only these kernels (repeatable)
     python scripts/sanitize.py --launch NAME   # (what compute-sanitizer runs) launch one kernel
 """
 
@@ -24,11 +25,16 @@ from normprops.strategies import to_dtype
 BACKENDS = ("cuda", "cuda-prod", "cuda-cluster")
 # Ragged widths, and for prod.cu each register-path layout plus the streaming path (70001 columns;
 # the cluster path's 8 blocks at every width).
-RAGGED = (1, 3, 33, 255, 257, 1025, 4097)
+RAGGED = (1, 3, 33, 255, 257, 1025, 2880, 4097)
 PROD_EXTRA = (16384, 70001)
 
 
 def launch(name: str) -> None:
+    import cupy
+
+    # Every array its own allocation (no memory pool): an access past an array's end is then one
+    # past an allocation, which memcheck reports.
+    cupy.cuda.set_allocator(None)
     spec = next(k for k in KERNELS if k.backend in BACKENDS and k.name == name)
     fn = spec.load()
     rng = np.random.default_rng(0)
@@ -44,12 +50,15 @@ def launch(name: str) -> None:
         fn(*args)
 
 
-def drive(backends: tuple[str, ...]) -> int:
+def drive(backends: tuple[str, ...], only: tuple[str, ...] = ()) -> int:
+    names = [k.name for k in KERNELS if k.backend in backends and (not only or k.name in only)]
+    if only and len(names) != len(set(only)):
+        print(f"no such kernel of {', '.join(backends)}: {', '.join(sorted(set(only) - set(names)))}")
+        return 2
     tool_path = shutil.which("compute-sanitizer")
     if tool_path is None:
         print("compute-sanitizer not found on PATH")
         return 2
-    names = [k.name for k in KERNELS if k.backend in backends]
     print("| kernel | racecheck hazards | memcheck errors |")
     print("|---|---|---|")
     flagged = {}
@@ -77,11 +86,13 @@ def main() -> int:
     parser.add_argument("--launch", metavar="NAME")
     parser.add_argument("--backend", action="append", choices=BACKENDS,
                         help="only this backend's kernels (repeatable; default: all three)")
+    parser.add_argument("--kernel", action="append", default=[], metavar="NAME",
+                        help="only this kernel (repeatable)")
     args = parser.parse_args()
     if args.launch:
         launch(args.launch)
         return 0
-    return drive(tuple(args.backend or BACKENDS))
+    return drive(tuple(args.backend or BACKENDS), tuple(args.kernel))
 
 
 if __name__ == "__main__":

@@ -45,9 +45,12 @@ class SweepKernel(ProdKernel):
     def _module(self):
         return _variant_module(self.defines) if self.defines else super()._module()
 
+    #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
+    #: there (scripts/ab_bits.py --src-clusters says it has)
+    src_clusters = False
+
     def _cluster_shape(self, cols: int, blocks: int | None = None):
-        # another copy of prod.cu (src=) may predate the cluster path: it streams there
-        if any(d.startswith("src=") for d in self.defines):
+        if not self.src_clusters and any(d.startswith("src=") for d in self.defines):
             return None
         return super()._cluster_shape(cols, blocks)
 
