@@ -264,6 +264,45 @@ def test_misaligned_rows_give_the_same_bits(op: str, cols: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("cols, offset", [(5, 0), (1027, 0), (2880, 1), (4097, 0), (5121, 3)])
+def test_rows_off_the_16_byte_grid_keep_their_bits(op: str, dtype: str, cols: int, offset: int) -> None:
+    """16-bit rows of an odd width start at every offset in their 16-byte block (and offset > 0 puts
+    the whole batch off the grid): the shifted copy must give each row, and the fused kernel's
+    updated residual, the bits that row gets alone at an aligned address."""
+    import cupy
+
+    from normprops.bench import device_storage
+    from normprops.cuda.prod import ProdKernel
+
+    rows = 19  # every shift of a row of odd width, twice, and a partly empty last block
+    kernel = ProdKernel(op, dtype=dtype)
+    rng = cupy.random.default_rng(cols)
+    x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
+                    for n in ((rows, cols), (rows, cols), cols, cols))
+
+    def placed(a, at: int):
+        """a copy of a starting `at` elements past an aligned allocation"""
+        view = cupy.zeros(a.size + at, dtype=a.dtype)[at:].reshape(a.shape)
+        view[...] = a
+        return view
+
+    def run(xs, rs, at: int):
+        xs, out = placed(xs, at), placed(cupy.zeros_like(xs), at)
+        rs = None if rs is None else placed(rs, at)
+        kernel.launch(*kernel.operands(x=xs, out=out, residual=rs, gamma=placed(g, at), beta=placed(b, at)),
+                      rows=xs.shape[0], cols=cols, eps=1e-5)
+        return out if rs is None else cupy.concatenate([out, rs])
+
+    batch = run(x, res if op == "addrmsnorm" else None, offset)
+    for r in range(rows):
+        alone = run(x[r:r + 1], res[r:r + 1] if op == "addrmsnorm" else None, 0)
+        got = batch[r::rows] if op == "addrmsnorm" else batch[r:r + 1]
+        assert cupy.array_equal(got, alone), f"row {r} (shift {(r * cols + offset) % 8})"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
 @pytest.mark.parametrize("cols, blocks", [(20_000, 2), (40_000, 3), (70_001, 5), (100_000, 8), (140_000, 0)])
 def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int) -> None:
     """Rows past one block's registers: the norms stream; softmax takes the fewest cluster blocks

@@ -11,9 +11,11 @@
 // Register path (template kVecs = 1, 2, 4 or 8; cols <= tpr * kVecs * W): the row is read once into
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
 // holds vectors j * tpr + t for j < kVecs, i.e. elements (j * tpr + t) * W + w. When every pointer is
-// 16-byte aligned and cols % W == 0 the vectors are loaded and stored with 16-byte accesses,
-// otherwise element by element: the same element -> thread map and the same arithmetic order either
-// way, so a row's bits depend on neither its address nor its position in the batch.
+// 16-byte aligned and cols % W == 0 the vectors are loaded and stored with 16-byte accesses; 16-bit
+// rows off that grid (odd widths, views) move the aligned 16-byte chunks around their vectors and
+// exchange words between lanes (Regs::loadShifted); float32 rows there go element by element. The
+// same element -> thread map and the same arithmetic order every way (see Copy), so a row's bits
+// depend on neither its address nor its position in the batch.
 //
 // Template parameters: Storage is the element type (F32, BF16, F16: its C type T, vector width W and
 // conversions); kVecs the 16-byte vectors per thread; kPacked whether 16-bit values stay packed in
@@ -57,6 +59,17 @@ struct F32 {
     __device__ static void putVec(T* p, const float* v) {
         *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
     }
+    // A vector as raw 32-bit words (the shifted copy, see Regs::loadShifted), and an element's bits.
+    __device__ static uint4 raw(const V& q) {
+        return make_uint4(__float_as_uint(q.x), __float_as_uint(q.y), __float_as_uint(q.z), __float_as_uint(q.w));
+    }
+    __device__ static void unpackRaw(const uint4& q, float* v) { unpackV(make_float4(__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)), v); }
+    __device__ static uint4 packRaw(const float* v) {
+        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+    }
+    __device__ static unsigned fillBits(float f) { return __float_as_uint(f); }
+    __device__ static void putRaw(T* p, unsigned bits) { *p = __uint_as_float(bits); }
+    __device__ static unsigned getRaw(const T* p) { return __float_as_uint(*p); }
 };
 
 // bfloat16: the top 16 bits of a float32. Widening is exact; narrowing rounds to nearest even.
@@ -176,9 +189,90 @@ struct Half16 {
     __device__ static float hi(unsigned w) { return Widen::template hi<kPass>(w); }
     __device__ static unsigned pack(float a, float b) { return Pack(a, b); }
     __device__ static unsigned short bits(float v) { return FromFloat(v); }
+    // A vector as raw 32-bit words (the shifted copy, see Regs::loadShifted), and an element's bits.
+    __device__ static uint4 raw(const V& q) { return q; }
+    __device__ static void unpackRaw(const uint4& q, float* v) { unpackV(q, v); }
+    __device__ static uint4 packRaw(const float* v) {
+        return make_uint4(Pack(v[0], v[1]), Pack(v[2], v[3]), Pack(v[4], v[5]), Pack(v[6], v[7]));
+    }
+    __device__ static unsigned fillBits(float f) { return FromFloat(f); }
+    __device__ static void putRaw(T* p, unsigned bits) { *p = static_cast<unsigned short>(bits); }
+    __device__ static unsigned getRaw(const T* p) { return *p; }
 };
 using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16, WidenBf16>;
 using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, WidenF16>;
+
+// --- rows off the 16-byte grid ---------------------------------------------------------------------
+
+// A 16-byte vector as raw bits: four 32-bit words, W / 4 elements to a word, the earlier low.
+
+// How many elements p lies past a 16-byte boundary (0 <= s < W).
+template <class Storage>
+__device__ __forceinline__ int shiftOf(const typename Storage::T* p) {
+    return static_cast<int>((reinterpret_cast<size_t>(p) & 15u) / sizeof(typename Storage::T));
+}
+// Elements e .. e + W - 1 of the 2W elements of (a, b), 0 <= e < W: two rounds of selects move whole
+// words, a byte permute the 16-bit halves (no array indexed by e: the words stay in registers).
+template <class Storage>
+__device__ __forceinline__ uint4 window(const uint4& a, const uint4& b, int e) {
+    constexpr int kPerWord = Storage::W / 4;
+    const int q = e / kPerWord;
+    const unsigned c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    unsigned x[6], y[5];
+#pragma unroll
+    for (int i = 0; i < 6; ++i) x[i] = (q & 2) ? c[i + 2] : c[i];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) y[i] = (q & 1) ? x[i + 1] : x[i];
+    if constexpr (kPerWord == 2) {
+        const unsigned sel = (e & 1) ? 0x5432u : 0x3210u;  // odd e: y[i]'s high half, then y[i + 1]'s low
+        return make_uint4(__byte_perm(y[0], y[1], sel), __byte_perm(y[1], y[2], sel),
+                          __byte_perm(y[2], y[3], sel), __byte_perm(y[3], y[4], sel));
+    } else {
+        return make_uint4(y[0], y[1], y[2], y[3]);
+    }
+}
+// q with its elements from `from` on replaced by the element bits f.
+template <class Storage>
+__device__ __forceinline__ uint4 fillFrom(const uint4& q, int from, unsigned f) {
+    constexpr int kPerWord = Storage::W / 4;
+    unsigned w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if constexpr (kPerWord == 2) {
+            if (2 * k >= from) w[k] = (w[k] & 0xffff0000u) | f;
+            if (2 * k + 1 >= from) w[k] = (w[k] & 0xffffu) | (f << 16);
+        } else {
+            if (k >= from) w[k] = f;
+        }
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
+// How far the array a row lies in reaches past the row's ends (counted up to 16 elements each
+// way): the shifted copy's 16-byte loads stay inside the array, so that a memory checker sees no
+// access outside it. gamma and beta are one row: none.
+struct Reach {
+    int before, after;
+    __device__ static Reach none() { return {0, 0}; }
+    __device__ static Reach ofRow(size_t row, size_t rows, size_t cols) {
+        const size_t cap = 16;
+        return {static_cast<int>(min(row * cols, cap)), static_cast<int>(min((rows - 1 - row) * cols, cap))};
+    }
+};
+// The aligned chunk at p, whose first element is element c of its row (c < cols): one 16-byte load
+// where the chunk lies inside the array, else the row's elements in it one at a time (the batch's
+// first and last chunks, and the ends of gamma and beta) and 0 for the rest.
+template <class Storage, bool kReadOnly>
+__device__ __forceinline__ uint4 chunkAt(const typename Storage::T* p, int c, int cols, Reach reach) {
+    if (c >= -reach.before && c + Storage::W <= cols + reach.after)
+        return Storage::raw(kReadOnly ? Storage::ldgV(p) : Storage::loadV(p));
+    constexpr int kPerWord = Storage::W / 4;
+    unsigned w[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+    for (int i = 0; i < Storage::W; ++i) {
+        if (c + i >= 0 && c + i < cols) w[i / kPerWord] |= Storage::getRaw(p + i) << (32 / kPerWord * (i % kPerWord));
+    }
+    return make_uint4(w[0], w[1], w[2], w[3]);
+}
 
 // --- exact power-of-two scaling ------------------------------------------------------------------
 
@@ -277,6 +371,16 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
 
 // --- the row in registers ------------------------------------------------------------------------
 
+// How a thread moves its vectors between memory and registers, chosen once per thread (Regs::copy).
+// Every loop over memory has a copy per mode: a test inside the loop would be if-converted into
+// predicated copies of every path, and predicated-off instructions still take issue slots.
+enum Copy : int {
+    kElementwise = 0,  // element by element where a vector is not whole (misaligned or ragged rows)
+    kWhole = 1,        // 16-byte accesses; the thread's vectors past the row's end are skipped
+    kAll = 2,          // 16-byte accesses, every vector of the thread in the row
+    kShifted = 3,      // rows off the 16-byte grid: 16-byte accesses of the aligned chunks around them
+};
+
 // The threads that share a row: the tpr threads of this block's row (the register path), or, on the
 // cluster path, the kCtas x tpr threads of a thread-block cluster (thread rank * tpr + t).
 struct BlockTeam {
@@ -339,55 +443,149 @@ struct Regs {
     __device__ static int first(int j) { return (j * Team::size() + Team::rank()) * Storage::W; }
     // Whether every element this thread holds is in the row (all threads but the ragged edge's).
     __device__ static bool full(int cols) { return first(kVecs - 1) + Storage::W <= cols; }
-    // Whether this thread moves its vectors with plain 16-byte accesses: all of them in the row, and
-    // 16-byte access allowed (vec: aligned pointers, cols % W == 0). Every loop over memory has two
-    // copies (kFast true / false), chosen once per thread: a test inside the loop would be
-    // if-converted into predicated copies of both paths, and predicated-off instructions still take
-    // issue slots.
-    __device__ static bool fast(int cols, bool vec) { return vec && full(cols); }
-    // Vector j of a row (or of gamma / beta) into dst[0..W); fill past the end. kFast: see fast().
+    // How this thread moves its vectors (see Copy). vec (aligned pointers, cols % W == 0): each
+    // vector lies wholly in the row or wholly past its end. Otherwise a 16-bit row takes kShifted,
+    // whose lanes exchange words: the mode is then the same for every thread of the row. float32
+    // rows keep the element-wise copy there (4-byte accesses: 73-81% of memcpy at 4097 columns,
+    // against 53-61% shifted; docs/results.md).
+    static constexpr bool kShifts = Storage::W == 8;
+    __device__ static int copy(int cols, bool vec) {
+        return vec ? (full(cols) ? kAll : kWhole) : (kShifts ? kShifted : kElementwise);
+    }
+
+    // kShifted: vector j of a row that starts s = shiftOf(row) elements past a 16-byte boundary (every
+    // row of 4097 columns but one in eight) lies across two aligned 16-byte chunks. Each lane loads
+    // the chunk that holds its vector's first element, takes the next one from the next lane (which
+    // holds the next vector; lane 31 loads it), and cuts its vector out of the two: 16-byte loads
+    // where the element-wise copy made W 2-byte ones, and each of a chunk that holds an element of
+    // the row, so never past the 16-byte block of a valid element. Elements from cols on are the
+    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row).
+    template <bool kReadOnly>
+    __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill,
+                                        Reach reach) {
+        const int c0 = first(j);
+        const int s = shiftOf<Storage>(row);
+        const typename Storage::T* chunk = row + (c0 - s);  // 16-byte aligned
+        uint4 a = make_uint4(0u, 0u, 0u, 0u), b;
+        if (c0 - s < cols) a = chunkAt<Storage, kReadOnly>(chunk, c0 - s, cols, reach);
+        if (s == 0)  // (gamma and beta, and one row in W): no exchange
+            return c0 + Storage::W > cols ? fillFrom<Storage>(a, max(cols - c0, 0), fill) : a;
+        b.x = __shfl_down_sync(kFull, a.x, 1);
+        b.y = __shfl_down_sync(kFull, a.y, 1);
+        b.z = __shfl_down_sync(kFull, a.z, 1);
+        b.w = __shfl_down_sync(kFull, a.w, 1);
+        if ((threadIdx.x & 31) == 31 && c0 - s + Storage::W < cols)
+            b = chunkAt<Storage, kReadOnly>(chunk + Storage::W, c0 - s + Storage::W, cols, reach);
+        uint4 v = window<Storage>(a, b, s);
+        if (c0 + Storage::W > cols) v = fillFrom<Storage>(v, max(cols - c0, 0), fill);
+        return v;
+    }
+    // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
+    // lane - 1) and this one's first W - s; it is stored whole where it lies in the row, by every lane
+    // but lane 0 (whose previous vector is in another warp). The elements no whole chunk covers (lane
+    // 0's first W - s, lane 31's last s, and those at the row's ends) are stored one at a time by the
+    // lane that holds them: one branch per vector, taken by those lanes only.
+    __device__ static void storeShifted(typename Storage::T* row, int j, int cols, const uint4& v) {
+        constexpr int W = Storage::W;
+        const int c0 = first(j);
+        const int s = shiftOf<Storage>(row);
+        const int lane = threadIdx.x & 31;
+        uint4 p;
+        p.x = __shfl_up_sync(kFull, v.x, 1);
+        p.y = __shfl_up_sync(kFull, v.y, 1);
+        p.z = __shfl_up_sync(kFull, v.z, 1);
+        p.w = __shfl_up_sync(kFull, v.w, 1);
+        const bool whole = (lane != 0 || s == 0) && c0 - s >= 0 && c0 - s + W <= cols;
+        if (whole) *reinterpret_cast<uint4*>(row + (c0 - s)) = s == 0 ? v : window<Storage>(p, v, W - s);
+        // the next vector's chunk, which holds this one's last s elements, is stored whole by lane + 1
+        const bool nextWhole = s == 0 || (lane != 31 && c0 + 2 * W - s <= cols);
+        if (!whole || !nextWhole) {
+            constexpr int kPerWord = W / 4;
+            const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+            for (int e = 0; e < W; ++e) {
+                if ((e < W - s ? !whole : !nextWhole) && c0 + e < cols)
+                    Storage::putRaw(row + c0 + e, w[e / kPerWord] >> (32 / kPerWord * (e % kPerWord)));
+            }
+        }
+    }
+    // Vector j of a row (or of gamma / beta) into dst[0..W); fill past the end. kCopy: see Copy.
     // kReadOnly: memory no thread writes during the kernel, read through the non-coherent path with
     // an explicit ldgV. Left to infer it from __restrict__, the compiler made most loads coherent
     // once the loops moved into helpers, and then issued gamma's loads only after the previous
     // vector's store to out (SASS, docs/results.md).
-    template <bool kFast, bool kReadOnly = true>
+    template <int kCopy, bool kReadOnly = true>
     __device__ static void loadVec(const typename Storage::T* __restrict__ row, int j, int cols, bool vec,
-                                   float fill, float* dst) {
+                                   float fill, float* dst, Reach reach = Reach::none()) {
         const int c0 = first(j);
-        if (kFast || (vec && c0 + Storage::W <= cols)) {
-            Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
-        } else {
+        if constexpr (kCopy == kShifted) {
+            Storage::unpackRaw(loadShifted<kReadOnly>(row, j, cols, Storage::fillBits(fill), reach), dst);
+        } else if constexpr (kCopy == kElementwise) {
+            if (vec && c0 + Storage::W <= cols) {
+                Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
+            } else {
 #pragma unroll
-            for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? Storage::get(row + c0 + w) : fill;
+                for (int w = 0; w < Storage::W; ++w) dst[w] = c0 + w < cols ? Storage::get(row + c0 + w) : fill;
+            }
+        } else {
+            // kWhole: a predicated load, no branch: the compiler still issues the thread's loads
+            // together (a branch around each made a round trip per vector: 2880 bfloat16 columns,
+            // where a quarter of the threads have a vector past the end, ran at 70-92% of memcpy).
+            typename Storage::V q{};  // all bits 0: +0.0f
+            if (kCopy == kAll || c0 < cols) q = kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0);
+            Storage::unpackV(q, dst);
+            if (kCopy == kWhole && c0 >= cols) {
+#pragma unroll
+                for (int w = 0; w < Storage::W; ++w) dst[w] = fill;  // nothing to do for fill +0.0f
+            }
         }
     }
-    template <bool kFast>
+    template <int kCopy>
     __device__ static void storeVec(typename Storage::T* __restrict__ row, int j, int cols, bool vec,
                                     const float* src) {
         const int c0 = first(j);
-        if (kFast || (vec && c0 + Storage::W <= cols)) {
+        if constexpr (kCopy == kShifted) {
+            storeShifted(row, j, cols, Storage::packRaw(src));
+            return;
+        }
+        if (kCopy == kAll || (kCopy == kWhole && c0 < cols) ||
+            (kCopy == kElementwise && vec && c0 + Storage::W <= cols)) {
             Storage::putVec(row + c0, src);
-        } else {
+        } else if (kCopy == kElementwise) {
 #pragma unroll
             for (int w = 0; w < Storage::W; ++w) if (c0 + w < cols) Storage::put(row + c0 + w, src[w]);
         }
     }
-    // The row into registers (fill past its end), through the fast copy when fast() allows.
-    __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill) {
-        if (fast(cols, vec)) loadAs<true>(row, cols, vec, fill);
-        else loadAs<false>(row, cols, vec, fill);
+    // The row into registers (fill past its end), with this thread's copy(); kEveryMode = false:
+    // kElementwise where copy() says kWhole or kShifted (fewer copies of the loop, for register
+    // pressure).
+    template <bool kEveryMode = true>
+    __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
+        const int mode = copy(cols, vec);
+        if (mode == kAll) loadAs<kAll>(row, cols, vec, fill, reach);
+        else if (kEveryMode && mode == kWhole) loadAs<kWhole>(row, cols, vec, fill, reach);
+        else if constexpr (kEveryMode && kShifts) {
+            if (mode == kShifted) loadAs<kShifted>(row, cols, vec, fill, reach);
+            else loadAs<kElementwise>(row, cols, vec, fill, reach);
+        }
+        else loadAs<kElementwise>(row, cols, vec, fill, reach);
     }
-    template <bool kFast>
-    __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill) {
+    template <int kCopy>
+    __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
 #pragma unroll
         for (int j = 0; j < kVecs; ++j) {
             const int c0 = first(j);
-            if constexpr (kPacked) {
-                if (kFast || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
-                    const uint4 q = Storage::ldgV(row + c0);
+            if constexpr (kPacked && kCopy == kShifted) {
+                const uint4 q = loadShifted<true>(row, j, cols, Storage::fillBits(fill), reach);
+                w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
+            } else if constexpr (kPacked) {
+                const unsigned short pad = Storage::bits(fill);
+                if (kCopy != kElementwise || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
+                    const unsigned pads = pad | (static_cast<unsigned>(pad) << 16);
+                    uint4 q = make_uint4(pads, pads, pads, pads);
+                    if (kCopy == kAll || c0 < cols) q = Storage::ldgV(row + c0);  // predicated (loadVec)
                     w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
                 } else {
-                    const unsigned short pad = Storage::bits(fill);
 #pragma unroll
                     for (int q = 0; q < Storage::W / 2; ++q) {
                         const unsigned a = c0 + 2 * q < cols ? row[c0 + 2 * q] : pad;
@@ -397,7 +595,7 @@ struct Regs {
                 }
             } else {
                 float v[Storage::W];
-                loadVec<kFast>(row, j, cols, vec, fill, v);
+                loadVec<kCopy>(row, j, cols, vec, fill, v, reach);
                 setVec(j, v);
             }
         }
@@ -421,11 +619,24 @@ struct Regs {
     }
 };
 
-// A compile-time bool passed to a generic lambda (no <type_traits> under NVRTC).
-template <bool B>
-struct Flag {
-    static constexpr bool value = B;
+// A compile-time int passed to a generic lambda (no <type_traits> under NVRTC).
+template <int V>
+struct Tag {
+    static constexpr int value = V;
 };
+// f(Tag<mode>{}): one compiled copy of f per Copy mode that Share::copy can choose, the thread's
+// chosen at run time.
+template <class Share, class F>
+__device__ __forceinline__ void withCopy(int mode, F&& f) {
+    if (mode == kAll) f(Tag<kAll>{});
+    else if (mode == kWhole) f(Tag<kWhole>{});
+    else if constexpr (Share::kShifts) {
+        if (mode == kShifted) f(Tag<kShifted>{});
+        else f(Tag<kElementwise>{});
+    } else {
+        f(Tag<kElementwise>{});
+    }
+}
 
 __device__ __forceinline__ bool aligned16(const void* p) {
     return (reinterpret_cast<size_t>(p) & 15u) == 0;
@@ -516,7 +727,9 @@ __device__ __forceinline__ float expOf(float x) {
     }
 }
 
-template <bool kFast, class Storage, class Share>
+// out = exp(x - m) * inv. kHeld: the registers already hold exp(x - m) (the register path's
+// writable storage); otherwise it is computed again from x.
+template <int kCopy, bool kHeld, class Storage, class Share>
 __device__ __forceinline__ void softmaxWrite(const Share& r, typename Storage::T* __restrict__ o, float m,
                                              float inv, int cols, bool vec) {
 #pragma unroll
@@ -525,9 +738,9 @@ __device__ __forceinline__ void softmaxWrite(const Share& r, typename Storage::T
 #pragma unroll
         for (int w = 0; w < Storage::W; ++w) {
             const int i = j * Storage::W + w;
-            v[w] = (Share::kMutable ? r.at(i) : expOf<Storage::kFastExp>(r.template at<2>(i) - m)) * inv;
+            v[w] = (kHeld ? r.at(i) : expOf<Storage::kFastExp>(r.template at<2>(i) - m)) * inv;
         }
-        Share::template storeVec<kFast>(o, j, cols, vec, v);
+        Share::template storeVec<kCopy>(o, j, cols, vec, v);
     }
 }
 
@@ -541,7 +754,7 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
     const RowIndex ri(rows);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
     Share r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, negInf());
+    if (ri.live) r.load(in + ri.row * cols, cols, vec, negInf(), Reach::ofRow(ri.row, rows, cols));
     else r.zero();
     float m = negInf();
 #pragma unroll
@@ -558,13 +771,14 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
-    if (Share::fast(static_cast<int>(cols), vec))
-        softmaxWrite<true, Storage>(r, o, m, inv, static_cast<int>(cols), vec);
-    else softmaxWrite<false, Storage>(r, o, m, inv, static_cast<int>(cols), vec);
+    const int c = static_cast<int>(cols);
+    withCopy<Share>(Share::copy(c, vec), [&](auto copy) {
+        softmaxWrite<decltype(copy)::value, Share::kMutable, Storage>(r, o, m, inv, c, vec);
+    });
 }
 
 // out = (x 2^-E - mean) f gamma + beta, gamma and beta one vector at a time.
-template <bool kFast, class Storage, class Share>
+template <int kCopy, class Storage, class Share>
 __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage::T* __restrict__ o,
                                                const typename Storage::T* __restrict__ gamma,
                                                const typename Storage::T* __restrict__ beta, float sc,
@@ -572,15 +786,15 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float g[Storage::W], b[Storage::W];
-        Share::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
-        Share::template loadVec<kFast>(beta, j, cols, vec, 0.0f, b);
+        Share::template loadVec<kCopy>(gamma, j, cols, vec, 0.0f, g);
+        Share::template loadVec<kCopy>(beta, j, cols, vec, 0.0f, b);
 #pragma unroll
         for (int w = 0; w < Storage::W; ++w) {
             const int i = j * Storage::W + w;
             const float d = Share::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
             g[w] = fmaf(d * f, g[w], b[w]);
         }
-        Share::template storeVec<kFast>(o, j, cols, vec, g);
+        Share::template storeVec<kCopy>(o, j, cols, vec, g);
     }
 }
 
@@ -597,7 +811,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
         cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
     const bool full = Share::full(static_cast<int>(cols));
     Share r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
+    if (ri.live) r.template load<!Share::kMutable>(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
     else r.zero();
     const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch[0]);
     const float n = static_cast<float>(cols);
@@ -613,41 +827,44 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
-    // Float storage (the row as 32 floats) keeps the general copy: in the fast one the compiler
-    // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%).
+    // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler
+    // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%). Rows
+    // off the 16-byte grid write element by element too: with a shifted copy of this loop ptxas
+    // spilled 44 bytes in the 8-vector 16-bit kernel (4 without), which every row then pays.
     const int c = static_cast<int>(cols);
-    if (!Share::kMutable && Share::fast(c, vec))
-        layerNormWrite<true, Storage>(r, o, gamma, beta, sc, mean, f, c, vec);
-    else layerNormWrite<false, Storage>(r, o, gamma, beta, sc, mean, f, c, vec);
+    const int mode = Share::copy(c, vec);
+    withCopy<Share>(Share::kMutable || mode == kShifted ? kElementwise : mode, [&](auto copy) {
+        layerNormWrite<decltype(copy)::value, Storage>(r, o, gamma, beta, sc, mean, f, c, vec);
+    });
 }
 
 // out = (x * a) * b * gamma, gamma one vector at a time. b is 1 for every row whose largest |x| is
 // within 2^+-64 (see normFactor): that copy of the loop skips the product, which would be exact.
-template <bool kFast, bool kUnitB, class Storage, class Share>
+template <int kCopy, bool kUnitB, class Storage, class Share>
 __device__ __forceinline__ void rmsWrite(const Share& r, typename Storage::T* __restrict__ o,
                                          const typename Storage::T* __restrict__ gamma, NormFactor nf,
                                          int cols, bool vec) {
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float g[Storage::W];
-        Share::template loadVec<kFast>(gamma, j, cols, vec, 0.0f, g);
+        Share::template loadVec<kCopy>(gamma, j, cols, vec, 0.0f, g);
 #pragma unroll
         for (int w = 0; w < Storage::W; ++w) {
             const float y = r.template at<2>(j * Storage::W + w) * nf.a;
             g[w] = (kUnitB ? y : y * nf.b) * g[w];
         }
-        Share::template storeVec<kFast>(o, j, cols, vec, g);
+        Share::template storeVec<kCopy>(o, j, cols, vec, g);
     }
 }
 template <class Share, class Storage>
 __device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T* __restrict__ o,
                                             const typename Storage::T* __restrict__ gamma, int cols,
                                             NormFactor nf, bool vec) {
-    const bool fast = Share::fast(cols, vec);
-    if (fast && nf.b == 1.0f) rmsWrite<true, true, Storage>(r, o, gamma, nf, cols, vec);
-    else if (fast) rmsWrite<true, false, Storage>(r, o, gamma, nf, cols, vec);
-    else if (nf.b == 1.0f) rmsWrite<false, true, Storage>(r, o, gamma, nf, cols, vec);
-    else rmsWrite<false, false, Storage>(r, o, gamma, nf, cols, vec);
+    withCopy<Share>(Share::copy(cols, vec), [&](auto copy) {
+        constexpr int kCopy = decltype(copy)::value;
+        if (nf.b == 1.0f) rmsWrite<kCopy, true, Storage>(r, o, gamma, nf, cols, vec);
+        else rmsWrite<kCopy, false, Storage>(r, o, gamma, nf, cols, vec);
+    });
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
@@ -669,7 +886,7 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
     const RowIndex ri(rows);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
     Regs<Storage, kVecs, kPacked> r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
+    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
     else r.zero();
     rmsNormHeld<Storage>(r, ri, out, gamma, cols, eps, vec, scratch);
 }
@@ -690,6 +907,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     if (ri.live) {
         const typename Storage::T* x = in + ri.row * cols;
         typename Storage::T* res = residual + ri.row * cols;
+        const Reach reach = Reach::ofRow(ri.row, rows, cols);
         // h_j = x_j + res_j, res_j <- h_j, vector by vector. The compiler cannot move a load of res
         // above the store before it (same pointer), so the loads are issued kChunk vectors of x and
         // res at a time first: 2 kChunk 16-byte loads in flight per thread instead of two.
@@ -726,19 +944,41 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
                 }
             }
         };
-        if (Share::fast(static_cast<int>(cols), vec)) {
-            chunks(Flag<false>{});
+        if (Share::copy(static_cast<int>(cols), vec) == kAll) {
+            chunks(Tag<false>{});
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
-            chunks(Flag<true>{});
-        } else {  // ragged or misaligned: the same sums element by element where needed
+            chunks(Tag<true>{});
+        } else if (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
+            const int c = static_cast<int>(cols);
+            constexpr int kPair = kChunk < 2 ? kChunk : 2;  // (4 at a time spilled)
+#pragma unroll
+            for (int j0 = 0; j0 < kVecs; j0 += kPair) {
+                uint4 xq[kPair], rq[kPair];
+#pragma unroll
+                for (int k = 0; k < kPair; ++k) {
+                    xq[k] = Share::template loadShifted<true>(x, j0 + k, c, 0u, reach);
+                    rq[k] = Share::template loadShifted<false>(res, j0 + k, c, 0u, reach);
+                }
+#pragma unroll
+                for (int k = 0; k < kPair; ++k) {
+                    float h[Storage::W], xv[Storage::W];
+                    Storage::unpackRaw(xq[k], xv);
+                    Storage::unpackRaw(rq[k], h);
+#pragma unroll
+                    for (int w = 0; w < Storage::W; ++w) h[w] = Storage::round(xv[w] + h[w]);
+                    Share::storeShifted(res, j0 + k, c, Storage::packRaw(h));
+                    r.setVec(j0 + k, h);
+                }
+            }
+        } else {  // unpacked float rows, threads at the ragged edge: element by element where needed
 #pragma unroll
             for (int j = 0; j < kVecs; ++j) {
                 float h[Storage::W], xv[Storage::W];
-                Share::template loadVec<false>(x, j, cols, vec, 0.0f, xv);
-                Share::template loadVec<false, false>(res, j, cols, vec, 0.0f, h);  // res is written
+                Share::template loadVec<kElementwise>(x, j, cols, vec, 0.0f, xv);
+                Share::template loadVec<kElementwise, false>(res, j, cols, vec, 0.0f, h);  // res is written
 #pragma unroll
                 for (int w = 0; w < Storage::W; ++w) h[w] = Storage::round(xv[w] + h[w]);
-                Share::template storeVec<false>(res, j, cols, vec, h);
+                Share::template storeVec<kElementwise>(res, j, cols, vec, h);
                 r.setVec(j, h);
             }
         }
@@ -893,7 +1133,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     const size_t row = blockIdx.x / kCtas;  // < rows: the grid has exactly rows clusters
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
     Share r;
-    r.load(in + row * cols, cols, vec, negInf());
+    r.load(in + row * cols, cols, vec, negInf(), Reach::ofRow(row, rows, cols));
     float mb = negInf();
 #pragma unroll
     for (int i = 0; i < r.N; ++i) mb = fmaxf(mb, r.template at<0>(i));
@@ -921,15 +1161,9 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     const float m = t[0].m, inv = 1.0f / t[0].s;
     typename Storage::T* o = out + row * cols;
     const int c = static_cast<int>(cols);
-    const bool fast = Share::fast(c, vec);
-#pragma unroll
-    for (int j = 0; j < kVecs; ++j) {
-        float v[Storage::W];
-#pragma unroll
-        for (int w = 0; w < Storage::W; ++w) v[w] = expOf<Storage::kFastExp>(r.template at<2>(j * Storage::W + w) - m) * inv;
-        if (fast) Share::template storeVec<true>(o, j, c, vec, v);
-        else Share::template storeVec<false>(o, j, c, vec, v);
-    }
+    withCopy<Share>(Share::copy(c, vec), [&](auto copy) {
+        softmaxWrite<decltype(copy)::value, false, Storage>(r, o, m, inv, c, vec);
+    });
     clusterWait();  // no block leaves while another may still read its pair
 }
 #endif
@@ -949,7 +1183,7 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
     const RowIndex ri(rows);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
     Regs<Storage, kVecs> r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
+    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
     else r.zero();
     float amax = 0.0f;
 #pragma unroll
