@@ -270,12 +270,29 @@ def test_rows_off_the_16_byte_grid_keep_their_bits(op: str, dtype: str, cols: in
     """16-bit rows of an odd width start at every offset in their 16-byte block (and offset > 0 puts
     the whole batch off the grid): the shifted copy must give each row, and the fused kernel's
     updated residual, the bits that row gets alone at an aligned address."""
+    arrays = ("x", "out", "residual", "gamma", "beta")
+    _check_rows_alone(op, dtype, cols, offsets=dict.fromkeys(arrays, offset))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layernorm", "addrmsnorm"])
+@pytest.mark.parametrize("cols", [1027, 2880, 4097])
+def test_arrays_at_different_offsets_keep_the_bits(op: str, cols: int) -> None:
+    """Each array of a launch off the grid at its own offset (each computes its own shift): x 1,
+    out 0, residual 5, gamma 3, beta 6 elements past a 16-byte boundary."""
+    _check_rows_alone(op, "bfloat16", cols, offsets={"x": 1, "out": 0, "residual": 5, "gamma": 3, "beta": 6})
+
+
+def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
+    """19 rows (every shift of a row of odd width, twice, and a partly empty last block), each array
+    placed offsets[name] elements past an aligned allocation: each row's output (and the fused
+    kernel's updated residual) must have the bits of that row launched alone, every array aligned."""
     import cupy
 
     from normprops.bench import device_storage
     from normprops.cuda.prod import ProdKernel
 
-    rows = 19  # every shift of a row of odd width, twice, and a partly empty last block
+    rows = 19
     kernel = ProdKernel(op, dtype=dtype)
     rng = cupy.random.default_rng(cols)
     x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
@@ -287,18 +304,20 @@ def test_rows_off_the_16_byte_grid_keep_their_bits(op: str, dtype: str, cols: in
         view[...] = a
         return view
 
-    def run(xs, rs, at: int):
-        xs, out = placed(xs, at), placed(cupy.zeros_like(xs), at)
-        rs = None if rs is None else placed(rs, at)
-        kernel.launch(*kernel.operands(x=xs, out=out, residual=rs, gamma=placed(g, at), beta=placed(b, at)),
+    def run(xs, rs, at: dict[str, int]):
+        xs, out = placed(xs, at["x"]), placed(cupy.zeros_like(xs), at["out"])
+        rs = None if rs is None else placed(rs, at["residual"])
+        gs, bs = placed(g, at["gamma"]), placed(b, at["beta"])
+        kernel.launch(*kernel.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs),
                       rows=xs.shape[0], cols=cols, eps=1e-5)
         return out if rs is None else cupy.concatenate([out, rs])
 
-    batch = run(x, res if op == "addrmsnorm" else None, offset)
+    batch = run(x, res if op == "addrmsnorm" else None, offsets)
+    aligned = dict.fromkeys(offsets, 0)
     for r in range(rows):
-        alone = run(x[r:r + 1], res[r:r + 1] if op == "addrmsnorm" else None, 0)
+        alone = run(x[r:r + 1], res[r:r + 1] if op == "addrmsnorm" else None, aligned)
         got = batch[r::rows] if op == "addrmsnorm" else batch[r:r + 1]
-        assert cupy.array_equal(got, alone), f"row {r} (shift {(r * cols + offset) % 8})"
+        assert cupy.array_equal(got, alone), f"row {r} (x shift {(r * cols + offsets['x']) % 8})"
 
 
 @pytest.mark.gpu

@@ -949,6 +949,9 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
             chunks(Tag<true>{});
         } else if (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
+            // A chunk read here may hold bytes of the previous or next vector, or of a neighbouring
+            // row, that another warp is writing at the same time: the reader discards them (window,
+            // fillFrom). Every byte a lane keeps is its own, written by nobody before its read.
             const int c = static_cast<int>(cols);
             constexpr int kPair = kChunk < 2 ? kChunk : 2;  // (4 at a time spilled)
 #pragma unroll
