@@ -11,9 +11,9 @@
 // Register path (template kVecs = 1, 2, 4 or 8; cols <= tpr * kVecs * W): the row is read once into
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
 // holds vectors j * tpr + t for j < kVecs, i.e. elements (j * tpr + t) * W + w. When every pointer is
-// 16-byte aligned and cols % W == 0 the vectors are loaded and stored with 16-byte accesses; 16-bit
-// rows off that grid (odd widths, views) move the aligned 16-byte chunks around their vectors and
-// exchange words between lanes (Regs::loadShifted); float32 rows there go element by element. The
+// 16-byte aligned and cols % W == 0 the vectors are loaded and stored with 16-byte accesses; packed
+// 16-bit rows off that grid (odd widths, views) move the aligned 16-byte chunks around their vectors
+// and exchange words between lanes (Regs::loadShifted); other rows there go element by element. The
 // same element -> thread map and the same arithmetic order every way (see Copy), so a row's bits
 // depend on neither its address nor its position in the batch.
 //
@@ -444,11 +444,12 @@ struct Regs {
     // Whether every element this thread holds is in the row (all threads but the ragged edge's).
     __device__ static bool full(int cols) { return first(kVecs - 1) + Storage::W <= cols; }
     // How this thread moves its vectors (see Copy). vec (aligned pointers, cols % W == 0): each
-    // vector lies wholly in the row or wholly past its end. Otherwise a 16-bit row takes kShifted,
-    // whose lanes exchange words: the mode is then the same for every thread of the row. float32
-    // rows keep the element-wise copy there (4-byte accesses: 73-81% of memcpy at 4097 columns,
-    // against 53-61% shifted; docs/results.md).
-    static constexpr bool kShifts = Storage::W == 8;
+    // vector lies wholly in the row or wholly past its end. Otherwise a packed 16-bit row (4 or 8
+    // vectors a thread) takes kShifted, whose lanes exchange words: the mode is then the same for
+    // every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
+    // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted; docs/results.md) and
+    // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
+    static constexpr bool kShifts = Storage::W == 8 && kPacked;
     __device__ static int copy(int cols, bool vec) {
         return vec ? (full(cols) ? kAll : kWhole) : (kShifts ? kShifted : kElementwise);
     }
@@ -945,9 +946,9 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
             }
         };
         if (Share::copy(static_cast<int>(cols), vec) == kAll) {
-            chunks(Tag<false>{});
+            chunks(Tag<0>{});
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
-            chunks(Tag<true>{});
+            chunks(Tag<1>{});
         } else if (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
             // A chunk read here may hold bytes of the previous or next vector, or of a neighbouring
             // row, that another warp is writing at the same time: the reader discards them (window,
