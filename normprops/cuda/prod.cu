@@ -59,17 +59,6 @@ struct F32 {
     __device__ static void putVec(T* p, const float* v) {
         *reinterpret_cast<float4*>(p) = make_float4(v[0], v[1], v[2], v[3]);
     }
-    // A vector as raw 32-bit words (the shifted copy, see Regs::loadShifted), and an element's bits.
-    __device__ static uint4 raw(const V& q) {
-        return make_uint4(__float_as_uint(q.x), __float_as_uint(q.y), __float_as_uint(q.z), __float_as_uint(q.w));
-    }
-    __device__ static void unpackRaw(const uint4& q, float* v) { unpackV(make_float4(__uint_as_float(q.x), __uint_as_float(q.y), __uint_as_float(q.z), __uint_as_float(q.w)), v); }
-    __device__ static uint4 packRaw(const float* v) {
-        return make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
-    }
-    __device__ static unsigned fillBits(float f) { return __float_as_uint(f); }
-    __device__ static void putRaw(T* p, unsigned bits) { *p = __uint_as_float(bits); }
-    __device__ static unsigned getRaw(const T* p) { return __float_as_uint(*p); }
 };
 
 // bfloat16: the top 16 bits of a float32. Widening is exact; narrowing rounds to nearest even.
@@ -189,13 +178,10 @@ struct Half16 {
     __device__ static float hi(unsigned w) { return Widen::template hi<kPass>(w); }
     __device__ static unsigned pack(float a, float b) { return Pack(a, b); }
     __device__ static unsigned short bits(float v) { return FromFloat(v); }
-    // A vector as raw 32-bit words (the shifted copy, see Regs::loadShifted), and an element's bits.
-    __device__ static uint4 raw(const V& q) { return q; }
-    __device__ static void unpackRaw(const uint4& q, float* v) { unpackV(q, v); }
+    // The shifted copy (Regs::loadShifted): W floats packed as one vector, an element's bits.
     __device__ static uint4 packRaw(const float* v) {
         return make_uint4(Pack(v[0], v[1]), Pack(v[2], v[3]), Pack(v[4], v[5]), Pack(v[6], v[7]));
     }
-    __device__ static unsigned fillBits(float f) { return FromFloat(f); }
     __device__ static void putRaw(T* p, unsigned bits) { *p = static_cast<unsigned short>(bits); }
     __device__ static unsigned getRaw(const T* p) { return *p; }
 };
@@ -204,7 +190,8 @@ using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, WidenF16>;
 
 // --- rows off the 16-byte grid ---------------------------------------------------------------------
 
-// A 16-byte vector as raw bits: four 32-bit words, W / 4 elements to a word, the earlier low.
+// The shifted copy is compiled for 16-bit storage only (Regs::kShifts): a 16-byte vector is four
+// 32-bit words of two elements each, the earlier low.
 
 // How many elements p lies past a 16-byte boundary (0 <= s < W).
 template <class Storage>
@@ -213,37 +200,25 @@ __device__ __forceinline__ int shiftOf(const typename Storage::T* p) {
 }
 // Elements e .. e + W - 1 of the 2W elements of (a, b), 0 <= e < W: two rounds of selects move whole
 // words, a byte permute the 16-bit halves (no array indexed by e: the words stay in registers).
-template <class Storage>
 __device__ __forceinline__ uint4 window(const uint4& a, const uint4& b, int e) {
-    constexpr int kPerWord = Storage::W / 4;
-    const int q = e / kPerWord;
+    const int q = e / 2;
     const unsigned c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     unsigned x[6], y[5];
 #pragma unroll
     for (int i = 0; i < 6; ++i) x[i] = (q & 2) ? c[i + 2] : c[i];
 #pragma unroll
     for (int i = 0; i < 5; ++i) y[i] = (q & 1) ? x[i + 1] : x[i];
-    if constexpr (kPerWord == 2) {
-        const unsigned sel = (e & 1) ? 0x5432u : 0x3210u;  // odd e: y[i]'s high half, then y[i + 1]'s low
-        return make_uint4(__byte_perm(y[0], y[1], sel), __byte_perm(y[1], y[2], sel),
-                          __byte_perm(y[2], y[3], sel), __byte_perm(y[3], y[4], sel));
-    } else {
-        return make_uint4(y[0], y[1], y[2], y[3]);
-    }
+    const unsigned sel = (e & 1) ? 0x5432u : 0x3210u;  // odd e: y[i]'s high half, then y[i + 1]'s low
+    return make_uint4(__byte_perm(y[0], y[1], sel), __byte_perm(y[1], y[2], sel),
+                      __byte_perm(y[2], y[3], sel), __byte_perm(y[3], y[4], sel));
 }
 // q with its elements from `from` on replaced by the element bits f.
-template <class Storage>
 __device__ __forceinline__ uint4 fillFrom(const uint4& q, int from, unsigned f) {
-    constexpr int kPerWord = Storage::W / 4;
     unsigned w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        if constexpr (kPerWord == 2) {
-            if (2 * k >= from) w[k] = (w[k] & 0xffff0000u) | f;
-            if (2 * k + 1 >= from) w[k] = (w[k] & 0xffffu) | (f << 16);
-        } else {
-            if (k >= from) w[k] = f;
-        }
+        if (2 * k >= from) w[k] = (w[k] & 0xffff0000u) | f;
+        if (2 * k + 1 >= from) w[k] = (w[k] & 0xffffu) | (f << 16);
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
@@ -264,12 +239,11 @@ struct Reach {
 template <class Storage, bool kReadOnly>
 __device__ __forceinline__ uint4 chunkAt(const typename Storage::T* p, int c, int cols, Reach reach) {
     if (c >= -reach.before && c + Storage::W <= cols + reach.after)
-        return Storage::raw(kReadOnly ? Storage::ldgV(p) : Storage::loadV(p));
-    constexpr int kPerWord = Storage::W / 4;
+        return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int i = 0; i < Storage::W; ++i) {
-        if (c + i >= 0 && c + i < cols) w[i / kPerWord] |= Storage::getRaw(p + i) << (32 / kPerWord * (i % kPerWord));
+        if (c + i >= 0 && c + i < cols) w[i / 2] |= Storage::getRaw(p + i) << (16 * (i % 2));
     }
     return make_uint4(w[0], w[1], w[2], w[3]);
 }
@@ -470,15 +444,15 @@ struct Regs {
         uint4 a = make_uint4(0u, 0u, 0u, 0u), b;
         if (c0 - s < cols) a = chunkAt<Storage, kReadOnly>(chunk, c0 - s, cols, reach);
         if (s == 0)  // (gamma and beta, and one row in W): no exchange
-            return c0 + Storage::W > cols ? fillFrom<Storage>(a, max(cols - c0, 0), fill) : a;
+            return c0 + Storage::W > cols ? fillFrom(a, max(cols - c0, 0), fill) : a;
         b.x = __shfl_down_sync(kFull, a.x, 1);
         b.y = __shfl_down_sync(kFull, a.y, 1);
         b.z = __shfl_down_sync(kFull, a.z, 1);
         b.w = __shfl_down_sync(kFull, a.w, 1);
         if ((threadIdx.x & 31) == 31 && c0 - s + Storage::W < cols)
             b = chunkAt<Storage, kReadOnly>(chunk + Storage::W, c0 - s + Storage::W, cols, reach);
-        uint4 v = window<Storage>(a, b, s);
-        if (c0 + Storage::W > cols) v = fillFrom<Storage>(v, max(cols - c0, 0), fill);
+        uint4 v = window(a, b, s);
+        if (c0 + Storage::W > cols) v = fillFrom(v, max(cols - c0, 0), fill);
         return v;
     }
     // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
@@ -497,16 +471,15 @@ struct Regs {
         p.z = __shfl_up_sync(kFull, v.z, 1);
         p.w = __shfl_up_sync(kFull, v.w, 1);
         const bool whole = (lane != 0 || s == 0) && c0 - s >= 0 && c0 - s + W <= cols;
-        if (whole) *reinterpret_cast<uint4*>(row + (c0 - s)) = s == 0 ? v : window<Storage>(p, v, W - s);
+        if (whole) *reinterpret_cast<uint4*>(row + (c0 - s)) = s == 0 ? v : window(p, v, W - s);
         // the next vector's chunk, which holds this one's last s elements, is stored whole by lane + 1
         const bool nextWhole = s == 0 || (lane != 31 && c0 + 2 * W - s <= cols);
         if (!whole || !nextWhole) {
-            constexpr int kPerWord = W / 4;
             const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int e = 0; e < W; ++e) {
                 if ((e < W - s ? !whole : !nextWhole) && c0 + e < cols)
-                    Storage::putRaw(row + c0 + e, w[e / kPerWord] >> (32 / kPerWord * (e % kPerWord)));
+                    Storage::putRaw(row + c0 + e, w[e / 2] >> (16 * (e % 2)));
             }
         }
     }
@@ -520,7 +493,7 @@ struct Regs {
                                    float fill, float* dst, Reach reach = Reach::none()) {
         const int c0 = first(j);
         if constexpr (kCopy == kShifted) {
-            Storage::unpackRaw(loadShifted<kReadOnly>(row, j, cols, Storage::fillBits(fill), reach), dst);
+            Storage::unpackV(loadShifted<kReadOnly>(row, j, cols, Storage::bits(fill), reach), dst);
         } else if constexpr (kCopy == kElementwise) {
             if (vec && c0 + Storage::W <= cols) {
                 Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
@@ -577,7 +550,7 @@ struct Regs {
         for (int j = 0; j < kVecs; ++j) {
             const int c0 = first(j);
             if constexpr (kPacked && kCopy == kShifted) {
-                const uint4 q = loadShifted<true>(row, j, cols, Storage::fillBits(fill), reach);
+                const uint4 q = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
                 w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
             } else if constexpr (kPacked) {
                 const unsigned short pad = Storage::bits(fill);
@@ -949,7 +922,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
             chunks(Tag<0>{});
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
             chunks(Tag<1>{});
-        } else if (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
+        } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
             // A chunk read here may hold bytes of the previous or next vector, or of a neighbouring
             // row, that another warp is writing at the same time: the reader discards them (window,
             // fillFrom). Every byte a lane keeps is its own, written by nobody before its read.
@@ -966,8 +939,8 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
 #pragma unroll
                 for (int k = 0; k < kPair; ++k) {
                     float h[Storage::W], xv[Storage::W];
-                    Storage::unpackRaw(xq[k], xv);
-                    Storage::unpackRaw(rq[k], h);
+                    Storage::unpackV(xq[k], xv);
+                    Storage::unpackV(rq[k], h);
 #pragma unroll
                     for (int w = 0; w < Storage::W; ++w) h[w] = Storage::round(xv[w] + h[w]);
                     Share::storeShifted(res, j0 + k, c, Storage::packRaw(h));
