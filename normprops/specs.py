@@ -17,9 +17,9 @@ import numpy as np
 
 from normprops.case import ShapeConstraints
 from normprops.cuda.shape import (
-    CLUSTER_SIZES,
     CLUSTER_TREE_DEPTH,
     MAX_ROW_THREADS,
+    PORTABLE_CLUSTER,
     Shape,
     cluster_shape,
     elements_per_thread,
@@ -384,7 +384,7 @@ def _prod(name: str) -> KernelSpec:
                    "online statistics per block merged through distributed shared memory")
         # A thread adds at most ceil(cols / 4096) + W - 1 elements (whole vectors of W), then a
         # tree 9 levels deep in its block and 3 across the cluster.
-        model = ErrorModel(threads=CLUSTER_SIZES[-1] * MAX_ROW_THREADS,
+        model = ErrorModel(threads=PORTABLE_CLUSTER * MAX_ROW_THREADS,
                            tree_depth=CLUSTER_TREE_DEPTH + width - 1, rho=6.0, c_x=1.0)
     else:
         model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width,

@@ -5,6 +5,7 @@ memcheck to flag nothing.
     python scripts/sanitize.py            # drives compute-sanitizer, prints a table
     python scripts/sanitize.py --backend cuda-cluster   # only the cluster path's kernels
     python scripts/sanitize.py --kernel softmaxFastBf16   # only these kernels (repeatable)
+    python scripts/sanitize.py --kernel softmaxFast --cols 151936   # only these widths (repeatable)
     python scripts/sanitize.py --launch NAME   # (what compute-sanitizer runs) launch one kernel
 """
 
@@ -29,7 +30,7 @@ RAGGED = (1, 3, 33, 255, 257, 1025, 2880, 4097)
 PROD_EXTRA = (16384, 70001)
 
 
-def launch(name: str) -> None:
+def launch(name: str, cols: tuple[int, ...] = ()) -> None:
     import cupy
 
     # Every array its own allocation (no memory pool): an access past an array's end is then one
@@ -40,7 +41,7 @@ def launch(name: str) -> None:
     rng = np.random.default_rng(0)
     # 9 rows: prod.cu puts up to 8 narrow rows in a block, so the last block is partly empty.
     rows = 9 if spec.backend == "cuda-prod" else 3
-    widths = RAGGED + (PROD_EXTRA if spec.backend in ("cuda-prod", "cuda-cluster") else ())
+    widths = cols or RAGGED + (PROD_EXTRA if spec.backend in ("cuda-prod", "cuda-cluster") else ())
     if PROD_VARIANTS.get(name, ("",))[0] == "rmsnormbf16acc":  # register path only
         widths = tuple(c for c in widths if c <= PROD_PER_THREAD * MAX_ROW_THREADS)
     for cols in widths:
@@ -50,7 +51,7 @@ def launch(name: str) -> None:
         fn(*args)
 
 
-def drive(backends: tuple[str, ...], only: tuple[str, ...] = ()) -> int:
+def drive(backends: tuple[str, ...], only: tuple[str, ...] = (), cols: tuple[int, ...] = ()) -> int:
     names = [k.name for k in KERNELS if k.backend in backends and (not only or k.name in only)]
     if only and len(names) != len(set(only)):
         print(f"no such kernel of {', '.join(backends)}: {', '.join(sorted(set(only) - set(names)))}")
@@ -65,8 +66,9 @@ def drive(backends: tuple[str, ...], only: tuple[str, ...] = ()) -> int:
     for name in names:
         counts = {}
         for tool in ("racecheck", "memcheck"):
-            proc = subprocess.run([tool_path, "--tool", tool, sys.executable, __file__, "--launch", name],
-                                  capture_output=True, text=True, timeout=600)
+            widths = [a for c in cols for a in ("--cols", str(c))]
+            command = [tool_path, "--tool", tool, sys.executable, __file__, "--launch", name, *widths]
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
             text = proc.stdout + proc.stderr
             found = re.search(r"(\d+) hazards? displayed|ERROR SUMMARY: (\d+) errors?", text)
             counts[tool] = int(next(g for g in found.groups() if g is not None)) if found else -1
@@ -88,11 +90,13 @@ def main() -> int:
                         help="only this backend's kernels (repeatable; default: all three)")
     parser.add_argument("--kernel", action="append", default=[], metavar="NAME",
                         help="only this kernel (repeatable)")
+    parser.add_argument("--cols", action="append", type=int, default=[], metavar="N",
+                        help="only this row width (repeatable; default: the ragged and path-changing widths)")
     args = parser.parse_args()
     if args.launch:
-        launch(args.launch)
+        launch(args.launch, tuple(args.cols))
         return 0
-    return drive(tuple(args.backend or BACKENDS), tuple(args.kernel))
+    return drive(tuple(args.backend or BACKENDS), tuple(args.kernel), tuple(args.cols))
 
 
 if __name__ == "__main__":

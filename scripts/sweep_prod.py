@@ -5,8 +5,9 @@ for several elements-per-thread settings (which set threads per row). Usage on t
         [--rows 1,8,64,256,gib]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
 float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another
-copy of prod.cu (an older commit's, for an A/B in one run). --rows: batch sizes ("gib": 1 GiB each
-way, the default). Each configuration is timed like
+copy of prod.cu (an older commit's, for an A/B in one run; --src-clusters: it has the cluster path),
+or "tpr=N": the softmax cluster path with blocks of N threads (e.g. NP_A+tpr=256). --rows: batch
+sizes ("gib": 1 GiB each way, the default). Each configuration is timed like
 normprops bench (spin, CUDA events, interleaved rounds, median)."""
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import cupy
 
 from normprops.bench import SPIN_CYCLES, event_ms, random_storage, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, source_text
-from normprops.cuda.prod import ProdKernel
+from normprops.cuda.prod import ProdKernel, largest_cluster, vector_width
+from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape
 from normprops.strategies import get_dtype
 
 
@@ -30,7 +32,7 @@ from normprops.strategies import get_dtype
 def _variant_module(defines: tuple[str, ...]):
     paths = [d[4:] for d in defines if d.startswith("src=")]
     code = open(paths[0]).read() if paths else source_text("prod.cu")
-    options = BUILDS["default"] + tuple(f"-D{d}" for d in defines if not d.startswith("src="))
+    options = BUILDS["default"] + tuple(f"-D{d}" for d in defines if not d.startswith(("src=", "tpr=")))
     return compile_source(code, filename="prod.cu", options=options)
 
 
@@ -43,15 +45,24 @@ class SweepKernel(ProdKernel):
         self.defines = defines
 
     def _module(self):
-        return _variant_module(self.defines) if self.defines else super()._module()
+        compiled = tuple(d for d in self.defines if not d.startswith("tpr="))
+        return _variant_module(compiled) if compiled else super()._module()
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
     #: there (scripts/ab_bits.py --src-clusters says it has)
     src_clusters = False
 
     def _cluster_shape(self, cols: int, blocks: int | None = None):
-        if not self.src_clusters and any(d.startswith("src=") for d in self.defines):
-            return None
+        threads = [int(d[4:]) for d in self.defines if d.startswith("tpr=")]
+        if threads:  # "tpr=N": the cluster path with blocks of N threads (at most 512)
+            return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks,
+                                 largest=largest_cluster(), threads=threads[0])
+        if any(d.startswith("src=") for d in self.defines):
+            # another copy: no cluster path, or (older ones) clusters of at most 8 blocks
+            if not self.src_clusters:
+                return None
+            return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks,
+                                 largest=min(PORTABLE_CLUSTER, largest_cluster()))
         return super()._cluster_shape(cols, blocks)
 
 
@@ -66,7 +77,10 @@ def main() -> int:
     ap.add_argument("--widths", default="1024,4096,16384",
                     help="row widths (e.g. 4097,5121: rows that are not 16-byte aligned)")
     ap.add_argument("--rows", default="gib", help="rows per batch, e.g. 1,8,64,256,gib")
+    ap.add_argument("--src-clusters", action="store_true",
+                    help="the src= copies have the cluster path (of at most 8 blocks)")
     args = ap.parse_args()
+    SweepKernel.src_clusters = args.src_clusters
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
     spin = spin_wait(SPIN_CYCLES)

@@ -13,7 +13,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from normprops.cuda.prod import PACKED_VPTS, VPTS, Shape, entry_point, launch_shape, split_exact
-from normprops.cuda.shape import CLUSTER_SIZES, CLUSTER_VPT, cluster_shape, elements_per_thread, shape_for
+from normprops.cuda.shape import (
+    CLUSTER_SIZES,
+    CLUSTER_VPT,
+    PORTABLE_CLUSTER,
+    cluster_shape,
+    elements_per_thread,
+    shape_for,
+)
 from normprops.oracles import reference, tolerance
 from normprops.specs import FAST_EXP_C_X, KERNELS, PROD_BLOCK, PROD_VARIANTS, prod_layout
 from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
@@ -83,15 +90,15 @@ def test_every_shape_covers_its_row_in_whole_warps(cols: int, width: int, per_th
     assert held <= max(per_thread, width) and held * shape.tpr >= cols
 
 
-@given(cols=st.integers(1, 300000), width=st.sampled_from([4, 8]))
-def test_cluster_shape_takes_the_fewest_blocks_that_hold_the_row(cols: int, width: int) -> None:
-    shape = cluster_shape(cols, vector_width=width)
+@given(cols=st.integers(1, 600000), width=st.sampled_from([4, 8]), largest=st.sampled_from([8, 16]))
+def test_cluster_shape_takes_the_fewest_blocks_that_hold_the_row(cols: int, width: int, largest: int) -> None:
+    shape = cluster_shape(cols, vector_width=width, largest=largest)
     capacity = 512 * CLUSTER_VPT * width  # columns one block holds
     if shape is None:
-        assert cols > CLUSTER_SIZES[-1] * capacity
+        assert cols > largest * capacity
         return
     assert shape.cluster in CLUSTER_SIZES and shape.tpr == 512 and shape.grid(3) == (3 * shape.cluster, 1, 1)
-    assert shape.cluster * capacity >= cols
+    assert shape.cluster * capacity >= cols and shape.cluster <= largest
     smaller = CLUSTER_SIZES[: CLUSTER_SIZES.index(shape.cluster)]
     assert all(n * capacity < cols for n in smaller)  # the fewest blocks that hold the row
 
@@ -102,24 +109,24 @@ def test_cluster_error_model_covers_the_forced_cluster_shape(cols: int, name: st
     tree's depth (9 levels in a block, 3 across 8 blocks)."""
     spec = next(k for k in KERNELS if k.name == name)
     width = 16 // get_dtype(spec.dtype).itemsize
-    shape = cluster_shape(cols, vector_width=width, blocks=CLUSTER_SIZES[-1])
+    shape = cluster_shape(cols, vector_width=width, blocks=PORTABLE_CLUSTER)
     if shape is None or cols > shape.cluster * shape.tpr * shape.vpt * width:
         return
     held = elements_per_thread(cols, shape, vector_width=width)
     assert spec.error_model.k(cols) >= held - 1 + 9 + 3
 
 
-@given(cols=st.integers(16385, 262144),
+@given(cols=st.integers(16385, 600000), largest=st.sampled_from([8, 16]),
        name=st.sampled_from(["softmaxFast", "softmaxFastBf16", "softmaxFastF16"]))
-def test_auto_softmax_bound_covers_the_cluster_path_too(cols: int, name: str) -> None:
-    """Past one block, the auto softmax streams or (sm_90+) takes the fewest cluster blocks: its
-    bound covers both, the cluster's whole vectors per thread included (16388 float32 columns:
-    thread 0 adds 5 vectors, 20 elements)."""
+def test_auto_softmax_bound_covers_the_cluster_path_too(cols: int, largest: int, name: str) -> None:
+    """Past one block, the auto softmax streams or (sm_90+) takes the fewest cluster blocks, up to
+    8 or 16 as the GPU allows: its bound covers each, the cluster's whole vectors per thread
+    included (16388 float32 columns: thread 0 adds 5 vectors, 20 elements)."""
     spec = next(k for k in KERNELS if k.name == name)
     width = 16 // get_dtype(spec.dtype).itemsize
     if launch_shape(cols, dtype=spec.dtype, per_thread=spec.error_model.per_thread).vpt:
         return  # still the register path
-    shape = cluster_shape(cols, vector_width=width)
+    shape = cluster_shape(cols, vector_width=width, largest=largest)
     if shape is not None:
         held = elements_per_thread(cols, shape, vector_width=width)
         assert spec.error_model.k(cols) >= held - 1 + 9 + (shape.cluster - 1).bit_length()
@@ -322,10 +329,11 @@ def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
-@pytest.mark.parametrize("cols, blocks", [(20_000, 2), (40_000, 3), (70_001, 5), (100_000, 8), (140_000, 0)])
+@pytest.mark.parametrize("cols, blocks", [(20_000, 2), (40_000, 3), (70_001, 5), (100_000, 8), (140_000, 10)])
 def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int) -> None:
     """Rows past one block's registers: the norms stream; softmax takes the fewest cluster blocks
-    that hold the row on sm_90 and later (0: too wide for 8, it streams)."""
+    that hold the row on sm_90 and later, past 8 blocks only where the GPU runs non-portable
+    clusters (else it streams)."""
     import cupy
 
     from normprops.cuda import prod
@@ -333,7 +341,7 @@ def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int
     name = {"softmax": "softmaxFast", "layernorm": "layerNormFast", "rmsnorm": "rmsNormFast",
             "addrmsnorm": "addRmsNormFast"}[op]
     shape = prod.ProdKernel(op, dtype="float32").shape(cols)
-    if op == "softmax" and blocks and prod.clusters_supported():
+    if op == "softmax" and blocks and prod.clusters_supported() and blocks <= prod.largest_cluster():
         assert shape.cluster == blocks and shape.vpt == 8
     else:
         assert shape.vpt == 0 and shape.cluster == 1
@@ -345,12 +353,39 @@ def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cols", [40_000, 70_001, 128_256, 151_936])
+@pytest.mark.parametrize("cols, blocks", [(151_936, 10), (190_000, 12), (262_144, 16), (262_145, 0)])
+def test_float32_vocabulary_rows_on_the_largest_clusters(cols: int, blocks: int) -> None:
+    """float32 softmax past 8 blocks' registers (131072 columns): 10, 12 or 16 blocks where the GPU
+    runs non-portable clusters, else (and past 16 blocks: 0) the streaming path; every element
+    within 2^-16 of the float64 softmax relative to it, a half-masked row included, and each row's
+    bits independent of the batch. The bound: x - m rounds with |x - m| < 48 (4 sigma-wide rows),
+    2.9e-6 in the exponent; the sum of at most 32 elements a thread and a 13-level tree, 45 u =
+    2.7e-6; expf and the division a few u more: 6e-6 < 2^-16."""
+    from normprops.cuda import prod
+
+    if not prod.clusters_supported():
+        pytest.skip("thread-block clusters need compute capability 9.0 or later")
+    shape = prod.ProdKernel("softmax", dtype="float32").shape(cols)
+    if blocks and blocks <= prod.largest_cluster():
+        assert (shape.cluster, shape.vpt) == (blocks, 8)
+    else:
+        assert (shape.cluster, shape.vpt) == (1, 0)
+    rng = np.random.default_rng(cols)
+    x = (rng.standard_normal((3, cols)) * 4).astype(np.float32)
+    x[1, : cols // 2] = -np.inf
+    got = prod.softmaxFast(x)
+    want = _reference_rows("softmax", x)
+    assert np.all(np.abs(got - want) <= 2.0**-16 * want + 2.0**-40)
+    assert np.array_equal(prod.softmaxFast(x[2:]).view(np.uint32), got[2:].view(np.uint32))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cols", [40_000, 70_001, 128_256, 151_936, 300_000, 524_288])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_cluster_path_for_vocabulary_rows(cols: int, dtype: str) -> None:
-    """16-bit softmax over vocabulary-wide rows (2, 3, 4 and 5 cluster blocks): every element within
-    its storage rounding of the float64 softmax (float16's subnormal spacing below), and each row's
-    bits independent of the batch."""
+    """16-bit softmax over vocabulary-wide rows (2, 3, 4, 5, 10 and 16 cluster blocks where the GPU
+    runs non-portable clusters): every element within its storage rounding of the float64 softmax
+    (float16's subnormal spacing below), and each row's bits independent of the batch."""
     from normprops.cuda import prod
 
     if not prod.clusters_supported():

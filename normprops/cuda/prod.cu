@@ -376,7 +376,7 @@ struct ClusterTeam {
 
 // One thread's share of a row: kVecs vectors of W elements, element (j * T + t) * W + w for the
 // team's T threads (Team: BlockTeam, T = tpr, or ClusterTeam). Column indices are int: a team holds
-// at most 8 x 512 x 64 columns.
+// at most 16 x 512 x 64 columns.
 //
 // Storage: kPacked = false keeps every element as a float (converted once, at load, and writable);
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
@@ -1074,7 +1074,7 @@ __device__ void rmsNormStream(const typename Storage::T* __restrict__ in, typena
 // --- cluster path (softmax over rows too wide for one block's registers; sm_90 and later) ---------
 
 #if __CUDA_ARCH__ >= 900
-// A thread-block cluster of kCtas blocks (2 to 8) of 512 threads holds one row in registers (the
+// A thread-block cluster of kCtas blocks (2 to 16) of 512 threads holds one row in registers (the
 // register path's layout over kCtas x 512 threads, see ClusterTeam), so a vocabulary-wide row is read
 // once and written once by kCtas SMs at a time instead of streamed twice by one. Each block reduces
 // its share to online statistics (m_b, s_b = sum of exp(x - m_b)); the kCtas pairs meet through
@@ -1097,6 +1097,24 @@ __device__ __forceinline__ float loadFromBlock(const float* p, unsigned rank) {
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(remote) : "memory");
     return v;
 }
+
+// The pairs (m_b, s_b) that blocks kB ... kB + kSpan - 1 published, merged as a pairwise tree over
+// the ranks (kSpan a power of two; ranks past kCtas are absent): the tree of Online::merge(t[b],
+// t[b + step]) for step = 1, 2, 4, ... Depth first, so a thread holds at most log2(kSpan) + 1 pairs:
+// 16 pairs loaded at once made ptxas spill.
+template <int kCtas, int kB, int kSpan>
+__device__ __forceinline__ Online::T clusterTree(const float* published) {
+    if constexpr (kSpan == 1) {
+        return {loadFromBlock(&published[0], kB), loadFromBlock(&published[1], kB)};
+    } else if constexpr (kB + kSpan / 2 >= kCtas) {
+        return clusterTree<kCtas, kB, kSpan / 2>(published);
+    } else {
+        const Online::T left = clusterTree<kCtas, kB, kSpan / 2>(published);
+        return Online::merge(left, clusterTree<kCtas, kB + kSpan / 2, kSpan / 2>(published));
+    }
+}
+
+__host__ __device__ constexpr int powerOfTwoAtLeast(int n) { return n <= 1 ? 1 : 2 * powerOfTwoAtLeast((n + 1) / 2); }
 
 // The row's softmax over a cluster: grid.x = rows x kCtas, block (512, 1), cluster r of the grid is
 // row r. Each element's output is the register path's, expf(x - m) / s with the row's max m; only s
@@ -1126,16 +1144,9 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
         published[1] = sb;
     }
     clusterSync();
-    Online::T t[kCtas];
-#pragma unroll
-    for (int b = 0; b < kCtas; ++b) t[b] = {loadFromBlock(&published[0], b), loadFromBlock(&published[1], b)};
+    const Online::T all = clusterTree<kCtas, 0, powerOfTwoAtLeast(kCtas)>(published);
     clusterArrive();  // this block has read every pair; the writes below overlap the barrier
-#pragma unroll
-    for (int step = 1; step < kCtas; step *= 2) {
-#pragma unroll
-        for (int b = 0; b + step < kCtas; b += 2 * step) t[b] = Online::merge(t[b], t[b + step]);
-    }
-    const float m = t[0].m, inv = 1.0f / t[0].s;
+    const float m = all.m, inv = 1.0f / all.s;
     typename Storage::T* o = out + row * cols;
     const int c = static_cast<int>(cols);
     withCopy<Share>(Share::copy(c, vec), [&](auto copy) {
@@ -1301,7 +1312,8 @@ NP_ADDRMSNORM(addrmsnorm_f16_p4, F16, 4, true)
 NP_ADDRMSNORM(addrmsnorm_f16_p8, F16, 8, true)
 
 // The cluster path: <op>_<dtype>_c<blocks per row><v|p>8, softmax only, compiled for sm_90 and
-// later (normprops/cuda/prod.py launches it only there).
+// later (normprops/cuda/prod.py launches it only there). Clusters of more than 8 blocks are
+// non-portable: the launcher allows them per function (cuFuncSetAttribute) where the device runs them.
 #if __CUDA_ARCH__ >= 900
 #define NP_SOFTMAX_CLUSTER(NAME, STORAGE, CTAS, PACKED)                                             \
     extern "C" __global__ void __cluster_dims__(CTAS, 1, 1) __launch_bounds__(512, 2)               \
@@ -1315,18 +1327,27 @@ NP_SOFTMAX_CLUSTER(softmax_f32_c4v8, F32, 4, false)
 NP_SOFTMAX_CLUSTER(softmax_f32_c5v8, F32, 5, false)
 NP_SOFTMAX_CLUSTER(softmax_f32_c6v8, F32, 6, false)
 NP_SOFTMAX_CLUSTER(softmax_f32_c8v8, F32, 8, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c10v8, F32, 10, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c12v8, F32, 12, false)
+NP_SOFTMAX_CLUSTER(softmax_f32_c16v8, F32, 16, false)
 NP_SOFTMAX_CLUSTER(softmax_bf16_c2p8, BF16, 2, true)
 NP_SOFTMAX_CLUSTER(softmax_bf16_c3p8, BF16, 3, true)
 NP_SOFTMAX_CLUSTER(softmax_bf16_c4p8, BF16, 4, true)
 NP_SOFTMAX_CLUSTER(softmax_bf16_c5p8, BF16, 5, true)
 NP_SOFTMAX_CLUSTER(softmax_bf16_c6p8, BF16, 6, true)
 NP_SOFTMAX_CLUSTER(softmax_bf16_c8p8, BF16, 8, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c10p8, BF16, 10, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c12p8, BF16, 12, true)
+NP_SOFTMAX_CLUSTER(softmax_bf16_c16p8, BF16, 16, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c2p8, F16, 2, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c3p8, F16, 3, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c4p8, F16, 4, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c5p8, F16, 5, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c6p8, F16, 6, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c8p8, F16, 8, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c10p8, F16, 10, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c12p8, F16, 12, true)
+NP_SOFTMAX_CLUSTER(softmax_f16_c16p8, F16, 16, true)
 #endif
 
 // The kept-bad RMS norm (register path only).

@@ -25,14 +25,14 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.cuda.build import module
-from normprops.cuda.shape import CLUSTER_SIZES, VPTS, Shape, cluster_shape, shape_for
+from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, split_exact, to_dtype
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 
 __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
-           "ProdKernel", "split_exact", "to_storage", "from_storage"]
+           "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -62,6 +62,50 @@ def _clusters_on(device: int) -> bool:
     import cupy
 
     return int(cupy.cuda.Device(device).compute_capability) >= 90
+
+
+# CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED: a kernel may launch clusters of more than the
+# portable 8 blocks (Hopper runs up to 16) only once this is set on it.
+_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14
+
+
+def _allow_non_portable(fn: Any) -> None:
+    import cupy
+
+    function = getattr(fn, "kernel", fn)  # a RawKernel holds the driver's Function
+    cupy.cuda.driver.funcSetAttribute(function.ptr, _NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1)
+
+
+def largest_cluster() -> int:
+    """The most blocks per row the auto softmax's cluster path takes on the current GPU: 0 without
+    clusters, else the largest of CLUSTER_SIZES that a launch there accepts (16 on an H200, 8 where
+    the larger, non-portable, sizes are refused)."""
+    import cupy
+
+    return _largest_cluster_on(cupy.cuda.Device().id)
+
+
+@functools.cache
+def _largest_cluster_on(device: int) -> int:
+    if not _clusters_on(device):
+        return 0
+    import cupy
+
+    # One launch of the largest cluster on a 1 x 1 row. CUDA documents sizes past 8 as allowed on
+    # some GPUs only; a device that cannot place the cluster refuses the launch itself (a launch
+    # configuration error, CUDA_ERROR_INVALID_CLUSTER_SIZE), and the row then takes 8 at most. The
+    # H200 runs 16 (docs/results.md).
+    with cupy.cuda.Device(device):
+        fn = module("default", source=SOURCE).get_function(
+            entry_point("softmax", "float32", 8, packed=False, cluster=CLUSTER_SIZES[-1]))
+        x, out = cupy.zeros(1, dtype=np.float32), cupy.empty(1, dtype=np.float32)
+        try:
+            _allow_non_portable(fn)
+            fn((CLUSTER_SIZES[-1], 1, 1), (512, 1, 1), (x, out, np.uint64(1), np.uint64(1)))
+            cupy.cuda.Device(device).synchronize()
+        except (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError):
+            return PORTABLE_CLUSTER
+        return CLUSTER_SIZES[-1] if float(out[0]) == 1.0 else PORTABLE_CLUSTER
 
 
 def vector_width(dtype: str) -> int:
@@ -148,22 +192,27 @@ class ProdKernel:
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
             name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster)
-            self._functions[key] = self._module().get_function(name)
+            fn = self._module().get_function(name)
+            if cluster > PORTABLE_CLUSTER:
+                _allow_non_portable(fn)
+            self._functions[key] = fn
         return self._functions[key]
 
     def _cluster_shape(self, cols: int, blocks: int | None = None) -> Shape | None:
-        return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks)
+        return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks,
+                             largest=largest_cluster())
 
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
             return Shape(0, 1024, 1)
         if cols in self._shapes:
             return self._shapes[cols]
-        if self.path == "cluster":  # the largest cluster: the hunt covers its whole tree
-            shape = self._cluster_shape(cols, blocks=CLUSTER_SIZES[-1])
+        if self.path == "cluster":  # the largest portable cluster: the hunt covers its whole tree
+            shape = self._cluster_shape(cols, blocks=PORTABLE_CLUSTER)
             if shape is None or not clusters_supported():
-                raise ValueError(f"the cluster path cannot take {cols} columns here (at most 8 x 512 x 8 "
-                                 f"vectors, on a GPU of compute capability 9.0 or later)")
+                raise ValueError(f"the cluster path cannot take {cols} columns here (at most "
+                                 f"{PORTABLE_CLUSTER} x 512 x 8 vectors, on a GPU of compute capability 9.0 "
+                                 f"or later)")
             self._shapes[cols] = shape
             return shape
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)

@@ -20,18 +20,22 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["VPTS", "ROW_THREADS", "MAX_ROW_THREADS", "STREAM_THREADS", "CLUSTER_SIZES", "CLUSTER_VPT",
-           "CLUSTER_TREE_DEPTH", "Shape", "shape_for", "cluster_shape", "elements_per_thread"]
+__all__ = ["VPTS", "ROW_THREADS", "MAX_ROW_THREADS", "STREAM_THREADS", "CLUSTER_SIZES", "PORTABLE_CLUSTER",
+           "CLUSTER_VPT", "CLUSTER_TREE_DEPTH", "Shape", "shape_for", "cluster_shape", "elements_per_thread"]
 
 VPTS = (1, 2, 4, 8)  # vectors per thread with an entry point in prod.cu
 ROW_THREADS = 256  # threads per block when rows are narrow (several rows per block)
 MAX_ROW_THREADS = 512  # the register path's __launch_bounds__(512, 2)
 STREAM_THREADS = 1024
-# The cluster path (softmax on sm_90 and later): a cluster of 2 to 8 blocks of MAX_ROW_THREADS
+# The cluster path (softmax on sm_90 and later): a cluster of 2 to 16 blocks of MAX_ROW_THREADS
 # threads holds one row, CLUSTER_VPT vectors per thread (the fewest blocks that hold it: the most
 # bytes in flight per block, measured to matter: docs/results.md). Its tree over the threads is 9
-# levels in a block and ceil(log2(blocks)) across the cluster: at most CLUSTER_TREE_DEPTH.
-CLUSTER_SIZES = (2, 3, 4, 5, 6, 8)
+# levels in a block and ceil(log2(blocks)) across the cluster. Clusters of up to PORTABLE_CLUSTER
+# blocks run on every GPU with clusters; larger ones are "non-portable" (CUDA's term): the launcher
+# uses them only where the device accepts them (normprops.cuda.prod.largest_cluster), and the
+# forced cluster path of the hunt takes PORTABLE_CLUSTER blocks, a tree CLUSTER_TREE_DEPTH deep.
+CLUSTER_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
+PORTABLE_CLUSTER = 8
 CLUSTER_VPT = 8
 CLUSTER_TREE_DEPTH = 9 + 3
 
@@ -70,15 +74,17 @@ def shape_for(cols: int, *, vector_width: int, per_thread: int) -> Shape:
     return Shape(vpt, tpr, max(1, ROW_THREADS // tpr))
 
 
-def cluster_shape(cols: int, *, vector_width: int, blocks: int | None = None) -> Shape | None:
-    """The cluster path's shape for a row of ``cols`` elements: the fewest blocks of CLUSTER_SIZES
-    that hold it (or exactly ``blocks``), None when they cannot."""
+def cluster_shape(cols: int, *, vector_width: int, blocks: int | None = None,
+                  largest: int = CLUSTER_SIZES[-1], threads: int = MAX_ROW_THREADS) -> Shape | None:
+    """The cluster path's shape for a row of ``cols`` elements: the fewest blocks of ``threads``
+    threads, of CLUSTER_SIZES and at most ``largest``, that hold it (or exactly ``blocks``), None
+    when they cannot."""
     if cols < 1:
         raise ValueError(f"cols must be at least 1 but was {cols}")
     vecs = -(-cols // vector_width)
-    sizes = CLUSTER_SIZES if blocks is None else (blocks,)
-    size = next((n for n in sizes if n * MAX_ROW_THREADS * CLUSTER_VPT >= vecs), None)
-    return None if size is None else Shape(CLUSTER_VPT, MAX_ROW_THREADS, 1, size)
+    sizes = tuple(n for n in CLUSTER_SIZES if n <= largest) if blocks is None else (blocks,)
+    size = next((n for n in sizes if n * threads * CLUSTER_VPT >= vecs), None)
+    return None if size is None else Shape(CLUSTER_VPT, threads, 1, size)
 
 
 def elements_per_thread(cols: int, shape: Shape, *, vector_width: int) -> int:
