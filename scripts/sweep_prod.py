@@ -55,6 +55,8 @@ class SweepKernel(ProdKernel):
     def _cluster_shape(self, cols: int, blocks: int | None = None):
         threads = [int(d[4:]) for d in self.defines if d.startswith("tpr=")]
         if threads:  # "tpr=N": the cluster path with blocks of N threads (at most 512)
+            if threads[0] % 32 or not 32 <= threads[0] <= 512:
+                raise SystemExit(f"tpr={threads[0]}: blocks of whole warps, 32 to 512 threads")
             return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks,
                                  largest=largest_cluster(), threads=threads[0])
         if any(d.startswith("src=") for d in self.defines):

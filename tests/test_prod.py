@@ -352,27 +352,59 @@ def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int
     assert np.max(np.abs(got - want)) < 1e-4 * max(1.0, np.max(np.abs(want)))
 
 
+def _one_blocks_share(cols: int, *, blocks: int, width: int, block: int) -> np.ndarray:
+    """The columns that cluster block ``block`` holds (its threads t hold vectors j * T + block * 512
+    + t, T = blocks * 512 threads, j < 8): masked with -inf, that block sees nothing else."""
+    share = np.zeros(cols, dtype=bool)
+    for j in range(8):
+        start = (j * blocks * 512 + block * 512) * width
+        share[start:start + 512 * width] = True
+    return share
+
+
+def _masked_rows(x: np.ndarray, *, blocks: int, width: int) -> np.ndarray:
+    """Row 1: its first half -inf. Row 2, on a cluster: the share of block 1 -inf, so that block's
+    statistics are (-inf, 0) and must drop out of the merge."""
+    x[1, : x.shape[1] // 2] = -np.inf
+    if blocks:
+        x[2, _one_blocks_share(x.shape[1], blocks=blocks, width=width, block=1)] = -np.inf
+    return x
+
+
+@pytest.mark.gpu
+def test_hopper_runs_clusters_of_16() -> None:
+    """A full Hopper GPU (compute capability 9.0, 100 SMs or more: H100, H200) accepts the
+    non-portable clusters of 16 blocks, so the vocabulary rows below reach the larger clusters."""
+    import cupy
+
+    from normprops.cuda import prod
+
+    device = cupy.cuda.Device()
+    if device.compute_capability != "90" or device.attributes["MultiProcessorCount"] < 100:
+        pytest.skip("clusters of 16 blocks are checked on a full Hopper GPU (H100, H200)")
+    assert prod.largest_cluster() == 16
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cols, blocks", [(151_936, 10), (190_000, 12), (262_144, 16), (262_145, 0)])
 def test_float32_vocabulary_rows_on_the_largest_clusters(cols: int, blocks: int) -> None:
     """float32 softmax past 8 blocks' registers (131072 columns): 10, 12 or 16 blocks where the GPU
     runs non-portable clusters, else (and past 16 blocks: 0) the streaming path; every element
-    within 2^-16 of the float64 softmax relative to it, a half-masked row included, and each row's
-    bits independent of the batch. The bound: x - m rounds with |x - m| < 48 (4 sigma-wide rows),
-    2.9e-6 in the exponent; the sum of at most 32 elements a thread and a 13-level tree, 45 u =
-    2.7e-6; expf and the division a few u more: 6e-6 < 2^-16."""
+    within 2^-16 of the float64 softmax relative to it, masked rows included, and each row's bits
+    independent of the batch. The bound: x - m rounds with |x - m| < 48 (4 sigma-wide rows), 2.9e-6
+    in the exponent; the sum of at most 32 elements a thread, a 9-level tree in the block and 4
+    levels across the cluster with their rescaling, about 55 u = 3.3e-6; expf and the division a
+    few u more: 7e-6 < 2^-16 (measured on the H200: at most 36 u, 2.1e-6)."""
     from normprops.cuda import prod
 
     if not prod.clusters_supported():
         pytest.skip("thread-block clusters need compute capability 9.0 or later")
     shape = prod.ProdKernel("softmax", dtype="float32").shape(cols)
-    if blocks and blocks <= prod.largest_cluster():
-        assert (shape.cluster, shape.vpt) == (blocks, 8)
-    else:
-        assert (shape.cluster, shape.vpt) == (1, 0)
+    on_cluster = bool(blocks) and blocks <= prod.largest_cluster()
+    assert (shape.cluster, shape.vpt) == ((blocks, 8) if on_cluster else (1, 0))
     rng = np.random.default_rng(cols)
-    x = (rng.standard_normal((3, cols)) * 4).astype(np.float32)
-    x[1, : cols // 2] = -np.inf
+    x = _masked_rows((rng.standard_normal((4, cols)) * 4).astype(np.float32),
+                     blocks=blocks if on_cluster else 0, width=4)
     got = prod.softmaxFast(x)
     want = _reference_rows("softmax", x)
     assert np.all(np.abs(got - want) <= 2.0**-16 * want + 2.0**-40)
@@ -380,19 +412,24 @@ def test_float32_vocabulary_rows_on_the_largest_clusters(cols: int, blocks: int)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cols", [40_000, 70_001, 128_256, 151_936, 300_000, 524_288])
+@pytest.mark.parametrize("cols, blocks", [(40_000, 2), (70_001, 3), (128_256, 4), (151_936, 5),
+                                          (300_000, 10), (524_288, 16)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_cluster_path_for_vocabulary_rows(cols: int, dtype: str) -> None:
-    """16-bit softmax over vocabulary-wide rows (2, 3, 4, 5, 10 and 16 cluster blocks where the GPU
-    runs non-portable clusters): every element within its storage rounding of the float64 softmax
-    (float16's subnormal spacing below), and each row's bits independent of the batch."""
+def test_cluster_path_for_vocabulary_rows(cols: int, blocks: int, dtype: str) -> None:
+    """16-bit softmax over vocabulary-wide rows on 2 to 16 cluster blocks (past 8 where the GPU runs
+    non-portable clusters, else streaming): every element within its storage rounding of the
+    float64 softmax (float16's subnormal spacing below), masked rows included, and each row's bits
+    independent of the batch."""
     from normprops.cuda import prod
 
     if not prod.clusters_supported():
         pytest.skip("thread-block clusters need compute capability 9.0 or later")
+    shape = prod.ProdKernel("softmax", dtype=dtype).shape(cols)
+    on_cluster = blocks <= prod.largest_cluster()
+    assert (shape.cluster, shape.vpt) == ((blocks, 8) if on_cluster else (1, 0))
     rng = np.random.default_rng(cols)
-    x = to_dtype((rng.standard_normal((3, cols)) * 4).astype(np.float32), dtype)
-    x[1, : cols // 2] = -np.inf  # half a row masked: some blocks see only -inf
+    x = _masked_rows(to_dtype((rng.standard_normal((4, cols)) * 4).astype(np.float32), dtype),
+                     blocks=blocks if on_cluster else 0, width=8)
     fn = getattr(prod, "softmaxFastBf16" if dtype == "bfloat16" else "softmaxFastF16")
     got = fn(x)
     want = _reference_rows("softmax", x)

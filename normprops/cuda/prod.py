@@ -93,19 +93,33 @@ def _largest_cluster_on(device: int) -> int:
 
     # One launch of the largest cluster on a 1 x 1 row. CUDA documents sizes past 8 as allowed on
     # some GPUs only; a device that cannot place the cluster refuses the launch itself (a launch
-    # configuration error, CUDA_ERROR_INVALID_CLUSTER_SIZE), and the row then takes 8 at most. The
-    # H200 runs 16 (docs/results.md).
+    # configuration error, CUDA_ERROR_INVALID_CLUSTER_SIZE: the context stays usable), and rows
+    # then take 8 blocks at most. The H200 runs 16 (docs/results.md). Only the refusal is caught:
+    # a fault while the kernel runs, or a wrong softmax, is an error and raises.
+    largest = CLUSTER_SIZES[-1]
     with cupy.cuda.Device(device):
         fn = module("default", source=SOURCE).get_function(
-            entry_point("softmax", "float32", 8, packed=False, cluster=CLUSTER_SIZES[-1]))
-        x, out = cupy.zeros(1, dtype=np.float32), cupy.empty(1, dtype=np.float32)
+            entry_point("softmax", "float32", 8, packed=False, cluster=largest))
+        x, out = cupy.zeros(1, dtype=np.float32), cupy.zeros(1, dtype=np.float32)
         try:
             _allow_non_portable(fn)
-            fn((CLUSTER_SIZES[-1], 1, 1), (512, 1, 1), (x, out, np.uint64(1), np.uint64(1)))
-            cupy.cuda.Device(device).synchronize()
+            fn((largest, 1, 1), (512, 1, 1), (x, out, np.uint64(1), np.uint64(1)))
         except (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError):
             return PORTABLE_CLUSTER
-        return CLUSTER_SIZES[-1] if float(out[0]) == 1.0 else PORTABLE_CLUSTER
+        got = float(out[0])  # synchronizes: a fault in the kernel raises here
+    if got != 1.0:
+        raise KernelFault(f"the {largest}-block cluster softmax of one element gave {got!r}, not 1.0")
+    return largest
+
+
+def _device() -> int:
+    """The current CUDA device (0 where CuPy is absent: nothing launches there, and the shapes of
+    rows that need no GPU to decide, such as a width too wide for a kernel, still resolve)."""
+    try:
+        import cupy
+    except ImportError:
+        return 0
+    return cupy.cuda.Device().id
 
 
 def vector_width(dtype: str) -> int:
@@ -179,8 +193,10 @@ class ProdKernel:
         if packed and (dtype == "float32" or op == "rmsnormbf16acc"):
             raise ValueError("packed register storage exists for bfloat16 / float16 prod kernels only")
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
-        self._functions: dict[tuple[int, int], Any] = {}
-        self._shapes: dict[int, Shape] = {}
+        # Both per device: CuPy loads a function once per device, the non-portable cluster attribute
+        # is set on each, and the largest cluster may differ between devices.
+        self._functions: dict[tuple[int, int, int], Any] = {}
+        self._shapes: dict[tuple[int, int], Shape] = {}
 
     def _module(self) -> Any:
         """The compiled prod.cu (scripts/sweep_prod.py's variants override this)."""
@@ -188,7 +204,7 @@ class ProdKernel:
 
     def _function(self, vpt: int, cluster: int = 1) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        key = (vpt, cluster)
+        key = (vpt, cluster, _device())
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
             name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster)
@@ -199,21 +215,22 @@ class ProdKernel:
         return self._functions[key]
 
     def _cluster_shape(self, cols: int, blocks: int | None = None) -> Shape | None:
-        return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks,
-                             largest=largest_cluster())
+        largest = largest_cluster() if blocks is None else blocks
+        return cluster_shape(cols, vector_width=vector_width(self.dtype), blocks=blocks, largest=largest)
 
     def shape(self, cols: int) -> Shape:
         if self.path == "stream":
             return Shape(0, 1024, 1)
-        if cols in self._shapes:
-            return self._shapes[cols]
+        key = (cols, _device())
+        if key in self._shapes:
+            return self._shapes[key]
         if self.path == "cluster":  # the largest portable cluster: the hunt covers its whole tree
             shape = self._cluster_shape(cols, blocks=PORTABLE_CLUSTER)
             if shape is None or not clusters_supported():
                 raise ValueError(f"the cluster path cannot take {cols} columns here (at most "
                                  f"{PORTABLE_CLUSTER} x 512 x 8 vectors, on a GPU of compute capability 9.0 "
                                  f"or later)")
-            self._shapes[cols] = shape
+            self._shapes[key] = shape
             return shape
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
         # A thread count the compiled kernel's registers cannot launch goes to the streaming path.
@@ -224,7 +241,7 @@ class ProdKernel:
         if shape.vpt == 0 and self.op == "rmsnormbf16acc":  # it has no streaming entry point
             raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers "
                              f"(at most {self.per_thread} per thread, 512 threads)")
-        self._shapes[cols] = shape
+        self._shapes[key] = shape
         return shape
 
     #: Each op's device arrays, in the kernel's argument order.
