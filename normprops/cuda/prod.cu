@@ -701,19 +701,25 @@ __device__ __forceinline__ float expOf(float x) {
     }
 }
 
-// out = exp(x - m) * inv. kHeld: the registers already hold exp(x - m) (the register path's
-// writable storage); otherwise it is computed again from x.
+// Vector j of the output, exp(x - m) * inv. kHeld: the registers already hold exp(x - m) (the
+// register path's writable storage); otherwise it is computed again from x.
+template <bool kHeld, class Storage, class Share>
+__device__ __forceinline__ void softmaxVec(const Share& r, int j, float m, float inv, float (&v)[Storage::W]) {
+#pragma unroll
+    for (int w = 0; w < Storage::W; ++w) {
+        const int i = j * Storage::W + w;
+        v[w] = (kHeld ? r.at(i) : expOf<Storage::kFastExp>(r.template at<2>(i) - m)) * inv;
+    }
+}
+
+// The row's output with one copy for every vector (the register path).
 template <int kCopy, bool kHeld, class Storage, class Share>
 __device__ __forceinline__ void softmaxWrite(const Share& r, typename Storage::T* __restrict__ o, float m,
                                              float inv, int cols, bool vec) {
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float v[Storage::W];
-#pragma unroll
-        for (int w = 0; w < Storage::W; ++w) {
-            const int i = j * Storage::W + w;
-            v[w] = (kHeld ? r.at(i) : expOf<Storage::kFastExp>(r.template at<2>(i) - m)) * inv;
-        }
+        softmaxVec<kHeld, Storage>(r, j, m, inv, v);
         Share::template storeVec<kCopy>(o, j, cols, vec, v);
     }
 }
@@ -1149,7 +1155,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     const float m = all.m, inv = 1.0f / all.s;
     typename Storage::T* o = out + row * cols;
     const int c = static_cast<int>(cols);
-    // The copy is chosen per vector, not once around the loop (softmaxWrite): the branch keeps each
+    // The copy is chosen per vector, not once around the loop as in softmaxWrite: the branch keeps each
     // vector's stores between its exps. With one loop per copy, ptxas moved every store after the
     // last exp, and the SM's warps, in step after the cluster barrier, computed and then wrote in
     // bursts: 67% of memcpy against 76% (float32, 65536 columns; docs/results.md).
@@ -1157,9 +1163,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float v[Storage::W];
-#pragma unroll
-        for (int w = 0; w < Storage::W; ++w)
-            v[w] = expOf<Storage::kFastExp>(r.template at<2>(j * Storage::W + w) - m) * inv;
+        softmaxVec<false, Storage>(r, j, m, inv, v);
         withCopy<Share>(mode, [&](auto copy) { Share::template storeVec<decltype(copy)::value>(o, j, c, vec, v); });
     }
     clusterWait();  // no block leaves while another may still read its pair
