@@ -16,6 +16,8 @@ message, not one per family).
 from __future__ import annotations
 
 import inspect
+import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -31,7 +33,7 @@ from normprops.regressions import save_findings
 from normprops.report import Report, format_finding, hints
 from normprops.strategies import families_for
 
-__all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json"]
+__all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json", "deadline_after"]
 
 
 @dataclass
@@ -41,6 +43,7 @@ class HuntRun:
     results: list[HuntResult] = field(default_factory=list)
     stopped: str | None = None
     interrupted: bool = False
+    cut_short: bool = False  # the time budget ran out (``HuntConfig.deadline``)
 
 
 def _cause(reason: str) -> str:
@@ -80,6 +83,9 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
         elif result.interrupted:
             run.stopped = "interrupted"
             run.interrupted = True
+        elif result.cut_short:
+            run.stopped = "the time budget was spent"
+            run.cut_short = True
         if on_result is not None:
             on_result(result, note)
         if run.stopped:
@@ -119,7 +125,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 seed: int | None = None, fixtures_dir: str | Path | None = None,
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
-                call_timeout: float | None = None) -> Report:
+                call_timeout: float | None = None, time_budget: float | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
@@ -138,6 +144,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       rounds to bfloat16 (the bounds then use bfloat16's unit roundoff).
     - ``opt_in``: optional properties ``fn`` promises too (``"exact_constant"``: an exactly
       constant layer-norm row gives beta, a zero RMS-norm row 0).
+    - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops.
+    - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
+      found (``report.cut_short``, each result's ``examples`` says how far it got).
 
     Returns a :class:`~normprops.report.Report`: ``.passed``, and ``.failures`` with one entry
     per (family, property) that failed. Raises :class:`~normprops.errors.UsageError` (a
@@ -157,7 +166,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     current = hypothesis_settings()
     try:
         config = HuntConfig(max_examples=current.max_examples if max_examples is None else max_examples,
-                            seed=seed, derandomize=current.derandomize, parent=current)
+                            seed=seed, derandomize=current.derandomize, parent=current,
+                            deadline=deadline_after(time_budget))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     run = hunt_families(target, families=chosen, config=config,
@@ -167,9 +177,23 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                     targets=[target_json(target)], results=[(r, None) for r in run.results])
     if run.interrupted:  # Ctrl-C is the user's, not ours to swallow
         raise KeyboardInterrupt
+    if run.cut_short:
+        report.cut_short = True
     if run.stopped:
         report.notes.append(f"stopped: {run.stopped}")
     return report
+
+
+def deadline_after(time_budget: float | None) -> float | None:
+    """The ``HuntConfig.deadline`` of a hunt that may take ``time_budget`` seconds from now (None:
+    no budget). Raises :class:`~normprops.errors.UsageError` for a budget that is not a positive
+    number of seconds."""
+    if time_budget is None:
+        return None
+    if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)) or not (
+            0 < time_budget < math.inf):
+        raise UsageError(f"time_budget must be a positive number of seconds but was {time_budget!r}")
+    return time.monotonic() + float(time_budget)
 
 
 def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:

@@ -30,15 +30,16 @@ from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TextIO
 
 from normprops import __version__, interrupt
-from normprops.api import hunt_families, target_json
+from normprops.api import deadline_after, hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
 from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
-from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
+from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
+from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.regressions import iter_fixtures, load_fixture, replay
 from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
@@ -189,6 +190,10 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--backend", metavar="NAME[,NAME...]",
                    help="registry mode: hunt these backends' kernels (default: the best available; "
                         "normprops kernels lists them)")
+    h.add_argument("--time-budget", type=_positive_seconds, metavar="SECONDS",
+                   help="end the hunt cleanly once SECONDS have passed: what was found is reported, "
+                        "each cell says how many examples it reached, the report is marked cut "
+                        "short; the exit status still says whether anything was found")
     h.add_argument("--shard", type=_shard, metavar="K/N",
                    help="hunt only the K-th of N deterministic slices of the (kernel, family) cells; "
                         "merge the N reports with normprops report merge")
@@ -461,7 +466,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     fixtures = None if args.no_fixtures else args.fixtures_dir
     report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
                                       "oracle": config.oracle, "max_examples": config.max_examples,
-                                      "seed": config.seed, "families": list(families)},
+                                      "seed": config.seed, "families": list(families),
+                                      "time_budget": args.time_budget},
                     targets=[target_json(target)])
     run = _Run(report, args.json, out, err)
 
@@ -500,10 +506,11 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 for finding in result.findings:
                     print(format_finding(finding), file=out)
 
-        hunted = hunt_families(target, families=families, config=config, fixtures_dir=fixtures,
-                               on_result=show)
+        hunted = hunt_families(target, families=families, fixtures_dir=fixtures, on_result=show,
+                               config=replace(config, deadline=deadline_after(args.time_budget)))
         if hunted.interrupted:
             raise KeyboardInterrupt
+        report.cut_short = hunted.cut_short
         if hunted.stopped:
             report.notes.append(f"stopped: {hunted.stopped}")
             print(f"  stopped: {hunted.stopped}", file=out)
@@ -531,15 +538,6 @@ def _best_backend(requested: str | None) -> str:
         if backend_status(backend)[0] and any(k.backend == backend for k in KERNELS):
             return backend
     raise UsageError("no usable backend")
-
-
-def _as_declared(spec: KernelSpec, result: HuntResult) -> bool:
-    expected = spec.expectation(result.family)
-    if expected == "bug":
-        return not result.passed or result.interrupted
-    if expected == "claim":
-        return result.passed
-    return True  # unclaimed, or a marginal bug (its fixture shows it on every replay)
 
 
 def _user_only_flags(args: argparse.Namespace) -> list[str]:
@@ -582,26 +580,20 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
     every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
     chosen = _parse_families(args.families, allowed=every_family, what="a family")
-    # Every (kernel, family) cell in a fixed order; a shard takes every N-th of them.
-    cells_planned = [(spec, f) for spec in specs for f in families_for(spec.op) if f in chosen]
-    if args.shard is not None:
-        k, n = args.shard
-        cells_planned = cells_planned[k - 1::n]
-    plan = [(spec, [f for s2, f in cells_planned if s2 is spec]) for spec in specs]
-    plan = [(spec, fams) for spec, fams in plan if fams]
+    cells_planned = plan_cells(specs, families=chosen, shard=args.shard)
     total = len(cells_planned)
     fixtures = None if args.no_fixtures else args.fixtures_dir
     report = Report("hunt", settings={"backend": backend, "policy": config.policy,
                                       "oracle": config.oracle, "max_examples": config.max_examples,
-                                      "seed": config.seed,
+                                      "seed": config.seed, "time_budget": args.time_budget,
                                       "shard": None if args.shard is None else "%d/%d" % args.shard})
     report.notes += [f"not usable here, not hunted: {b}" for b in skipped]
     run = _Run(report, args.json, out, err)
     hunted: list[tuple[KernelSpec, HuntResult]] = []
 
     def summary() -> None:
-        cells = [Cell(f"{spec.op} ({spec.backend})", spec.name, r.family,
-                      cell_text(r, expected=spec.expectation(r.family))) for spec, r in hunted]
+        cells = [Cell(f"{spec.op} ({spec.backend})", spec.name, r.family, registry_cell_text(spec, r))
+                 for spec, r in hunted]
         if not cells:
             return
         print("\n" + render_matrix(cells), file=out)
@@ -612,51 +604,36 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def body() -> int:
         print(f"normprops hunt: {len(specs)} {backend} kernels, {total} hunts of "
               f"{config.max_examples} examples, policy {config.policy}, seed {config.seed}"
-              + ("" if args.shard is None else f", shard {args.shard[0]}/{args.shard[1]}"), file=out)
+              + ("" if args.shard is None else f", shard {args.shard[0]}/{args.shard[1]}")
+              + ("" if args.time_budget is None else f", time budget {args.time_budget:g} s"), file=out)
         for note in report.notes:
             print(f"  {note}", file=out)
-        done = 0
-        for spec, families in plan:
-            target = target_from_spec(spec)
-            report.targets.append(target_json(target))
 
-            def show(result: HuntResult, note: str | None, spec: KernelSpec = spec) -> None:
-                nonlocal done
-                done += 1
-                expected = spec.expectation(result.family)
-                hunted.append((spec, result))
-                report.results.append((result, expected))
-                print(f"  [{done}/{total}] {spec.name} x {result.family}: "
-                      f"{cell_text(result, expected=expected)} ({result.examples} examples, "
-                      f"{result.elapsed_s:.1f}s)", file=err, flush=True)
+        def show(spec: KernelSpec, result: HuntResult) -> None:
+            hunted.append((spec, result))
+            report.results.append((result, spec.expectation(result.family)))
+            print(f"  [{len(hunted)}/{total}] {spec.name} x {result.family}: "
+                  f"{registry_cell_text(spec, result)} ({result.examples} examples, "
+                  f"{result.elapsed_s:.1f}s)", file=err, flush=True)
 
-            # Only claims and known bugs are regressions worth a fixture; a family a kernel does not
-            # claim is hunted for the matrix, not saved. A known bug is hunted at every width the
-            # kernel accepts, even where the claims are hunted only around it.
-            groups = [(replace(target, constraints=spec.bug_constraints),
-                       [f for f in families if spec.bug_in(f) is not None]),
-                      (target, [f for f in families if spec.bug_in(f) is None])]
-            for group_target, group in groups:
-                if not group:
-                    continue
-                outcome = hunt_families(
-                    group_target, families=group, config=config, fixtures_dir=fixtures,
-                    save=lambda f, spec=spec: spec.expectation(f) != "unclaimed", on_result=show,
-                    stop_on_repeated_contract=False)
-                if outcome.interrupted:
-                    raise KeyboardInterrupt
-                if outcome.stopped:
-                    report.notes.append(f"{spec.label} stopped: {outcome.stopped}")
+        outcome = hunt_registry(
+            cells_planned, config=replace(config, deadline=deadline_after(args.time_budget)),
+            fixtures_dir=fixtures, on_result=show,
+            on_target=lambda spec, target: report.targets.append(target_json(target)))
+        if outcome.interrupted:
+            raise KeyboardInterrupt
+        report.notes += outcome.notes
         summary()
-        surprises = [(s, r) for s, r in hunted if not _as_declared(s, r)]
+        surprises = outcome.surprises
         for spec, result in surprises:
             expected = spec.expectation(result.family)
-            print(f"\nnot as declared: {spec.label} x {result.family} "
-                  f"({'claimed' if expected == 'claim' else 'known bug'})", file=out)
+            why = ("claimed" if expected == "claim" else
+                   f"known bug, in {spec.bug_in(result.family).property or 'any property'}: not caught")
+            print(f"\nnot as declared: {spec.label} x {result.family} ({why})", file=out)
             for finding in result.findings:
                 print(format_finding(finding), file=out)
         for spec, result in hunted:
-            if spec.expectation(result.family) in ("bug", "marginal") and not result.passed:
+            if spec.expectation(result.family) in ("bug", "marginal") and caught(spec, result):
                 print(f"\nknown bug of {spec.label} ({spec.bug_in(result.family).summary}):",
                       file=out)
                 for finding in result.findings:
@@ -664,8 +641,19 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         line = _fixtures_line([r for _, r in hunted], fixtures)
         if line:
             print("\n" + line, file=out)
-        print("\nevery kernel behaved as its registry entry declares." if not surprises
-              else f"\n{len(surprises)} hunt(s) not as declared.", file=out)
+        if outcome.cut_short:
+            report.cut_short = True
+            report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
+                                f"{len(outcome.not_reached)} of {total} cells not hunted")
+            print(f"\ncut short: the time budget of {args.time_budget:g} s was spent after "
+                  f"{total - len(outcome.not_reached)} of {total} cells "
+                  f"({sum(r.examples for _, r in hunted)} examples).", file=out)
+        if surprises:
+            print(f"\n{len(surprises)} hunt(s) not as declared.", file=out)
+        elif outcome.cut_short:
+            print("every kernel hunted behaved as its registry entry declares, as far as it got.", file=out)
+        else:
+            print("\nevery kernel behaved as its registry entry declares.", file=out)
         report.extra["not_as_declared"] = [f"{s.label} x {r.family}" for s, r in surprises]
         return EXIT_FOUND if surprises else EXIT_OK
 

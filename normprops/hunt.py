@@ -30,7 +30,8 @@ from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate
 from normprops.strategies import MAX_COLS, cases, families_for
 
-__all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample"]
+__all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
+           "examples_to_catch"]
 
 _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
 
@@ -38,6 +39,10 @@ _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
 class _StopHunt(BaseException):
     """Raised from the test body to end the hunt at once: Hypothesis catches Exceptions as failures
     to shrink, but lets BaseExceptions through. Used when the target cannot run again."""
+
+
+class _BudgetSpent(BaseException):
+    """Raised from the test body when the hunt's time budget is spent (``HuntConfig.deadline``)."""
 
 
 class Counterexample(Exception):
@@ -62,6 +67,9 @@ class HuntConfig:
     min_cols: int = 1
     max_cols: int = MAX_COLS
     parent: settings | None = None  # a Hypothesis profile to start from (pytest's current one)
+    # time.monotonic() past which no further example is run (a time budget): the hunt in progress
+    # ends as it is, with what it found, marked cut short. None: no budget.
+    deadline: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_examples, int) or self.max_examples < 1:
@@ -121,6 +129,7 @@ class HuntResult:
     findings: tuple[Finding, ...] = ()
     fatal: bool = False  # the target cannot run again in this process (a GPU fault, a hang)
     interrupted: bool = False  # Ctrl-C: what was found before it is kept
+    cut_short: bool = False  # the time budget ran out: ``examples`` says how far it got
     warnings: int = 0  # warnings the target's own code raised
     first_warning: str | None = None
     kernel: str = ""  # the target's name and backend, for reports that gather many targets
@@ -171,6 +180,7 @@ class _Round:
     fatal: str | None = None
     flaky: bool = False
     interrupted: bool = False
+    cut_short: bool = False
     skip: frozenset[str] = field(default_factory=frozenset)
 
 
@@ -190,6 +200,8 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
 
     def body(case: Case) -> None:
         interrupt.check()  # a Ctrl-C that a finalizer swallowed still stops the hunt here
+        if config.deadline is not None and time.monotonic() >= config.deadline:
+            raise _BudgetSpent
         seen.examples += 1
         seen.current = case
         try:
@@ -226,6 +238,8 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
         verdict = Verdict.contract(target.label, family, f"{seen.fatal} (input shape "
                                    f"{seen.current.x.shape}); hunt stopped")
         seen.last = seen.worst = (seen.current, verdict)
+    except _BudgetSpent:
+        seen.cut_short = True  # a failure already seen is kept, shrunk as far as it got
     except KeyboardInterrupt:
         seen.interrupted = True
     return seen
@@ -240,7 +254,7 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
     findings: list[Finding] = []
     skip: frozenset[str] = frozenset()
     examples, max_ratio = 0, 0.0
-    fatal = interrupted = False
+    fatal = interrupted = cut_short = False
     target.warnings.take()
     while len(skip) < len(PROPERTIES):
         seen = _round(target, family, config, skip)
@@ -253,13 +267,14 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
             skip = skip | {verdict.property}
         fatal = seen.fatal is not None
         interrupted = seen.interrupted
-        if seen.last is None or fatal or interrupted:
+        cut_short = seen.cut_short
+        if seen.last is None or fatal or interrupted or cut_short:
             break
     findings.sort(key=lambda f: _ORDER[f.property])
     count, first = target.warnings.take()
     return HuntResult(target.label, target.op, family, examples, time.perf_counter() - start,
                       max_ratio, tuple(findings), fatal=fatal, interrupted=interrupted,
-                      warnings=count, first_warning=first, kernel=target.name,
+                      cut_short=cut_short, warnings=count, first_warning=first, kernel=target.name,
                       backend=target.backend)
 
 
@@ -268,3 +283,35 @@ def with_fixtures(result: HuntResult, paths: dict[str, Path]) -> HuntResult:
     return replace(result, findings=tuple(replace(f, fixture=paths.get(f.property, f.fixture))
                                           for f in result.findings))
 
+
+
+def examples_to_catch(target: Target, *, family: str, config: HuntConfig,
+                      property: str | None = None) -> int | None:
+    """The number of examples of ``family`` a hunt under ``config`` draws up to and including the
+    first that fails ``property`` (any property, when None), without shrinking; None when none of
+    ``config.max_examples`` does. What the table of known bugs' examples-to-catch measures: the
+    generate phase is the hunt's own, so a hunt with the same seed meets the bug at that example."""
+    skip = frozenset(PROPERTIES) - {property} if property is not None else frozenset()
+    first: list[int] = []
+    count = 0
+
+    def body(case: Case) -> None:
+        nonlocal count
+        interrupt.check()
+        count += 1
+        evaluation = evaluate(target, case, policy=config.policy, oracle=config.oracle, skip=skip)
+        if evaluation.failures:
+            if not first:
+                first.append(count)
+            raise Counterexample(evaluation.failures[0])
+
+    base = config.hypothesis_settings()
+    test = settings(base, phases=tuple(p for p in base.phases if p in (Phase.explicit, Phase.generate)))(
+        given(_strategy(target, family, config))(body))
+    if config.seed is not None:
+        test = hypothesis_seed(config.seed)(test)
+    try:
+        test()
+    except (Counterexample, Flaky):
+        pass
+    return first[0] if first else None

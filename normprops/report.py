@@ -134,7 +134,7 @@ def cell_text(result: HuntResult | None, *, expected: str | None = None) -> str:
     "unclaimed", or None for a kernel that declares nothing."""
     if result is None:
         return "-"
-    return _cell(result.passed, result.properties, result.interrupted, expected)
+    return _cell(result.passed, result.properties, result.interrupted or result.cut_short, expected)
 
 
 def _cell(passed: bool, properties: Iterable[str], interrupted: bool, expected: str | None) -> str:
@@ -158,8 +158,8 @@ def cell_from_json(result: dict[str, Any]) -> Cell:
     op = result.get("op") or result["target"].split("[", 1)[0]
     kernel = result.get("kernel") or result["target"]
     return Cell(f"{op} ({backend})" if backend else op, kernel, result["family"],
-                _cell(result["passed"], result["properties"], bool(result.get("interrupted")),
-                      result.get("expected")))
+                _cell(result["passed"], result["properties"],
+                      bool(result.get("interrupted") or result.get("cut_short")), result.get("expected")))
 
 
 @dataclass(frozen=True)
@@ -213,7 +213,7 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
     if "-" in texts:
         parts.append("-: not hunted")
     if "stopped" in texts:
-        parts.append("stopped: interrupted before anything was found")
+        parts.append("stopped: cut short (Ctrl-C, the time budget) before anything was found")
     known = {"pass", "caught", "MISSED", "known", "FAIL", "-", "stopped"}
     if any(not t.startswith("(") and t.split(":", 1)[0] not in known for t in texts):
         parts.append("a+b: the properties that failed")
@@ -246,6 +246,8 @@ def result_json(result: HuntResult, *, expected: str | None = None) -> dict[str,
         doc["first_warning"] = result.first_warning
     if result.interrupted:
         doc["interrupted"] = True
+    if result.cut_short:
+        doc["cut_short"] = True
     if result.fatal:
         doc["fatal"] = True
     if expected is not None:
@@ -280,6 +282,7 @@ class Report:
     results: list[tuple[HuntResult, str | None]] = field(default_factory=list)  # with expectation
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the run did not finish
+    cut_short: bool = False  # its time budget was spent before everything was hunted
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -301,6 +304,7 @@ class Report:
             "targets": self.targets,
             "complete": self.error is None,
             "error": self.error,
+            "cut_short": self.cut_short,
             "notes": self.notes,
             "results": [result_json(r, expected=e) for r, e in self.results],
             "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings],

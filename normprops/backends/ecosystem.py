@@ -94,7 +94,22 @@ def _compiled(op: str) -> Callable[..., Any]:
 
 
 def _torch_compile(op: str) -> Callable[..., Any]:
-    return lambda *args: _compiled(op)(*args)
+    def call(*args: Any) -> Any:
+        import torch
+
+        # F.layer_norm's and F.rms_norm's eps is a Python float, which Dynamo specializes: every new
+        # eps (the hunt draws several, and scale invariance multiplies them by 4^k) is a recompile,
+        # and past Dynamo's recompile limit (8) the call silently runs eager PyTorch instead. A
+        # limit raised for our calls alone keeps every call on the compiled kernel.
+        config = torch._dynamo.config
+        name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+        limits = {name: 1 << 12}
+        if hasattr(config, "accumulated_recompile_limit"):
+            limits["accumulated_recompile_limit"] = 1 << 14
+        with config.patch(**limits):
+            return _compiled(op)(*args)
+
+    return call
 
 
 # --- Liger-Kernel and QuACK (adapters in normprops.backends.peers) ----------------------------

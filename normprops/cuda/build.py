@@ -19,6 +19,7 @@ flushes.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import importlib.resources
@@ -26,7 +27,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 __all__ = ["SOURCES", "BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source",
            "source_text", "build_flushes"]
@@ -114,13 +115,34 @@ def _nvrtc_image(code: str, options: tuple[str, ...]) -> Path:
     path = directory / (hashlib.sha256(key.encode()).hexdigest() + ".bin")
     if path.is_file():
         return path
-    image, _ = compiler.compile_using_nvrtc(code, options=full, cache_in_memory=True)
     directory.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(image)
-    os.replace(tmp, path)  # atomic: a concurrent process sees the whole file or none
+    # prod.cu takes NVRTC a minute and a half: processes that start together (pytest -n N) wait for
+    # the first one's image instead of each compiling it at once.
+    with _exclusive(path.with_suffix(".lock")):
+        if path.is_file():
+            return path
+        image, _ = compiler.compile_using_nvrtc(code, options=full, cache_in_memory=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(image)
+        os.replace(tmp, path)  # atomic: a concurrent process sees the whole file or none
     return path
+
+
+@contextlib.contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``lock_path`` (where the OS has flock; elsewhere, no lock)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 def _flushes(options: tuple[str, ...]) -> bool:

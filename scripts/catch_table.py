@@ -1,0 +1,77 @@
+"""Examples-to-catch of every known bug in the registry, over many seeds.
+
+For each known bug of the chosen backends' entries, and each seed, the registry hunt's own target
+(:func:`normprops.registry_hunt.registry_target`: the bug's widths, its property judged) is hunted
+on the bug's family without shrinking, and the example at which the bug's property first fails is
+recorded (:func:`normprops.hunt.examples_to_catch`). The table says, per bug, in how many seeds it
+was caught within the ci profile's 100 examples, and the median and worst examples-to-catch.
+
+    python scripts/catch_table.py --backend numpy --seeds 20 --json catch.json
+    python scripts/catch_table.py --backend cuda,cuda-prod,torch-cuda --seeds 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from normprops.hunt import HuntConfig, examples_to_catch
+from normprops.registry_hunt import registry_target
+from normprops.specs import KERNELS, backend_status
+
+CI_EXAMPLES = 100
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--backend", required=True, help="comma-separated backends")
+    parser.add_argument("--kernel", help="only the entries of this name")
+    parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
+    parser.add_argument("--max-examples", type=int, default=300,
+                        help="give up on a seed after this many examples (default 300)")
+    parser.add_argument("--json", type=Path, help="write every measurement here")
+    args = parser.parse_args()
+    backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    for b in backends:
+        ok, why = backend_status(b)
+        if not ok:
+            print(f"backend {b}: not usable here ({why})", file=sys.stderr)
+    rows = []
+    for spec in KERNELS:
+        if spec.backend not in backends or not backend_status(spec.backend)[0]:
+            continue
+        if args.kernel and spec.name != args.kernel:
+            continue
+        for bug in spec.bugs:
+            if bug.detector == "racecheck":
+                continue  # a race is compute-sanitizer's to find (tests/test_gpu.py)
+            target = registry_target(spec, bug.family)
+            counts: list[int | None] = []
+            start = time.perf_counter()
+            for seed in range(args.seeds):
+                config = HuntConfig(max_examples=args.max_examples, seed=seed)
+                counts.append(examples_to_catch(target, family=bug.family, config=config,
+                                                property=bug.property))
+            found = [c for c in counts if c is not None]
+            row = {"backend": spec.backend, "kernel": spec.name, "family": bug.family,
+                   "property": bug.property, "detector": bug.detector, "counts": counts,
+                   "within_ci": sum(c is not None and c <= CI_EXAMPLES for c in counts),
+                   "seeds": args.seeds, "median": statistics.median(found) if found else None,
+                   "worst": max(found) if len(found) == len(counts) else None,
+                   "elapsed_s": round(time.perf_counter() - start, 1)}
+            rows.append(row)
+            worst = row["worst"] if row["worst"] is not None else f">{args.max_examples}"
+            print(f"{spec.backend:13s} {spec.name:24s} {bug.family:16s} {bug.property or 'any':17s} "
+                  f"within {CI_EXAMPLES}: {row['within_ci']:2d}/{args.seeds}  median "
+                  f"{row['median']}  worst {worst}  ({row['elapsed_s']} s)  {counts}", flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps({"max_examples": args.max_examples, "rows": rows}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
