@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from normprops.hunt import HuntConfig, hunt
-from normprops.launch import GPU_BACKENDS, target_from_spec
+from normprops.launch import GPU_BACKENDS, target_from_callable, target_from_spec
 from normprops.regressions import (
     decode_array,
     encode_array,
@@ -121,3 +121,23 @@ def test_committed_fixture_replays(fixture, spec) -> None:
         return
     found = replay(target_from_spec(spec), fixture)
     assert not found, found[0].message()
+
+
+def _rms_norm_off_by_scale(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """1% off everywhere (accuracy), and the other way once |x| reaches 4 (scale invariance)."""
+    z = x.astype(np.float64)
+    off = 1.01 if np.abs(z).max() < 4 else 0.99
+    return (z / np.sqrt((z * z).mean(axis=1, keepdims=True) + eps) * gamma * off).astype(np.float32)
+
+
+def test_a_metamorphic_fixture_replays_under_its_own_property(tmp_path: Path) -> None:
+    # The hunt finds accuracy first, then scale invariance with accuracy set aside, on an input
+    # that fails accuracy too: its fixture must still replay as scale invariance, not accuracy.
+    target = target_from_callable(_rms_norm_off_by_scale, op="rmsnorm", name="off_by_scale")
+    result = save_findings(hunt(target, family="ordinary", config=HuntConfig(max_examples=50, seed=0)),
+                           target=target, directory=tmp_path)
+    assert result.properties == ("accuracy", "scale_invariance")
+    scale = load_fixture(next(f.fixture for f in result.findings if f.property == "scale_invariance"))
+    found = replay(target, scale)
+    assert found[0].property == "scale_invariance", [v.message() for v in found]
+    assert {"accuracy", "scale_invariance"} <= {v.property for v in found}
