@@ -33,13 +33,13 @@ from normprops import __version__, interrupt
 from normprops.api import hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError
+from normprops.errors import FixtureError, ImplError, UsageError
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
-from normprops.regressions import iter_fixtures, load_fixture, replay
+from normprops.regressions import iter_fixtures, load_fixture, replay_fixture
 from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
@@ -707,6 +707,29 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     report.extra["fixtures"] = rows
     run = _Run(report, args.json, out, err)
 
+    done: list[Path] = []  # fixtures judged so far (passed, failed, skipped or unreadable)
+
+    def summary(stopped: str | None = None) -> None:
+        failed = sum(r["outcome"] == "fail" for r in rows)
+        unreadable = sum(r["outcome"] == "unreadable" for r in rows)
+        skipped = sum(r["outcome"] == "skipped" for r in rows)
+        passed = len(done) - failed - unreadable - skipped
+        never = len(paths) - len(done)
+        if passed == len(paths):
+            print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
+            return
+        parts = [f"{passed} passed", f"{failed} failed"]
+        if unreadable:
+            parts.append(f"{unreadable} could not be read")
+        if skipped:
+            parts.append(f"{skipped} skipped")
+        if never:
+            parts.append(f"{never} not run ({stopped or 'interrupted'})")
+            rows.extend({"path": str(p), "outcome": "not_run"} for p in paths[len(done):])
+        print(f"{_count(len(paths), 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
+
+    run.summary = summary
+
     def body() -> int:
         if not paths:
             here = sorted(p.name for p in directory.glob("*.json"))
@@ -715,12 +738,14 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
+        stopped = None
         for path in paths:
             interrupt.check()
             try:
                 fixture = load_fixture(path)
             except FixtureError as exc:
                 rows.append({"path": str(path), "outcome": "unreadable", "reason": str(exc)})
+                done.append(path)
                 print(f"unreadable {exc}", file=out)
                 continue
             dtype = args.dtype or fixture.dtype
@@ -728,42 +753,37 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if outside:
                 rows.append({"path": str(path), "outcome": "skipped",
                              "reason": f"rows {outside[0]} wide, outside {widths.describe()}"})
+                done.append(path)
                 print(f"skip {path.name}: its rows are {outside[0]} wide, outside the widths given "
                       f"({widths.describe()})", file=out)
                 continue
             if not fixture.fits(dtype):
                 rows.append({"path": str(path), "outcome": "skipped",
                              "reason": f"{fixture.dtype} values, not exact in {dtype}"})
+                done.append(path)
                 print(f"skip {path.name}: it holds {fixture.dtype} values, not exact in {dtype}",
                       file=out)
                 continue
-            try:
-                found = replay(target_for(dtype), fixture, policy=args.policy)
-            except FatalTargetError as exc:
-                rows.append({"path": str(path), "outcome": "fail", "reason": str(exc)})
-                print(f"FAIL {path.name}: {exc}; replay stopped (the kernel cannot be called "
-                      f"again)", file=out)
+            replayed = replay_fixture(target_for(dtype), fixture, policy=args.policy)
+            done.append(path)
+            finding = replayed.finding()
+            if finding is not None:
+                report.fixture_failures.append(finding)
+            if replayed.stopped is not None:
+                rows.append({"path": str(path), "outcome": "fail", "reason": replayed.stopped})
+                print(f"FAIL {path.name}: {finding.message}", file=out)
+                stopped = "the kernel cannot be called again"
+                report.error = (f"replay stopped at {path}: {replayed.stopped}; "
+                                f"{_count(len(paths) - len(done), 'fixture', 'fixtures')} not run")
                 break
-            rows.append({"path": str(path), "outcome": "fail" if found else "pass",
-                         "messages": [v.message() for v in found]})
-            print(f"FAIL {path.name}: {found[0].message()}" if found else f"pass {path.name}",
+            rows.append({"path": str(path), "outcome": "fail" if finding else "pass",
+                         "messages": [v.message() for v in replayed.failures]})
+            print(f"FAIL {path.name}: {finding.message}" if finding else f"pass {path.name}",
                   file=out)
-        failed = sum(r["outcome"] == "fail" for r in rows)
-        unreadable = sum(r["outcome"] == "unreadable" for r in rows)
-        skipped = sum(r["outcome"] == "skipped" for r in rows)
-        parts = [f"{len(rows) - failed - unreadable - skipped} passed", f"{failed} failed"]
-        if unreadable:
-            parts.append(f"{unreadable} could not be read")
-        if skipped:
-            parts.append(f"{skipped} skipped")
-        passed = len(rows) - failed - unreadable - skipped
-        if passed == len(paths):
-            print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
-        else:
-            print(f"{_count(len(paths), 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
-        if failed:
+        summary(stopped)
+        if any(r["outcome"] == "fail" for r in rows):
             return EXIT_FOUND
-        return EXIT_UNREADABLE if unreadable else EXIT_OK
+        return EXIT_UNREADABLE if any(r["outcome"] == "unreadable" for r in rows) else EXIT_OK
 
     return _guarded(run, body)
 

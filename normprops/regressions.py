@@ -29,7 +29,7 @@ import numpy as np
 
 from normprops.case import Case
 from normprops.dtypes import DTYPES, to_dtype
-from normprops.errors import FixtureError
+from normprops.errors import FatalTargetError, FixtureError
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.judge import Verdict
 from normprops.launch import Target
@@ -39,7 +39,8 @@ from normprops.report import read_json_document, write_json_atomically
 from normprops.strategies import FAMILIES
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
-           "encode_array", "decode_array", "replay", "case_id", "FORMAT"]
+           "encode_array", "decode_array", "replay", "replay_fixture", "Replayed", "case_id",
+           "FORMAT"]
 
 FORMAT = "normprops-fixture/1"
 INLINE_LIMIT = 256
@@ -288,24 +289,66 @@ def _judge(target: Target, case: Case, *, prop: str, policy: str) -> list[Verdic
     return sorted(found, key=lambda v: v.property != prop)
 
 
-def replay(target: Target, fixture: Fixture, *, policy: str = "default") -> list[Verdict]:
-    """Run ``target`` on the fixture's inputs; the failures (empty when it passes), those of the
-    fixture's own property first. The fixture's values must be exact in the target's storage type
-    (:meth:`Fixture.fits`)."""
-    found = [v for _, verdicts in _replay_cases(target, fixture, policy=policy) for v in verdicts]
-    return sorted(found, key=lambda v: v.property != fixture.property)
+@dataclass(frozen=True)
+class Replayed:
+    """One fixture replayed: each of its inputs (the minimal, then the worst) as the target took
+    it, with its failures, those of the fixture's own property first."""
+
+    fixture: Fixture
+    judged: tuple[tuple[Case, tuple[Verdict, ...]], ...]
+    stopped: str | None = None  # why the target cannot be called again (the replay stops here)
+
+    @property
+    def failures(self) -> list[Verdict]:
+        found = [v for _, verdicts in self.judged for v in verdicts]
+        return sorted(found, key=lambda v: v.property != self.fixture.property)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def finding(self) -> Finding | None:
+        """The failure as a hunt reports one (None when the fixture passes): the verdict of the
+        fixture's own property where it still fails, on the input it failed, and the other
+        failing input as the worst."""
+        failing = [(case, verdicts) for case, verdicts in self.judged if verdicts]
+        if not failing:
+            return None
+        own = [item for item in failing if item[1][0].property == self.fixture.property]
+        case, verdicts = (own or failing)[0]
+        worst, worst_verdicts = next(((c, vs) for c, vs in failing if c is not case),
+                                     (case, verdicts))
+        return Finding(verdicts[0].label, self.fixture.family, verdicts[0].property, verdicts[0],
+                       case, worst, worst_verdicts[0], fixture=self.fixture.path)
 
 
-def _replay_cases(target: Target, fixture: Fixture, *,
-                  policy: str) -> list[tuple[Case, list[Verdict]]]:
-    """Each of the fixture's inputs (the minimal, then the worst) as ``target`` takes it, with its
-    failures."""
+def replay_fixture(target: Target, fixture: Fixture, *, policy: str = "default") -> Replayed:
+    """Run ``target`` on the fixture's inputs. The fixture's values must be exact in the target's
+    storage type (:meth:`Fixture.fits`). A target that cannot be called again (a hang, a GPU
+    fault) ends it: a ``contract`` failure on the input that did it, and ``stopped`` says why."""
     if not fixture.fits(target.dtype):
         raise ValueError(f"{fixture.path} holds {fixture.dtype} values that {target.label} "
                          f"({target.dtype}) cannot take exactly")
-    judged = []
+    judged: list[tuple[Case, tuple[Verdict, ...]]] = []
     for case in fixture.cases():
         if case.dtype != target.dtype:
             case = case.replace(dtype=target.dtype)
-        judged.append((case, _judge(target, case, prop=fixture.property, policy=policy)))
-    return judged
+        try:
+            found = _judge(target, case, prop=fixture.property, policy=policy)
+        except FatalTargetError as exc:
+            verdict = Verdict.contract(target.label, fixture.family,
+                                       f"{exc} (input shape {case.x.shape}); replay stopped")
+            judged.append((case, (verdict,)))
+            return Replayed(fixture, tuple(judged), stopped=str(exc))
+        judged.append((case, tuple(found)))
+    return Replayed(fixture, tuple(judged))
+
+
+def replay(target: Target, fixture: Fixture, *, policy: str = "default") -> list[Verdict]:
+    """Run ``target`` on the fixture's inputs; the failures (empty when it passes), those of the
+    fixture's own property first. Raises :class:`~normprops.errors.FatalTargetError` when the
+    target cannot be called again."""
+    replayed = replay_fixture(target, fixture, policy=policy)
+    if replayed.stopped is not None:
+        raise FatalTargetError(replayed.stopped)
+    return replayed.failures

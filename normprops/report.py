@@ -272,7 +272,7 @@ class Report:
 
     ``passed`` is True when nothing failed; ``failures`` has one :class:`~normprops.hunt.Finding`
     per (target, family, property) that failed, each with ``family``, ``property``, ``message``
-    and ``fixture``."""
+    and ``fixture``; a replay's failing fixtures (``fixture_failures``, one each) come after."""
 
     command: str
     settings: dict[str, Any] = field(default_factory=dict)
@@ -281,6 +281,7 @@ class Report:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the run did not finish
     extra: dict[str, Any] = field(default_factory=dict)
+    fixture_failures: list[Finding] = field(default_factory=list)  # failing fixtures of a replay
 
     @property
     def passed(self) -> bool:
@@ -288,7 +289,7 @@ class Report:
 
     @property
     def failures(self) -> list[Finding]:
-        return [f for result, _ in self.results for f in result.findings]
+        return [f for result, _ in self.results for f in result.findings] + self.fixture_failures
 
     def to_json(self) -> dict[str, Any]:
         from normprops import __version__
@@ -303,7 +304,8 @@ class Report:
             "error": self.error,
             "notes": self.notes,
             "results": [result_json(r, expected=e) for r, e in self.results],
-            "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings],
+            "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
+                        + [failure_json(f) for f in self.fixture_failures],
             **self.extra,
         }
 

@@ -1,0 +1,141 @@
+"""Replay and the fixture folder as a CI meets them: the fixtures a kernel is asked about, a report
+that lists every failing fixture, a run stopped early that says so, and `normprops fixtures`."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from normprops.cli import main
+
+USER_MODULE = textwrap.dedent('''
+    import time
+
+    import ml_dtypes
+    import numpy as np
+
+    def _rms64(x, gamma, eps):
+        z = x.astype(np.float64)
+        return z / np.sqrt((z * z).mean(axis=1, keepdims=True) + eps) * gamma
+
+    def rms_good(x, gamma, eps):
+        return _rms64(x, gamma, eps).astype(np.float32)
+
+    def rms_good_bf16(x, gamma, eps):
+        return _rms64(x, gamma, eps).astype(ml_dtypes.bfloat16)
+
+    def rms_bf16_accumulate(x, gamma, eps):
+        z = x.astype(ml_dtypes.bfloat16)
+        ms = (z * z).mean(axis=1, keepdims=True, dtype=ml_dtypes.bfloat16)
+        return (z / np.sqrt(ms + ml_dtypes.bfloat16(eps)) * gamma).astype(ml_dtypes.bfloat16)
+
+    def rms_off_by_scale(x, gamma, eps):
+        # 1% off everywhere (accuracy), and the other way once |x| reaches 4 (scale invariance).
+        off = 1.01 if np.abs(x).max() < 4 else 0.99
+        return (_rms64(x, gamma, eps) * off).astype(np.float32)
+
+    def rms_hangs(x, gamma, eps):
+        while True:
+            time.sleep(0.01)
+
+    def rms_ctrl_c(x, gamma, eps):
+        raise KeyboardInterrupt
+''')
+MODULE = "rmskernels_fx"
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hunted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the hunts of a bfloat16 kernel and of a float32 kernel left in one fixture folder."""
+    root = tmp_path_factory.mktemp("hunted")
+    (root / f"{MODULE}.py").write_text(USER_MODULE)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.syspath_prepend(str(root))
+        for argv in (["--impl", f"{MODULE}:rms_bf16_accumulate", "--dtype", "bfloat16"],
+                     ["--impl", f"{MODULE}:rms_off_by_scale"]):
+            code, out, _ = run("hunt", "--op", "rmsnorm", *argv, "--families", "ordinary",
+                               "--max-examples", "50", "--seed", "0")
+            assert code == 1, out
+    return root / "normprops-fixtures"
+
+
+@pytest.fixture
+def fixtures(hunted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the hunted folder as ./normprops-fixtures, the kernels importable."""
+    shutil.copytree(hunted, tmp_path / "normprops-fixtures")
+    (tmp_path / f"{MODULE}.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path / "normprops-fixtures"
+
+
+def _fixture_docs(directory: Path) -> dict[str, dict]:
+    """Each fixture's JSON, by file name."""
+    return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*/*.json"))}
+
+
+# --- the report of a replay ----------------------------------------------------------------------
+
+
+def test_replay_report_lists_every_failing_fixture_as_a_hunt_does(fixtures: Path, tmp_path: Path) -> None:
+    hunt_report = tmp_path / "hunt.json"
+    assert run("hunt", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale", "--families",
+               "ordinary", "--max-examples", "50", "--seed", "0", "--json", str(hunt_report))[0] == 1
+    report = tmp_path / "replay.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale",
+                       "--json", str(report))
+    assert code == 1, out
+    doc = json.loads(report.read_text())
+    failing = {Path(r["path"]).name for r in doc["fixtures"] if r["outcome"] == "fail"}
+    assert len(failing) == len(_fixture_docs(fixtures)) == 3  # the bfloat16 one: a contract failure
+    assert {Path(f["fixture"]).name for f in doc["failures"]} == failing
+    hunt_failure = json.loads(hunt_report.read_text())["failures"][0]
+    for failure in doc["failures"]:
+        assert set(failure) == set(hunt_failure)
+        saved = json.loads(Path(failure["fixture"]).read_text())
+        assert failure["family"] == saved["family"] and failure["label"] == "rmsnorm[rms_off_by_scale]"
+        assert failure["message"] in out
+    # Each fixture fails under the property it records, scale invariance included.
+    own = {Path(f["fixture"]).name: f["property"] for f in doc["failures"]}
+    recorded = {name: d["property"] for name, d in _fixture_docs(fixtures).items()
+                if d["minimal"].get("dtype", "float32") == "float32"}
+    assert {own[p] for p in recorded} == {"accuracy", "scale_invariance"}
+    assert all(own[p] == prop for p, prop in recorded.items())
+    assert doc["complete"] is True and doc["error"] is None
+
+
+def test_a_replay_stopped_by_a_hang_counts_what_it_never_ran(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs",
+                         "--call-timeout", "0.3", "--json", str(report))
+    assert code == 1 and err == "", out + err
+    last = out.splitlines()[-1]
+    assert last == "3 fixtures: 0 passed, 1 failed, 2 not run (the kernel cannot be called again).", out
+    doc = json.loads(report.read_text())
+    assert doc["complete"] is False and "did not return within 0.3 s" in doc["error"]
+    assert "2 fixtures not run" in doc["error"]
+    (failure,) = doc["failures"]
+    assert failure["property"] == "contract" and failure["fixture"]
+    assert sorted(r["outcome"] for r in doc["fixtures"]) == ["fail", "not_run", "not_run"]
+
+
+def test_a_replay_stopped_by_ctrl_c_counts_what_it_never_ran(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_ctrl_c", "--json", str(report))
+    assert code == 130
+    assert out.splitlines()[-1] == "3 fixtures: 0 passed, 0 failed, 3 not run (interrupted).", out
+    doc = json.loads(report.read_text())
+    assert doc["complete"] is False and doc["error"] == "interrupted"
+    assert [r["outcome"] for r in doc["fixtures"]] == ["not_run"] * 3
