@@ -7,7 +7,8 @@ Exit status (scripts rely on it):
 - 2: a usage error: a bad flag, path, module or value, named in one line;
 - 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
 - 4: an internal error of normprops (please report it; the JSON report holds the traceback);
-- 5: replay only: there was no fixture to replay;
+- 5: replay only: there was no fixture to replay (none saved, or every one of another storage type
+  or width);
 - 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
 
 Once the arguments are accepted, the ``--json`` report is written on every one of these paths
@@ -25,7 +26,8 @@ import secrets
 import signal
 import sys
 import traceback
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TextIO
 
@@ -33,13 +35,22 @@ from normprops import __version__, interrupt
 from normprops.api import hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import FixtureError, ImplError, UsageError
+from normprops.errors import ImplError, UsageError
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
-from normprops.regressions import iter_fixtures, load_fixture, replay_fixture
+from normprops.regressions import (
+    OTHER_DTYPE,
+    OTHER_WIDTH,
+    FixtureListing,
+    Replayed,
+    Selection,
+    list_fixtures,
+    replay_selection,
+    select_fixtures,
+)
 from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
@@ -121,11 +132,12 @@ def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> Non
     shape.add_argument("--max-cols", type=_positive_int, metavar="N", help="widest row it takes")
 
 
-def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
+def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> None:
     """What a user's kernel takes and promises: shared by hunt and replay."""
     g = p.add_argument_group("your kernel (with --impl)")
     g.add_argument("--dtype", choices=tuple(DTYPES),
-                   help="storage type it reads and writes (default float32; replay: each fixture's)")
+                   help="storage type it reads and writes (default float32)"
+                        + ("; only the fixtures saved in it are replayed" if replay else ""))
     g.add_argument("--framework", choices=FRAMEWORKS, default="numpy",
                    help="the arrays it takes and returns (default numpy)")
     g.add_argument("--device", metavar="DEV",
@@ -195,14 +207,19 @@ def _parser() -> argparse.ArgumentParser:
     _add_kernel_flags(h)
     _add_width_flags(h)
 
-    r = sub.add_parser("replay", help="run stored regression fixtures against a function")
+    r = sub.add_parser("replay", help="run stored regression fixtures against a function",
+                       description="Replay the fixtures of --op saved in the kernel's storage type "
+                                   "(--dtype, default float32) at the widths it accepts; the others "
+                                   "are counted as skipped.")
     r.add_argument("--op", choices=sorted(OPS), required=True)
     r.add_argument("--impl", metavar="MODULE:FUNC", required=True)
     r.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                    help=f"the directory the hunt saved into (default ./{DEFAULT_FIXTURES})")
+    r.add_argument("--all-dtypes", action="store_true",
+                   help="replay the fixtures of every storage type, each in its own (not with --dtype)")
     r.add_argument("--policy", choices=POLICIES, default="default")
     r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
-    _add_kernel_flags(r)
+    _add_kernel_flags(r, replay=True)
     _add_width_flags(r, replay=True)
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
@@ -679,111 +696,151 @@ def _hunt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
 
 
-def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    _check_output_file(args.json, "--json")
-    directory: Path = args.fixtures_dir
+def _fixtures_dir(directory: Path) -> Path:
     if not directory.is_dir():
         raise UsageError(f"--fixtures-dir {directory}: "
                          f"{'not a directory' if directory.exists() else 'no such directory'} "
                          f"(the directory a hunt saved its fixtures into)")
-    fn = resolve_impl(args.impl)
-    targets: dict[str, Target] = {}
+    return directory
 
-    def target_for(dtype: str) -> Target:
-        if dtype not in targets:
-            targets[dtype] = target_from_callable(
-                fn, op=args.op, name=args.impl.partition(":")[2], dtype=dtype,
-                framework=args.framework, device=args.device, ignore=args.ignore,
-                threads=args.threads, ftz=args.ftz, reduction=args.reduction,
-                arithmetic=args.arithmetic, opt_in=args.check, timeout_s=args.call_timeout)
-        return targets[dtype]
 
-    target_for(args.dtype or "float32")  # a bad --framework or --device is a usage error now
+@dataclass
+class _ReplayTargets:
+    """``--impl`` as a target per storage type, each made when first asked for."""
+
+    args: argparse.Namespace
+    fn: Callable[..., Any]
+    made: dict[str, Target] = field(default_factory=dict)
+
+    def __call__(self, dtype: str) -> Target:
+        if dtype not in self.made:
+            a = self.args
+            self.made[dtype] = target_from_callable(
+                self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
+                framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
+                ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
+                timeout_s=a.call_timeout)
+        return self.made[dtype]
+
+
+def _check_all_dtypes(args: argparse.Namespace) -> None:
+    if args.all_dtypes and args.dtype:
+        raise UsageError(f"--all-dtypes replays each fixture in its own storage type and --dtype "
+                         f"{args.dtype} only those of {args.dtype}: give one of them")
+
+
+def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints) -> list[str]:
+    """One line per reason fixtures were left out, with how to replay them."""
+    lines = []
+    other = selection.skipped_for(OTHER_DTYPE)
+    if other:
+        kinds = Counter(f.dtype for f in other)
+        how = (f"--dtype {next(iter(kinds))} replays {'it' if len(other) == 1 else 'them'}"
+               if len(kinds) == 1 else "--dtype TYPE replays those of TYPE")
+        lines.append(f"{_count(len(other), 'fixture', 'fixtures')} of other storage types skipped "
+                     f"({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))}; replaying "
+                     f"{dtype}): {how}, --all-dtypes every fixture in its own type")
+    narrow = selection.skipped_for(OTHER_WIDTH)
+    if narrow:
+        cols = sorted({c.cols for f in narrow for c in f.cases() if not widths.allows(c.cols)})
+        shown = ", ".join(map(str, cols[:6])) + (", ..." if len(cols) > 6 else "")
+        lines.append(f"{_count(len(narrow), 'fixture', 'fixtures')} of other widths skipped: rows "
+                     f"{shown} wide, outside the widths given ({widths.describe()})")
+    return lines
+
+
+def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _check_output_file(args.json, "--json")
+    _check_all_dtypes(args)
+    directory = _fixtures_dir(args.fixtures_dir)
+    targets = _ReplayTargets(args, resolve_impl(args.impl))
+    dtype = args.dtype or "float32"
+    targets(dtype)  # a bad --framework or --device is a usage error now
     widths = _constraints(args)
-    paths = iter_fixtures(directory, op=args.op)
     report = Report("replay", settings={"op": args.op, "impl": args.impl,
-                                        "fixtures_dir": str(directory), "policy": args.policy})
+                                        "fixtures_dir": str(directory), "policy": args.policy,
+                                        "dtype": None if args.all_dtypes else dtype,
+                                        "all_dtypes": args.all_dtypes, "widths": widths.to_json()})
     rows: list[dict[str, Any]] = []
     report.extra["fixtures"] = rows
     run = _Run(report, args.json, out, err)
-
-    done: list[Path] = []  # fixtures judged so far (passed, failed, skipped or unreadable)
+    listing: FixtureListing | None = None
+    selection: Selection | None = None
+    replayed: list[Replayed] = []
 
     def summary(stopped: str | None = None) -> None:
-        failed = sum(r["outcome"] == "fail" for r in rows)
-        unreadable = sum(r["outcome"] == "unreadable" for r in rows)
-        skipped = sum(r["outcome"] == "skipped" for r in rows)
-        passed = len(done) - failed - unreadable - skipped
-        never = len(paths) - len(done)
-        if passed == len(paths):
+        """The last line, and the report's rows of the fixtures never run."""
+        if listing is None or selection is None:
+            return
+        report.targets = [target_json(t) for t in targets.made.values()]
+        total = len(listing.paths)
+        failed = sum(not r.passed for r in replayed)
+        passed = len(replayed) - failed
+        never = selection.replays[len(replayed):]
+        rows.extend({"path": str(f.path), "outcome": "not_run"} for f, _ in never)
+        if passed == total:
             print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
             return
         parts = [f"{passed} passed", f"{failed} failed"]
-        if unreadable:
-            parts.append(f"{unreadable} could not be read")
-        if skipped:
-            parts.append(f"{skipped} skipped")
+        if listing.unreadable:
+            parts.append(f"{len(listing.unreadable)} could not be read")
+        if selection.skipped:
+            parts.append(f"{len(selection.skipped)} skipped")
         if never:
-            parts.append(f"{never} not run ({stopped or 'interrupted'})")
-            rows.extend({"path": str(p), "outcome": "not_run"} for p in paths[len(done):])
-        print(f"{_count(len(paths), 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
+            parts.append(f"{len(never)} not run ({stopped or 'interrupted'})")
+        print(f"{_count(total, 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
 
     run.summary = summary
 
     def body() -> int:
-        if not paths:
+        nonlocal listing, selection
+        listing = list_fixtures(directory, op=args.op)
+        if not listing.paths:
             here = sorted(p.name for p in directory.glob("*.json"))
             hint = (f"; {directory} itself holds {len(here)} .json file(s): pass the directory "
                     f"above it (fixtures live in DIR/{args.op}/)" if here else "")
             print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
+        selection = select_fixtures(listing.fixtures, dtype=dtype, all_dtypes=args.all_dtypes,
+                                    widths=widths)
+        for bad in listing.unreadable:
+            rows.append({"path": str(bad.path), "outcome": "unreadable", "reason": bad.reason})
+            print(f"unreadable {bad.reason}", file=out)
+        for skip in selection.skipped:
+            rows.append({"path": str(skip.fixture.path), "outcome": "skipped", "reason": skip.reason})
+        for line in _skipped_lines(selection, dtype=dtype, widths=widths):
+            print(line, file=out)
+        if not selection.replays and not listing.unreadable:
+            print(f"nothing to replay: {_count(len(listing.paths), 'fixture', 'fixtures')} under "
+                  f"{directory}/{args.op}, all skipped.", file=out)
+            report.error = "nothing to replay"
+            return EXIT_NOTHING
         stopped = None
-        for path in paths:
-            interrupt.check()
-            try:
-                fixture = load_fixture(path)
-            except FixtureError as exc:
-                rows.append({"path": str(path), "outcome": "unreadable", "reason": str(exc)})
-                done.append(path)
-                print(f"unreadable {exc}", file=out)
+        for result in replay_selection(selection, targets, policy=args.policy):
+            replayed.append(result)
+            fixture = result.fixture
+            finding = result.finding()
+            row: dict[str, Any] = {"path": str(fixture.path),
+                                   "outcome": "pass" if finding is None else "fail",
+                                   "dtype": result.dtype, "property": fixture.property,
+                                   "messages": [v.message() for v in result.failures]}
+            rows.append(row)
+            if finding is None:
+                print(f"pass {fixture.path.name}", file=out)
                 continue
-            dtype = args.dtype or fixture.dtype
-            outside = sorted({c.cols for c in fixture.cases() if not widths.allows(c.cols)})
-            if outside:
-                rows.append({"path": str(path), "outcome": "skipped",
-                             "reason": f"rows {outside[0]} wide, outside {widths.describe()}"})
-                done.append(path)
-                print(f"skip {path.name}: its rows are {outside[0]} wide, outside the widths given "
-                      f"({widths.describe()})", file=out)
-                continue
-            if not fixture.fits(dtype):
-                rows.append({"path": str(path), "outcome": "skipped",
-                             "reason": f"{fixture.dtype} values, not exact in {dtype}"})
-                done.append(path)
-                print(f"skip {path.name}: it holds {fixture.dtype} values, not exact in {dtype}",
-                      file=out)
-                continue
-            replayed = replay_fixture(target_for(dtype), fixture, policy=args.policy)
-            done.append(path)
-            finding = replayed.finding()
-            if finding is not None:
-                report.fixture_failures.append(finding)
-            if replayed.stopped is not None:
-                rows.append({"path": str(path), "outcome": "fail", "reason": replayed.stopped})
-                print(f"FAIL {path.name}: {finding.message}", file=out)
+            report.fixture_failures.append(finding)
+            print(f"FAIL {fixture.path.name}: {finding.message}", file=out)
+            if result.stopped is not None:
+                row["reason"] = result.stopped
                 stopped = "the kernel cannot be called again"
-                report.error = (f"replay stopped at {path}: {replayed.stopped}; "
-                                f"{_count(len(paths) - len(done), 'fixture', 'fixtures')} not run")
-                break
-            rows.append({"path": str(path), "outcome": "fail" if finding else "pass",
-                         "messages": [v.message() for v in replayed.failures]})
-            print(f"FAIL {path.name}: {finding.message}" if finding else f"pass {path.name}",
-                  file=out)
+                never = len(selection.replays) - len(replayed)
+                report.error = (f"replay stopped at {fixture.path}: {result.stopped}; "
+                                f"{_count(never, 'fixture', 'fixtures')} not run")
         summary(stopped)
-        if any(r["outcome"] == "fail" for r in rows):
+        if any(not r.passed for r in replayed):
             return EXIT_FOUND
-        return EXIT_UNREADABLE if any(r["outcome"] == "unreadable" for r in rows) else EXIT_OK
+        return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
 
     return _guarded(run, body)
 

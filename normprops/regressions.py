@@ -22,12 +22,13 @@ import math
 import platform
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import hypothesis
 import numpy as np
 
-from normprops.case import Case
+from normprops import interrupt
+from normprops.case import Case, ShapeConstraints
 from normprops.dtypes import DTYPES, to_dtype
 from normprops.errors import FatalTargetError, FixtureError
 from normprops.hunt import Finding, HuntResult, with_fixtures
@@ -39,8 +40,9 @@ from normprops.report import read_json_document, write_json_atomically
 from normprops.strategies import FAMILIES
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
-           "encode_array", "decode_array", "replay", "replay_fixture", "Replayed", "case_id",
-           "FORMAT"]
+           "list_fixtures", "FixtureListing", "Unreadable", "select_fixtures", "Selection", "Skipped",
+           "OTHER_DTYPE", "OTHER_WIDTH", "encode_array", "decode_array", "replay", "replay_fixture",
+           "replay_selection", "Replayed", "case_id", "FORMAT"]
 
 FORMAT = "normprops-fixture/1"
 INLINE_LIMIT = 256
@@ -271,6 +273,88 @@ def iter_fixtures(directory: Path, *, op: str | None = None) -> list[Path]:
     return sorted(p for p in root.glob(pattern) if not p.name.startswith("."))
 
 
+@dataclass(frozen=True)
+class Unreadable:
+    """A fixture file that cannot be read, and why (the message names the file)."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class FixtureListing:
+    """The fixtures under a directory: those that load, sorted by path, and those that do not."""
+
+    fixtures: tuple[Fixture, ...]
+    unreadable: tuple[Unreadable, ...]
+
+    @property
+    def paths(self) -> list[Path]:
+        return sorted([f.path for f in self.fixtures] + [u.path for u in self.unreadable])
+
+
+def list_fixtures(directory: Path, *, op: str | None = None) -> FixtureListing:
+    """Load every fixture under ``directory`` (of ``op``, or of every op); a file that cannot be
+    read is listed as :class:`Unreadable`, never raised."""
+    if op is not None and op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)} but was {op!r}")
+    fixtures: list[Fixture] = []
+    unreadable: list[Unreadable] = []
+    for path in iter_fixtures(directory, op=op):
+        try:
+            fixtures.append(load_fixture(path))
+        except FixtureError as exc:
+            unreadable.append(Unreadable(path, str(exc)))
+    return FixtureListing(tuple(fixtures), tuple(unreadable))
+
+
+#: Why a fixture is left out of a replay: it holds another storage type than the one replayed, or
+#: rows of a width the kernel does not accept.
+OTHER_DTYPE, OTHER_WIDTH = "dtype", "width"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    fixture: Fixture
+    why: str  # OTHER_DTYPE or OTHER_WIDTH
+    reason: str  # in words, for a report
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The fixtures a kernel is replayed on, each with the storage type it is replayed in, and
+    those left out."""
+
+    replays: tuple[tuple[Fixture, str], ...]
+    skipped: tuple[Skipped, ...]
+
+    def skipped_for(self, why: str) -> list[Fixture]:
+        return [s.fixture for s in self.skipped if s.why == why]
+
+
+def select_fixtures(fixtures: Iterable[Fixture], *, dtype: str = "float32", all_dtypes: bool = False,
+                    widths: ShapeConstraints = ShapeConstraints()) -> Selection:
+    """The fixtures that belong to a kernel of storage type ``dtype`` taking rows of ``widths``:
+    those saved in ``dtype`` (with ``all_dtypes``, every fixture, each in its own storage type) whose
+    rows all have a width it accepts. A fixture holds the failure of one kernel in one storage type;
+    replayed on a kernel of another, it tests something that kernel never promised (a float32
+    kernel handed bfloat16 arrays fails its contract)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} but was {dtype!r}")
+    replays: list[tuple[Fixture, str]] = []
+    skipped: list[Skipped] = []
+    for fixture in fixtures:
+        outside = sorted({c.cols for c in fixture.cases() if not widths.allows(c.cols)})
+        if not all_dtypes and fixture.dtype != dtype:
+            skipped.append(Skipped(fixture, OTHER_DTYPE, f"saved in {fixture.dtype}, not {dtype}"))
+        elif outside:
+            skipped.append(Skipped(fixture, OTHER_WIDTH,
+                                   f"rows {outside[0]} wide, outside {widths.describe()}"))
+        else:
+            replays.append((fixture, fixture.dtype if all_dtypes else dtype))
+    return Selection(tuple(replays), tuple(skipped))
+
+
 def _judge(target: Target, case: Case, *, prop: str, policy: str) -> list[Verdict]:
     """Every failure of ``target`` on ``case``, those of ``prop`` first.
 
@@ -297,6 +381,11 @@ class Replayed:
     fixture: Fixture
     judged: tuple[tuple[Case, tuple[Verdict, ...]], ...]
     stopped: str | None = None  # why the target cannot be called again (the replay stops here)
+
+    @property
+    def dtype(self) -> str:
+        """The storage type it was replayed in."""
+        return self.judged[0][0].dtype
 
     @property
     def failures(self) -> list[Verdict]:
@@ -342,6 +431,18 @@ def replay_fixture(target: Target, fixture: Fixture, *, policy: str = "default")
             return Replayed(fixture, tuple(judged), stopped=str(exc))
         judged.append((case, tuple(found)))
     return Replayed(fixture, tuple(judged))
+
+
+def replay_selection(selection: Selection, target_for: Callable[[str], Target], *,
+                     policy: str = "default") -> Iterator[Replayed]:
+    """Replay each fixture of ``selection`` on ``target_for(its storage type)``, in order; the
+    replay ends after a fixture on which the target stopped (it cannot be called again)."""
+    for fixture, dtype in selection.replays:
+        interrupt.check()  # a Ctrl-C that a finalizer swallowed still stops the replay here
+        replayed = replay_fixture(target_for(dtype), fixture, policy=policy)
+        yield replayed
+        if replayed.stopped is not None:
+            return
 
 
 def replay(target: Target, fixture: Fixture, *, policy: str = "default") -> list[Verdict]:

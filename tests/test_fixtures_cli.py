@@ -86,6 +86,69 @@ def _fixture_docs(directory: Path) -> dict[str, dict]:
     return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*/*.json"))}
 
 
+# --- the fixtures a replay runs --------------------------------------------------------------------
+
+
+def _bfloat16(directory: Path) -> str:
+    (name,) = [n for n, d in _fixture_docs(directory).items() if d["minimal"].get("dtype") == "bfloat16"]
+    return name
+
+
+def test_replay_runs_the_fixtures_of_its_storage_type(fixtures: Path, tmp_path: Path) -> None:
+    # A correct float32 kernel is not judged on the bfloat16 kernel's fixture (it would fail its
+    # contract, being handed bfloat16 arrays): that one is counted in one line, and named nowhere.
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--json", str(report))
+    assert code == 0, out
+    assert [line for line in out.splitlines() if "skipped" in line and "fixtures:" not in line] == [
+        "1 fixture of other storage types skipped (bfloat16: 1; replaying float32): --dtype bfloat16 "
+        "replays it, --all-dtypes every fixture in its own type"]
+    assert _bfloat16(fixtures) not in out
+    assert out.splitlines()[-1] == "3 fixtures: 2 passed, 0 failed, 1 skipped."
+    rows = {Path(r["path"]).name: r for r in json.loads(report.read_text())["fixtures"]}
+    assert rows.pop(_bfloat16(fixtures))["outcome"] == "skipped"
+    assert {(r["outcome"], r["dtype"]) for r in rows.values()} == {("pass", "float32")}
+
+
+@pytest.mark.parametrize("impl, code", [("rms_good_bf16", 0), ("rms_bf16_accumulate", 1)])
+def test_dtype_replays_the_fixtures_of_that_type(fixtures: Path, impl: str, code: int) -> None:
+    got, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:{impl}", "--dtype", "bfloat16")
+    assert got == code, out
+    assert "2 fixtures of other storage types skipped (float32: 2; replaying bfloat16)" in out
+    assert out.count("pass ") + out.count("FAIL ") == 1 and _bfloat16(fixtures) in out
+
+
+def test_all_dtypes_replays_every_fixture_in_its_own_type(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--all-dtypes",
+                       "--json", str(report))
+    assert code == 1 and "skipped" not in out
+    assert f"FAIL {_bfloat16(fixtures)}: rmsnorm[rms_good] ordinary contract" in out
+    rows = json.loads(report.read_text())["fixtures"]
+    assert sorted((r["dtype"], r["outcome"]) for r in rows) == [
+        ("bfloat16", "fail"), ("float32", "pass"), ("float32", "pass")]
+    code, _, err = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--all-dtypes",
+                       "--dtype", "float32")
+    assert code == 2 and "--all-dtypes" in err and len(err.splitlines()) == 1
+
+
+def test_nothing_left_to_replay_exits_5_saying_what_was_skipped(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--min-cols", "20000",
+                       "--json", str(report))
+    assert code == 5, out
+    assert out.splitlines() == [
+        "1 fixture of other storage types skipped (bfloat16: 1; replaying float32): --dtype bfloat16 "
+        "replays it, --all-dtypes every fixture in its own type",
+        out.splitlines()[1],
+        "nothing to replay: 3 fixtures under normprops-fixtures/rmsnorm, all skipped."]
+    assert out.splitlines()[1].startswith("2 fixtures of other widths skipped: rows ")
+    assert out.splitlines()[1].endswith(" wide, outside the widths given (cols >= 20000)")
+    doc = json.loads(report.read_text())
+    assert doc["error"] == "nothing to replay" and doc["complete"] is False
+    assert {r["outcome"] for r in doc["fixtures"]} == {"skipped"}
+
+
 # --- the report of a replay ----------------------------------------------------------------------
 
 
@@ -95,7 +158,7 @@ def test_replay_report_lists_every_failing_fixture_as_a_hunt_does(fixtures: Path
                "ordinary", "--max-examples", "50", "--seed", "0", "--json", str(hunt_report))[0] == 1
     report = tmp_path / "replay.json"
     code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale",
-                       "--json", str(report))
+                       "--all-dtypes", "--json", str(report))
     assert code == 1, out
     doc = json.loads(report.read_text())
     failing = {Path(r["path"]).name for r in doc["fixtures"] if r["outcome"] == "fail"}
@@ -118,7 +181,7 @@ def test_replay_report_lists_every_failing_fixture_as_a_hunt_does(fixtures: Path
 
 def test_a_replay_stopped_by_a_hang_counts_what_it_never_ran(fixtures: Path, tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    code, out, err = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs",
+    code, out, err = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs", "--all-dtypes",
                          "--call-timeout", "0.3", "--json", str(report))
     assert code == 1 and err == "", out + err
     last = out.splitlines()[-1]
@@ -135,7 +198,8 @@ def test_a_replay_stopped_by_ctrl_c_counts_what_it_never_ran(fixtures: Path, tmp
     report = tmp_path / "r.json"
     code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_ctrl_c", "--json", str(report))
     assert code == 130
-    assert out.splitlines()[-1] == "3 fixtures: 0 passed, 0 failed, 3 not run (interrupted).", out
+    last = out.splitlines()[-1]
+    assert last == "3 fixtures: 0 passed, 0 failed, 1 skipped, 2 not run (interrupted).", out
     doc = json.loads(report.read_text())
     assert doc["complete"] is False and doc["error"] == "interrupted"
-    assert [r["outcome"] for r in doc["fixtures"]] == ["not_run"] * 3
+    assert [r["outcome"] for r in doc["fixtures"]] == ["skipped", "not_run", "not_run"]
