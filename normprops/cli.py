@@ -1,14 +1,18 @@
-"""The ``normprops`` command: ``hunt``, ``replay``, ``kernels``, ``bench``, ``census``.
+"""The ``normprops`` command: ``hunt``, ``replay``, ``fixtures``, ``kernels``, ``bench``, ``census``,
+``report``.
 
 Exit status (scripts rely on it):
 
 - 0: nothing found (registry hunts: every kernel behaved as its registry entry declares);
-- 1: counterexample(s) found, or (replay) a fixture still fails;
+  ``fixtures list`` and ``fixtures prune``: done;
+- 1: counterexample(s) found, or (replay) a fixture still fails; ``fixtures prune``: the function
+  stopped the replay (a hang, a fault): what passed before it is removed, the rest kept;
 - 2: a usage error: a bad flag, path, module or value, named in one line;
-- 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
+- 3: replay, ``fixtures list`` and ``fixtures prune``: some fixtures could not be read (each is
+  named; prune keeps them), and none that could be read failed;
 - 4: an internal error of normprops (please report it; the JSON report holds the traceback);
-- 5: replay only: there was no fixture to replay (none saved, or every one of another storage type
-  or width);
+- 5: replay: there was no fixture to replay (none saved, or every one of another storage type or
+  width); ``fixtures prune``: no fixture matched (none of ``--kernel NAME``, or none to replay);
 - 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
 
 Once the arguments are accepted, the ``--json`` report is written on every one of these paths
@@ -44,6 +48,7 @@ from normprops.oracles import ORACLES, POLICIES
 from normprops.regressions import (
     OTHER_DTYPE,
     OTHER_WIDTH,
+    Fixture,
     FixtureListing,
     Replayed,
     Selection,
@@ -221,6 +226,36 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
     _add_kernel_flags(r, replay=True)
     _add_width_flags(r, replay=True)
+
+    fx = sub.add_parser("fixtures", help="list the saved fixtures, or prune them")
+    fx_sub = fx.add_subparsers(dest="fixtures_command", required=True, parser_class=_Parser)
+    ls = fx_sub.add_parser("list", help="one line per fixture: kernel, op, storage type, family, "
+                                        "property, rows x cols, when saved, path (exit 3 if some "
+                                        "cannot be read)")
+    ls.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                    help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
+    ls.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures")
+    pr = fx_sub.add_parser(
+        "prune", help="remove the fixtures of a kernel, or those a kernel no longer fails",
+        description="Remove the fixtures saved by --kernel NAME, or, with --op and --impl, those "
+                    "the function passes when replayed (as normprops replay selects and judges "
+                    "them); with both, only NAME's fixtures that the function passes. Exit 0 "
+                    "when done, 1 when the function stopped the replay (what passed before it "
+                    "is removed, the rest kept), 3 when some fixtures cannot be read (kept), 5 "
+                    "when no fixture matched.")
+    pr.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                    help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
+    pr.add_argument("--kernel", metavar="NAME",
+                    help="the fixtures of this kernel: its name, or backend:name as fixtures list shows it")
+    pr.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures (required with --impl)")
+    pr.add_argument("--impl", metavar="MODULE:FUNC",
+                    help="replay the fixtures on this function and remove those it passes")
+    pr.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    pr.add_argument("--all-dtypes", action="store_true",
+                    help="with --impl: replay the fixtures of every storage type, each in its own")
+    pr.add_argument("--policy", choices=POLICIES, default="default")
+    _add_kernel_flags(pr, replay=True)
+    _add_width_flags(pr, replay=True)
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
 
@@ -729,22 +764,24 @@ def _check_all_dtypes(args: argparse.Namespace) -> None:
                          f"{args.dtype} only those of {args.dtype}: give one of them")
 
 
-def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints) -> list[str]:
-    """One line per reason fixtures were left out, with how to replay them."""
+def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints,
+                   left: str = "skipped") -> list[str]:
+    """One line per reason fixtures were left out (``left``: the word for it), with how to replay
+    them."""
     lines = []
     other = selection.skipped_for(OTHER_DTYPE)
     if other:
         kinds = Counter(f.dtype for f in other)
         how = (f"--dtype {next(iter(kinds))} replays {'it' if len(other) == 1 else 'them'}"
                if len(kinds) == 1 else "--dtype TYPE replays those of TYPE")
-        lines.append(f"{_count(len(other), 'fixture', 'fixtures')} of other storage types skipped "
+        lines.append(f"{_count(len(other), 'fixture', 'fixtures')} of other storage types {left} "
                      f"({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))}; replaying "
                      f"{dtype}): {how}, --all-dtypes every fixture in its own type")
     narrow = selection.skipped_for(OTHER_WIDTH)
     if narrow:
         cols = sorted({c.cols for f in narrow for c in f.cases() if not widths.allows(c.cols)})
         shown = ", ".join(map(str, cols[:6])) + (", ..." if len(cols) > 6 else "")
-        lines.append(f"{_count(len(narrow), 'fixture', 'fixtures')} of other widths skipped: rows "
+        lines.append(f"{_count(len(narrow), 'fixture', 'fixtures')} of other widths {left}: rows "
                      f"{shown} wide, outside the widths given ({widths.describe()})")
     return lines
 
@@ -839,6 +876,116 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                 f"{_count(never, 'fixture', 'fixtures')} not run")
         summary(stopped)
         if any(not r.passed for r in replayed):
+            return EXIT_FOUND
+        return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
+
+    return _guarded(run, body)
+
+
+def _fixtures_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    directory = _fixtures_dir(args.fixtures_dir)
+    listing = list_fixtures(directory, op=args.op)
+    where = f"{directory}/{args.op}" if args.op else str(directory)
+    if not listing.paths:
+        print(f"no fixtures under {where}", file=out)
+        return EXIT_OK
+    table = [("kernel", "op", "dtype", "family", "property", "rows x cols", "saved (UTC)", "path")]
+    guessed = False
+    for f in listing.fixtures:
+        when, recorded = f.saved_at()
+        guessed |= not recorded
+        shapes = "/".join(dict.fromkeys(f"{c.rows}x{c.cols}" for c in f.cases()))
+        table.append((f.kernel, f.op, f.dtype, f.family, f.property, shapes,
+                      when.strftime("%Y-%m-%d %H:%M") + ("" if recorded else "*"), str(f.path)))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), file=out)
+    for bad in listing.unreadable:
+        print(f"unreadable {bad.reason}", file=out)
+    lines = [f"{_count(len(listing.paths), 'fixture', 'fixtures')} under {where}"
+             + (f", {len(listing.unreadable)} of them unreadable" if listing.unreadable else "")
+             + "; rows x cols: the minimal input/the worst"]
+    if guessed:
+        lines.append("*: the file's modification time; the fixture does not record when it was saved")
+    print("\n".join(lines), file=out)
+    return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
+
+
+def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.kernel is None and args.impl is None:
+        raise UsageError("say which fixtures to remove: --kernel NAME (those of a kernel), --op OP "
+                         "--impl MODULE:FUNC (those the function passes), or both")
+    if args.impl is not None and args.op is None:
+        raise UsageError("--impl needs --op {softmax,layernorm,rmsnorm}")
+    if args.impl is None:
+        flags = _user_only_flags(args) + ["--all-dtypes"] * args.all_dtypes
+        if flags:
+            raise UsageError(f"{', '.join(flags)} describe{'s' * (len(flags) == 1)} the function "
+                             f"of --impl; without it nothing is replayed")
+    _check_all_dtypes(args)
+    directory = _fixtures_dir(args.fixtures_dir)
+    targets = None
+    dtype = args.dtype or "float32"
+    if args.impl is not None:
+        targets = _ReplayTargets(args, resolve_impl(args.impl))
+        targets(dtype)  # a bad --framework or --device is a usage error now
+    widths = _constraints(args)
+    where = f"{directory}/{args.op}" if args.op else str(directory)
+    verb = "would remove" if args.dry_run else "removed"
+    report = Report("fixtures prune")
+    run = _Run(report, None, out, err)
+    gone: list[Fixture] = []  # removed (or, with --dry-run, to be removed) so far
+    run.summary = lambda: print(f"{verb} {_count(len(gone), 'fixture', 'fixtures')}.", file=out)
+
+    def body() -> int:
+        listing = list_fixtures(directory, op=args.op)
+        for bad in listing.unreadable:
+            print(f"unreadable {bad.reason} (kept)", file=out)
+        mine = [f for f in listing.fixtures if args.kernel is None or f.of_kernel(args.kernel)]
+        if not mine:
+            kernels = sorted({f.kernel for f in listing.fixtures})
+            what = f"of kernel {args.kernel} " if args.kernel else ""
+            print(f"no fixture {what}under {where}"
+                  + (f" (kernels there: {', '.join(kernels)})" if kernels else ""), file=out)
+            return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
+        chosen = mine  # the fixtures to remove
+        kept: list[Fixture] = []  # replayed, and still failing
+        stopped = None
+        if targets is not None:
+            selection = select_fixtures(mine, dtype=dtype, all_dtypes=args.all_dtypes, widths=widths)
+            for line in _skipped_lines(selection, dtype=dtype, widths=widths, left="kept, not replayed"):
+                print(line, file=out)
+            if not selection.replays:
+                print(f"nothing to replay: {_count(len(mine), 'fixture', 'fixtures')} under {where}, "
+                      f"all of other storage types or widths; nothing removed.", file=out)
+                return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
+            chosen = []
+            replayed = 0
+            for result in replay_selection(selection, targets, policy=args.policy):
+                replayed += 1
+                if result.passed:
+                    chosen.append(result.fixture)
+                else:
+                    kept.append(result.fixture)
+                    print(f"keep {result.fixture.path}: {result.failures[0].message()}", file=out)
+                    stopped = result.stopped
+            if stopped is not None:
+                never = len(selection.replays) - replayed
+                print(f"the replay stopped ({stopped}): {_count(never, 'fixture', 'fixtures')} "
+                      f"not run, kept", file=out)
+        for fixture in chosen:
+            if not args.dry_run:
+                fixture.path.unlink()
+            gone.append(fixture)
+            print(f"{verb} {fixture.path}", file=out)
+        others = len(listing.fixtures) - len(mine)
+        kept_for = [(len(kept), "still failing"),
+                    (len(mine) - len(chosen) - len(kept), "not replayed or not run"),
+                    (others, "of other kernels"), (len(listing.unreadable), "unreadable")]
+        why = ", ".join(f"{n} {what}" for n, what in kept_for if n)
+        print(f"{verb} {len(gone)} of {_count(len(listing.paths), 'fixture', 'fixtures')} under "
+              f"{where}" + (f"; kept: {why}" if why else "") + ".", file=out)
+        if stopped is not None:
             return EXIT_FOUND
         return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
 
@@ -998,6 +1145,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
             command = args.command
+            if command == "fixtures":
+                command = f"fixtures {args.fixtures_command}"
+                return (_fixtures_list if args.fixtures_command == "list" else _fixtures_prune)(
+                    args, out, err)
             if command == "hunt":
                 return _hunt(args, out, err)
             if command == "replay":

@@ -1,13 +1,16 @@
 """Regression fixtures: failing inputs saved as data, replayed against every kernel that claims them.
 
 A fixture is one JSON file, ``<dir>/<op>/<family>-<id>.json``, holding the minimal and the worst
-input of one finding (one property of one kernel failing in one family) with its verdicts and the
-versions that produced it. Values are exact: arrays of up to 256 elements are lists of hex floats
-(``float.hex``, readable and exact); larger ones are base64 of little-endian float32 bytes. No
-pickle, no seeds (numpy does not promise seed streams across versions). ``<id>`` is a hash of the
-kernel, the property and the minimal input: the same finding found twice is written once, and the
-same input failing two kernels gives two files. Files are written atomically (temporary file, then
-rename).
+input of one finding (one property of one kernel failing in one family) with its verdicts, the
+versions that produced it and when it was saved (``saved``, ISO 8601 UTC). Values are exact:
+arrays of up to 256 elements are lists of hex floats (``float.hex``, readable and exact); larger
+ones are base64 of little-endian float32 bytes. No pickle, no seeds (numpy does not promise seed
+streams across versions). ``<id>`` is a hash of the kernel, the property and the minimal input:
+the same finding found twice is written once, and the same input failing two kernels gives two
+files. Files are written atomically (temporary file, then rename).
+
+A replay runs the fixtures that belong to a kernel (:func:`select_fixtures`: its op, its storage
+type, the widths it accepts), each judged on every property, its own first (:func:`replay_fixture`).
 
 Loading checks everything it reads: a truncated, garbled or incomplete file raises
 :class:`~normprops.errors.FixtureError` naming the file and what is wrong, never anything else.
@@ -21,6 +24,7 @@ import hashlib
 import math
 import platform
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -200,6 +204,7 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "worst_verdict": finding.worst_verdict.to_json(),
         "worst": _encode_case(finding.worst),
         "versions": _versions(),
+        "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_json_atomically(path, doc)
     return path
@@ -224,9 +229,26 @@ class Fixture:
     message: str
     minimal: Case
     worst: Case | None
+    saved: datetime | None = None  # when it was written, where the fixture records it
 
     def cases(self) -> tuple[Case, ...]:
         return (self.minimal,) if self.worst is None else (self.minimal, self.worst)
+
+    @property
+    def kernel(self) -> str:
+        """The kernel whose finding it holds, as ``backend:name`` (``python:rms_norm``)."""
+        return f"{self.backend}:{self.impl}"
+
+    def of_kernel(self, name: str) -> bool:
+        """Whether it holds a finding of the kernel ``name`` (``rms_norm`` or ``python:rms_norm``)."""
+        return name in (self.impl, self.kernel)
+
+    def saved_at(self) -> tuple[datetime, bool]:
+        """When it was saved (UTC), and whether the fixture says so itself; if it does not, its
+        file's modification time, which a copy or a checkout resets."""
+        if self.saved is not None:
+            return self.saved, True
+        return datetime.fromtimestamp(self.path.stat().st_mtime, tz=timezone.utc), False
 
     @property
     def dtype(self) -> str:
@@ -248,6 +270,16 @@ def _text(doc: dict[str, Any], key: str, allowed: Any = None) -> str:
     return value
 
 
+def _saved(doc: dict[str, Any]) -> datetime | None:
+    if "saved" not in doc:
+        return None
+    try:
+        saved = datetime.fromisoformat(doc["saved"])
+    except (TypeError, ValueError):
+        raise ValueError(f"'saved' is {doc['saved']!r}, not an ISO 8601 time") from None
+    return saved.astimezone(timezone.utc) if saved.tzinfo else saved.replace(tzinfo=timezone.utc)
+
+
 def load_fixture(path: Path) -> Fixture:
     """Read one fixture. Raises :class:`~normprops.errors.FixtureError` naming the file and what
     is wrong with it (unreadable, not JSON, not a fixture, a missing or malformed part)."""
@@ -261,7 +293,8 @@ def load_fixture(path: Path) -> Fixture:
         worst = (_decode_case(doc["worst"], op=op, family=family, what="worst")
                  if "worst" in doc else None)
         return Fixture(path, _text(doc, "id"), op, _text(doc, "impl"), _text(doc, "backend"),
-                       family, prop, str(doc.get("message", "")), minimal, worst)
+                       family, prop, str(doc.get("message", "")), minimal, worst,
+                       saved=_saved(doc))
     except ValueError as exc:
         raise FixtureError(f"{path}: {exc}") from None
 

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import textwrap
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -203,3 +205,109 @@ def test_a_replay_stopped_by_ctrl_c_counts_what_it_never_ran(fixtures: Path, tmp
     doc = json.loads(report.read_text())
     assert doc["complete"] is False and doc["error"] == "interrupted"
     assert [r["outcome"] for r in doc["fixtures"]] == ["skipped", "not_run", "not_run"]
+
+
+# --- normprops fixtures list | prune -------------------------------------------------------------
+
+
+def test_fixtures_list_shows_one_line_per_fixture(fixtures: Path) -> None:
+    docs = _fixture_docs(fixtures)
+    assert all("saved" in d for d in docs.values())  # a fixture records when it was saved
+    # A fixture that records no date (one saved before fixtures did) shows its file's time, marked.
+    old = fixtures / "rmsnorm" / _bfloat16(fixtures)
+    doc = docs[old.name]
+    del doc["saved"]
+    old.write_text(json.dumps(doc))
+    stamp = datetime(2001, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
+    os.utime(old, (stamp, stamp))
+    code, out, _ = run("fixtures", "list")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].split() == ["kernel", "op", "dtype", "family", "property", "rows", "x", "cols",
+                                "saved", "(UTC)", "path"]
+    rows = {Path(line.split()[-1]).name: line.split() for line in lines[1:4]}
+    assert set(rows) == set(docs)
+    for name, d in docs.items():
+        kernel, op, dtype, family, prop, shapes, *when, path = rows[name]
+        assert (kernel, op, family, prop) == (f"python:{d['impl']}", "rmsnorm", d["family"], d["property"])
+        assert dtype == d["minimal"].get("dtype", "float32")
+        minimal = "x".join(map(str, d["minimal"]["x"]["shape"]))
+        assert shapes.split("/")[0] == minimal
+        assert path == f"normprops-fixtures/rmsnorm/{name}"
+        saved = (datetime.fromisoformat(d["saved"]).strftime("%Y-%m-%d %H:%M") if "saved" in d
+                 else "2001-02-03 04:05*")
+        assert " ".join(when) == saved
+    assert lines[4:] == ["3 fixtures under normprops-fixtures; rows x cols: the minimal input/the worst",
+                         "*: the file's modification time; the fixture does not record when it was saved"]
+    code, out, _ = run("fixtures", "list", "--op", "softmax")
+    assert code == 0 and out == "no fixtures under normprops-fixtures/softmax\n"
+
+
+def test_fixtures_list_names_an_unreadable_fixture_and_exits_3(fixtures: Path) -> None:
+    name, doc = next(iter(_fixture_docs(fixtures).items()))
+    (fixtures / "rmsnorm" / "ordinary-000000000000.json").write_text("{")
+    (fixtures / "rmsnorm" / f"x{name}").write_text(json.dumps({**doc, "saved": "yesterday"}))
+    code, out, _ = run("fixtures", "list", "--op", "rmsnorm")
+    assert code == 3
+    (line,) = [x for x in out.splitlines() if "ordinary-000000000000" in x]
+    assert line.startswith("unreadable ") and "not valid JSON" in line
+    (line,) = [x for x in out.splitlines() if f"x{name}" in x]
+    assert line.startswith("unreadable ") and "'saved' is 'yesterday', not an ISO 8601 time" in line
+    assert "5 fixtures under normprops-fixtures/rmsnorm, 2 of them unreadable" in out
+    assert run("fixtures", "list", "--fixtures-dir", "nowhere")[0] == 2
+
+
+def test_fixtures_prune_removes_a_kernels_fixtures(fixtures: Path) -> None:
+    before = set(_fixture_docs(fixtures))
+    code, out, _ = run("fixtures", "prune", "--kernel", "rms_off_by_scale", "--dry-run")
+    assert code == 0 and out.count("would remove normprops-fixtures/rmsnorm/") == 2, out
+    assert out.splitlines()[-1] == ("would remove 2 of 3 fixtures under normprops-fixtures; "
+                                    "kept: 1 of other kernels.")
+    assert set(_fixture_docs(fixtures)) == before
+    code, out, _ = run("fixtures", "prune", "--kernel", "python:rms_off_by_scale")
+    assert code == 0 and out.count("removed normprops-fixtures/rmsnorm/") == 2, out
+    assert set(_fixture_docs(fixtures)) == {_bfloat16(fixtures)}
+    code, out, _ = run("fixtures", "prune", "--kernel", "rms_typo")
+    assert code == 5
+    assert out == ("no fixture of kernel rms_typo under normprops-fixtures "
+                   "(kernels there: python:rms_bf16_accumulate)\n")
+
+
+def test_fixtures_prune_removes_the_fixtures_a_kernel_passes(fixtures: Path) -> None:
+    docs, bfloat16 = _fixture_docs(fixtures), _bfloat16(fixtures)
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale")
+    assert code == 0 and "removed 0 of 3" in out and out.count("keep ") == 2, out
+    assert set(_fixture_docs(fixtures)) == set(docs)
+    # With --kernel too, only that kernel's fixtures are replayed: here the bfloat16 one.
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good_bf16",
+                       "--dtype", "bfloat16", "--kernel", "rms_bf16_accumulate")
+    assert code == 0, out
+    assert set(_fixture_docs(fixtures)) == set(docs) - {bfloat16}
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
+    assert code == 0, out
+    assert out.splitlines()[-1] == "removed 2 of 2 fixtures under normprops-fixtures/rmsnorm."
+    assert _fixture_docs(fixtures) == {}
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
+    assert code == 5 and out == "no fixture under normprops-fixtures/rmsnorm\n"
+
+
+def test_fixtures_prune_keeps_what_a_stopped_replay_did_not_judge(fixtures: Path) -> None:
+    docs = _fixture_docs(fixtures)
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs",
+                       "--call-timeout", "0.3")
+    assert code == 1, out
+    assert "the replay stopped (did not return within 0.3 s (call timeout)): 1 fixture not run, kept" in out
+    assert set(_fixture_docs(fixtures)) == set(docs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "say which fixtures to remove: --kernel NAME"),
+    (["--impl", f"{MODULE}:rms_good"], "--impl needs --op"),
+    (["--kernel", "rms_good", "--dtype", "bfloat16"], "--dtype describes the function of --impl"),
+    (["--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--all-dtypes", "--dtype", "float32"],
+     "give one of them"),
+])
+def test_fixtures_prune_usage_errors(fixtures: Path, argv: list[str], message: str) -> None:
+    code, out, err = run("fixtures", "prune", *argv)
+    assert code == 2 and out == "" and err.startswith("normprops fixtures prune: error: ")
+    assert message in err and len(err.splitlines()) == 1
