@@ -214,8 +214,19 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"
         lines.append(f"replay: normprops replay --op {target['op']} --impl {impl} "
-                     f"--fixtures-dir {kwargs.get('fixtures_dir')}")
+                     f"--fixtures-dir {kwargs.get('fixtures_dir')}{_replay_flags(target)}")
     raise AssertionError("\n".join(lines))
+
+
+def _replay_flags(target: dict[str, Any]) -> str:
+    """The flags that make ``normprops replay`` take the fixtures of the kernel ``target`` describes
+    (:func:`target_json`): its storage type and widths."""
+    widths = target["constraints"]
+    flags = [("--dtype", target["dtype"] if target["dtype"] != "float32" else None),
+             ("--cols-multiple-of", widths["cols_multiple_of"] if widths["cols_multiple_of"] > 1 else None),
+             ("--min-cols", widths["min_cols"] if widths["min_cols"] > 1 else None),
+             ("--max-cols", widths["max_cols"])]
+    return "".join(f" {flag} {value}" for flag, value in flags if value is not None)
 
 
 # help(), IDEs and inspect show hunt_kernel's keywords, which assert_robust takes as they are.

@@ -1,13 +1,18 @@
-"""The ``normprops`` command: ``hunt``, ``replay``, ``kernels``, ``bench``, ``census``.
+"""The ``normprops`` command: ``hunt``, ``replay``, ``fixtures``, ``kernels``, ``bench``, ``census``,
+``report``.
 
 Exit status (scripts rely on it):
 
 - 0: nothing found (registry hunts: every kernel behaved as its registry entry declares);
-- 1: counterexample(s) found, or (replay) a fixture still fails;
+  ``fixtures list`` and ``fixtures prune``: done;
+- 1: counterexample(s) found, or (replay) a fixture still fails; ``fixtures prune``: the function
+  stopped the replay (a hang, a fault): what passed before it is removed, the rest kept;
 - 2: a usage error: a bad flag, path, module or value, named in one line;
-- 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
+- 3: replay, ``fixtures list`` and ``fixtures prune``: some fixtures could not be read (each is
+  named; prune keeps them), and none that could be read failed;
 - 4: an internal error of normprops (please report it; the JSON report holds the traceback);
-- 5: replay only: there was no fixture to replay;
+- 5: replay: there was no fixture to replay (none saved, or every one of another storage type or
+  width); ``fixtures prune``: no fixture matched (none of ``--kernel NAME``, or none to replay);
 - 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
 
 Once the arguments are accepted, the ``--json`` report is written on every one of these paths
@@ -25,7 +30,8 @@ import secrets
 import signal
 import sys
 import traceback
-from dataclasses import dataclass, replace
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, Sequence, TextIO
 
@@ -33,14 +39,24 @@ from normprops import __version__, interrupt
 from normprops.api import deadline_after, hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError
+from normprops.errors import ImplError, UsageError
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
-from normprops.regressions import iter_fixtures, load_fixture, replay
+from normprops.regressions import (
+    OTHER_DTYPE,
+    OTHER_WIDTH,
+    Fixture,
+    FixtureListing,
+    Replayed,
+    Selection,
+    list_fixtures,
+    replay_selection,
+    select_fixtures,
+)
 from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
@@ -122,11 +138,12 @@ def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> Non
     shape.add_argument("--max-cols", type=_positive_int, metavar="N", help="widest row it takes")
 
 
-def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
+def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> None:
     """What a user's kernel takes and promises: shared by hunt and replay."""
     g = p.add_argument_group("your kernel (with --impl)")
     g.add_argument("--dtype", choices=tuple(DTYPES),
-                   help="storage type it reads and writes (default float32; replay: each fixture's)")
+                   help="storage type it reads and writes (default float32)"
+                        + ("; only the fixtures saved in it are replayed" if replay else ""))
     g.add_argument("--framework", choices=FRAMEWORKS, default="numpy",
                    help="the arrays it takes and returns (default numpy)")
     g.add_argument("--device", metavar="DEV",
@@ -200,15 +217,50 @@ def _parser() -> argparse.ArgumentParser:
     _add_kernel_flags(h)
     _add_width_flags(h)
 
-    r = sub.add_parser("replay", help="run stored regression fixtures against a function")
+    r = sub.add_parser("replay", help="run stored regression fixtures against a function",
+                       description="Replay the fixtures of --op saved in the kernel's storage type "
+                                   "(--dtype, default float32) at the widths it accepts; the others "
+                                   "are counted as skipped.")
     r.add_argument("--op", choices=sorted(OPS), required=True)
     r.add_argument("--impl", metavar="MODULE:FUNC", required=True)
     r.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                    help=f"the directory the hunt saved into (default ./{DEFAULT_FIXTURES})")
+    r.add_argument("--all-dtypes", action="store_true",
+                   help="replay the fixtures of every storage type, each in its own (not with --dtype)")
     r.add_argument("--policy", choices=POLICIES, default="default")
     r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
-    _add_kernel_flags(r)
+    _add_kernel_flags(r, replay=True)
     _add_width_flags(r, replay=True)
+
+    fx = sub.add_parser("fixtures", help="list the saved fixtures, or prune them")
+    fx_sub = fx.add_subparsers(dest="fixtures_command", required=True, parser_class=_Parser)
+    ls = fx_sub.add_parser("list", help="one line per fixture: kernel, op, storage type, family, "
+                                        "property, rows x cols, when saved, path (exit 3 if some "
+                                        "cannot be read)")
+    ls.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                    help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
+    ls.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures")
+    pr = fx_sub.add_parser(
+        "prune", help="remove the fixtures of a kernel, or those a kernel no longer fails",
+        description="Remove the fixtures saved by --kernel NAME, or, with --op and --impl, those "
+                    "the function passes when replayed (as normprops replay selects and judges "
+                    "them); with both, only NAME's fixtures that the function passes. Exit 0 "
+                    "when done, 1 when the function stopped the replay (what passed before it "
+                    "is removed, the rest kept), 3 when some fixtures cannot be read (kept), 5 "
+                    "when no fixture matched.")
+    pr.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                    help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
+    pr.add_argument("--kernel", metavar="NAME",
+                    help="the fixtures of this kernel: its name, or backend:name as fixtures list shows it")
+    pr.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures (required with --impl)")
+    pr.add_argument("--impl", metavar="MODULE:FUNC",
+                    help="replay the fixtures on this function and remove those it passes")
+    pr.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
+    pr.add_argument("--all-dtypes", action="store_true",
+                    help="with --impl: replay the fixtures of every storage type, each in its own")
+    pr.add_argument("--policy", choices=POLICIES, default="default")
+    _add_kernel_flags(pr, replay=True)
+    _add_width_flags(pr, replay=True)
 
     sub.add_parser("kernels", help="list the registry and each backend's availability")
 
@@ -667,91 +719,263 @@ def _hunt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
 
 
-def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    _check_output_file(args.json, "--json")
-    directory: Path = args.fixtures_dir
+def _fixtures_dir(directory: Path) -> Path:
     if not directory.is_dir():
         raise UsageError(f"--fixtures-dir {directory}: "
                          f"{'not a directory' if directory.exists() else 'no such directory'} "
                          f"(the directory a hunt saved its fixtures into)")
-    fn = resolve_impl(args.impl)
-    targets: dict[str, Target] = {}
+    return directory
 
-    def target_for(dtype: str) -> Target:
-        if dtype not in targets:
-            targets[dtype] = target_from_callable(
-                fn, op=args.op, name=args.impl.partition(":")[2], dtype=dtype,
-                framework=args.framework, device=args.device, ignore=args.ignore,
-                threads=args.threads, ftz=args.ftz, reduction=args.reduction,
-                arithmetic=args.arithmetic, opt_in=args.check, timeout_s=args.call_timeout)
-        return targets[dtype]
 
-    target_for(args.dtype or "float32")  # a bad --framework or --device is a usage error now
+@dataclass
+class _ReplayTargets:
+    """``--impl`` as a target per storage type, each made when first asked for."""
+
+    args: argparse.Namespace
+    fn: Callable[..., Any]
+    made: dict[str, Target] = field(default_factory=dict)
+
+    def __call__(self, dtype: str) -> Target:
+        if dtype not in self.made:
+            a = self.args
+            self.made[dtype] = target_from_callable(
+                self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
+                framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
+                ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
+                timeout_s=a.call_timeout)
+        return self.made[dtype]
+
+
+def _check_all_dtypes(args: argparse.Namespace) -> None:
+    if args.all_dtypes and args.dtype:
+        raise UsageError(f"--all-dtypes replays each fixture in its own storage type and --dtype "
+                         f"{args.dtype} only those of {args.dtype}: give one of them")
+
+
+def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints,
+                   left: str = "skipped") -> list[str]:
+    """One line per reason fixtures were left out (``left``: the word for it), with how to replay
+    them."""
+    lines = []
+    other = selection.skipped_for(OTHER_DTYPE)
+    if other:
+        kinds = Counter(f.dtype for f in other)
+        how = (f"--dtype {next(iter(kinds))} replays {'it' if len(other) == 1 else 'them'}"
+               if len(kinds) == 1 else "--dtype TYPE replays those of TYPE")
+        lines.append(f"{_count(len(other), 'fixture', 'fixtures')} of other storage types {left} "
+                     f"({', '.join(f'{k}: {n}' for k, n in sorted(kinds.items()))}; replaying "
+                     f"{dtype}): {how}, --all-dtypes every fixture in its own type")
+    narrow = selection.skipped_for(OTHER_WIDTH)
+    if narrow:
+        cols = sorted({c.cols for f in narrow for c in f.cases() if not widths.allows(c.cols)})
+        shown = ", ".join(map(str, cols[:6])) + (", ..." if len(cols) > 6 else "")
+        lines.append(f"{_count(len(narrow), 'fixture', 'fixtures')} of other widths {left}: rows "
+                     f"{shown} wide, outside the widths given ({widths.describe()})")
+    return lines
+
+
+def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _check_output_file(args.json, "--json")
+    _check_all_dtypes(args)
+    directory = _fixtures_dir(args.fixtures_dir)
+    targets = _ReplayTargets(args, resolve_impl(args.impl))
+    dtype = args.dtype or "float32"
+    targets(dtype)  # a bad --framework or --device is a usage error now
     widths = _constraints(args)
-    paths = iter_fixtures(directory, op=args.op)
     report = Report("replay", settings={"op": args.op, "impl": args.impl,
-                                        "fixtures_dir": str(directory), "policy": args.policy})
+                                        "fixtures_dir": str(directory), "policy": args.policy,
+                                        "dtype": None if args.all_dtypes else dtype,
+                                        "all_dtypes": args.all_dtypes, "widths": widths.to_json()})
     rows: list[dict[str, Any]] = []
     report.extra["fixtures"] = rows
     run = _Run(report, args.json, out, err)
+    listing: FixtureListing | None = None
+    selection: Selection | None = None
+    replayed: list[Replayed] = []
+
+    def summary(stopped: str | None = None) -> None:
+        """The last line, and the report's rows of the fixtures never run."""
+        if listing is None or selection is None:
+            return
+        report.targets = [target_json(t) for t in targets.made.values()]
+        total = len(listing.paths)
+        failed = sum(not r.passed for r in replayed)
+        passed = len(replayed) - failed
+        never = selection.replays[len(replayed):]
+        rows.extend({"path": str(f.path), "outcome": "not_run"} for f, _ in never)
+        if passed == total:
+            print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
+            return
+        parts = [f"{passed} passed", f"{failed} failed"]
+        if listing.unreadable:
+            parts.append(f"{len(listing.unreadable)} could not be read")
+        if selection.skipped:
+            parts.append(f"{len(selection.skipped)} skipped")
+        if never:
+            parts.append(f"{len(never)} not run ({stopped or 'interrupted'})")
+        print(f"{_count(total, 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
+
+    run.summary = summary
 
     def body() -> int:
-        if not paths:
+        nonlocal listing, selection
+        listing = list_fixtures(directory, op=args.op)
+        if not listing.paths:
             here = sorted(p.name for p in directory.glob("*.json"))
             hint = (f"; {directory} itself holds {len(here)} .json file(s): pass the directory "
                     f"above it (fixtures live in DIR/{args.op}/)" if here else "")
             print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
-        for path in paths:
-            interrupt.check()
-            try:
-                fixture = load_fixture(path)
-            except FixtureError as exc:
-                rows.append({"path": str(path), "outcome": "unreadable", "reason": str(exc)})
-                print(f"unreadable {exc}", file=out)
+        selection = select_fixtures(listing.fixtures, dtype=dtype, all_dtypes=args.all_dtypes,
+                                    widths=widths)
+        for bad in listing.unreadable:
+            rows.append({"path": str(bad.path), "outcome": "unreadable", "reason": bad.reason})
+            print(f"unreadable {bad.reason}", file=out)
+        for skip in selection.skipped:
+            rows.append({"path": str(skip.fixture.path), "outcome": "skipped", "reason": skip.reason})
+        for line in _skipped_lines(selection, dtype=dtype, widths=widths):
+            print(line, file=out)
+        if not selection.replays and not listing.unreadable:
+            print(f"nothing to replay: {_count(len(listing.paths), 'fixture', 'fixtures')} under "
+                  f"{directory}/{args.op}, all skipped.", file=out)
+            report.error = "nothing to replay"
+            return EXIT_NOTHING
+        stopped = None
+        for result in replay_selection(selection, targets, policy=args.policy):
+            replayed.append(result)
+            fixture = result.fixture
+            finding = result.finding()
+            row: dict[str, Any] = {"path": str(fixture.path),
+                                   "outcome": "pass" if finding is None else "fail",
+                                   "dtype": result.dtype, "property": fixture.property,
+                                   "messages": [v.message() for v in result.failures]}
+            rows.append(row)
+            if finding is None:
+                print(f"pass {fixture.path.name}", file=out)
                 continue
-            dtype = args.dtype or fixture.dtype
-            outside = sorted({c.cols for c in fixture.cases() if not widths.allows(c.cols)})
-            if outside:
-                rows.append({"path": str(path), "outcome": "skipped",
-                             "reason": f"rows {outside[0]} wide, outside {widths.describe()}"})
-                print(f"skip {path.name}: its rows are {outside[0]} wide, outside the widths given "
-                      f"({widths.describe()})", file=out)
-                continue
-            if not fixture.fits(dtype):
-                rows.append({"path": str(path), "outcome": "skipped",
-                             "reason": f"{fixture.dtype} values, not exact in {dtype}"})
-                print(f"skip {path.name}: it holds {fixture.dtype} values, not exact in {dtype}",
-                      file=out)
-                continue
-            try:
-                found = replay(target_for(dtype), fixture, policy=args.policy)
-            except FatalTargetError as exc:
-                rows.append({"path": str(path), "outcome": "fail", "reason": str(exc)})
-                print(f"FAIL {path.name}: {exc}; replay stopped (the kernel cannot be called "
-                      f"again)", file=out)
-                break
-            rows.append({"path": str(path), "outcome": "fail" if found else "pass",
-                         "messages": [v.message() for v in found]})
-            print(f"FAIL {path.name}: {found[0].message()}" if found else f"pass {path.name}",
-                  file=out)
-        failed = sum(r["outcome"] == "fail" for r in rows)
-        unreadable = sum(r["outcome"] == "unreadable" for r in rows)
-        skipped = sum(r["outcome"] == "skipped" for r in rows)
-        parts = [f"{len(rows) - failed - unreadable - skipped} passed", f"{failed} failed"]
-        if unreadable:
-            parts.append(f"{unreadable} could not be read")
-        if skipped:
-            parts.append(f"{skipped} skipped")
-        passed = len(rows) - failed - unreadable - skipped
-        if passed == len(paths):
-            print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
-        else:
-            print(f"{_count(len(paths), 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
-        if failed:
+            report.fixture_failures.append(finding)
+            print(f"FAIL {fixture.path.name}: {finding.message}", file=out)
+            if result.stopped is not None:
+                row["reason"] = result.stopped
+                stopped = "the kernel cannot be called again"
+                never = len(selection.replays) - len(replayed)
+                report.error = (f"replay stopped at {fixture.path}: {result.stopped}; "
+                                f"{_count(never, 'fixture', 'fixtures')} not run")
+        summary(stopped)
+        if any(not r.passed for r in replayed):
             return EXIT_FOUND
-        return EXIT_UNREADABLE if unreadable else EXIT_OK
+        return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
+
+    return _guarded(run, body)
+
+
+def _fixtures_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    directory = _fixtures_dir(args.fixtures_dir)
+    listing = list_fixtures(directory, op=args.op)
+    where = f"{directory}/{args.op}" if args.op else str(directory)
+    if not listing.paths:
+        print(f"no fixtures under {where}", file=out)
+        return EXIT_OK
+    table = [("kernel", "op", "dtype", "family", "property", "rows x cols", "saved (UTC)", "path")]
+    guessed = False
+    for f in listing.fixtures:
+        when, recorded = f.saved_at()
+        guessed |= not recorded
+        shapes = "/".join(dict.fromkeys(f"{c.rows}x{c.cols}" for c in f.cases()))
+        table.append((f.kernel, f.op, f.dtype, f.family, f.property, shapes,
+                      when.strftime("%Y-%m-%d %H:%M") + ("" if recorded else "*"), str(f.path)))
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), file=out)
+    for bad in listing.unreadable:
+        print(f"unreadable {bad.reason}", file=out)
+    lines = [f"{_count(len(listing.paths), 'fixture', 'fixtures')} under {where}"
+             + (f", {len(listing.unreadable)} of them unreadable" if listing.unreadable else "")
+             + "; rows x cols: the minimal input/the worst"]
+    if guessed:
+        lines.append("*: the file's modification time; the fixture does not record when it was saved")
+    print("\n".join(lines), file=out)
+    return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
+
+
+def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    if args.kernel is None and args.impl is None:
+        raise UsageError("say which fixtures to remove: --kernel NAME (those of a kernel), --op OP "
+                         "--impl MODULE:FUNC (those the function passes), or both")
+    if args.impl is not None and args.op is None:
+        raise UsageError("--impl needs --op {softmax,layernorm,rmsnorm}")
+    if args.impl is None:
+        flags = _user_only_flags(args) + ["--all-dtypes"] * args.all_dtypes
+        if flags:
+            raise UsageError(f"{', '.join(flags)} describe{'s' * (len(flags) == 1)} the function "
+                             f"of --impl; without it nothing is replayed")
+    _check_all_dtypes(args)
+    directory = _fixtures_dir(args.fixtures_dir)
+    targets = None
+    dtype = args.dtype or "float32"
+    if args.impl is not None:
+        targets = _ReplayTargets(args, resolve_impl(args.impl))
+        targets(dtype)  # a bad --framework or --device is a usage error now
+    widths = _constraints(args)
+    where = f"{directory}/{args.op}" if args.op else str(directory)
+    verb = "would remove" if args.dry_run else "removed"
+    report = Report("fixtures prune")
+    run = _Run(report, None, out, err)
+    gone: list[Fixture] = []  # removed (or, with --dry-run, to be removed) so far
+    run.summary = lambda: print(f"{verb} {_count(len(gone), 'fixture', 'fixtures')}.", file=out)
+
+    def body() -> int:
+        listing = list_fixtures(directory, op=args.op)
+        for bad in listing.unreadable:
+            print(f"unreadable {bad.reason} (kept)", file=out)
+        mine = [f for f in listing.fixtures if args.kernel is None or f.of_kernel(args.kernel)]
+        if not mine:
+            kernels = sorted({f.kernel for f in listing.fixtures})
+            what = f"of kernel {args.kernel} " if args.kernel else ""
+            print(f"no fixture {what}under {where}"
+                  + (f" (kernels there: {', '.join(kernels)})" if kernels else ""), file=out)
+            return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
+        chosen = mine  # the fixtures to remove
+        kept: list[Fixture] = []  # replayed, and still failing
+        stopped = None
+        if targets is not None:
+            selection = select_fixtures(mine, dtype=dtype, all_dtypes=args.all_dtypes, widths=widths)
+            for line in _skipped_lines(selection, dtype=dtype, widths=widths, left="kept, not replayed"):
+                print(line, file=out)
+            if not selection.replays:
+                print(f"nothing to replay: {_count(len(mine), 'fixture', 'fixtures')} under {where}, "
+                      f"all of other storage types or widths; nothing removed.", file=out)
+                return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
+            chosen = []
+            replayed = 0
+            for result in replay_selection(selection, targets, policy=args.policy):
+                replayed += 1
+                if result.passed:
+                    chosen.append(result.fixture)
+                else:
+                    kept.append(result.fixture)
+                    print(f"keep {result.fixture.path}: {result.failures[0].message()}", file=out)
+                    stopped = result.stopped
+            if stopped is not None:
+                never = len(selection.replays) - replayed
+                print(f"the replay stopped ({stopped}): {_count(never, 'fixture', 'fixtures')} "
+                      f"not run, kept", file=out)
+        for fixture in chosen:
+            if not args.dry_run:
+                fixture.path.unlink()
+            gone.append(fixture)
+            print(f"{verb} {fixture.path}", file=out)
+        others = len(listing.fixtures) - len(mine)
+        kept_for = [(len(kept), "still failing"),
+                    (len(mine) - len(chosen) - len(kept), "not replayed or not run"),
+                    (others, "of other kernels"), (len(listing.unreadable), "unreadable")]
+        why = ", ".join(f"{n} {what}" for n, what in kept_for if n)
+        print(f"{verb} {len(gone)} of {_count(len(listing.paths), 'fixture', 'fixtures')} under "
+              f"{where}" + (f"; kept: {why}" if why else "") + ".", file=out)
+        if stopped is not None:
+            return EXIT_FOUND
+        return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
 
     return _guarded(run, body)
 
@@ -909,6 +1133,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
             command = args.command
+            if command == "fixtures":
+                command = f"fixtures {args.fixtures_command}"
+                return (_fixtures_list if args.fixtures_command == "list" else _fixtures_prune)(
+                    args, out, err)
             if command == "hunt":
                 return _hunt(args, out, err)
             if command == "replay":

@@ -1,13 +1,16 @@
 """Regression fixtures: failing inputs saved as data, replayed against every kernel that claims them.
 
 A fixture is one JSON file, ``<dir>/<op>/<family>-<id>.json``, holding the minimal and the worst
-input of one finding (one property of one kernel failing in one family) with its verdicts and the
-versions that produced it. Values are exact: arrays of up to 256 elements are lists of hex floats
-(``float.hex``, readable and exact); larger ones are base64 of little-endian float32 bytes. No
-pickle, no seeds (numpy does not promise seed streams across versions). ``<id>`` is a hash of the
-kernel, the property and the minimal input: the same finding found twice is written once, and the
-same input failing two kernels gives two files. Files are written atomically (temporary file, then
-rename).
+input of one finding (one property of one kernel failing in one family) with its verdicts, the
+versions that produced it and when it was saved (``saved``, ISO 8601 UTC). Values are exact:
+arrays of up to 256 elements are lists of hex floats (``float.hex``, readable and exact); larger
+ones are base64 of little-endian float32 bytes. No pickle, no seeds (numpy does not promise seed
+streams across versions). ``<id>`` is a hash of the kernel, the property and the minimal input:
+the same finding found twice is written once, and the same input failing two kernels gives two
+files. Files are written atomically (temporary file, then rename).
+
+A replay runs the fixtures that belong to a kernel (:func:`select_fixtures`: its op, its storage
+type, the widths it accepts), each judged on every property, its own first (:func:`replay_fixture`).
 
 Loading checks everything it reads: a truncated, garbled or incomplete file raises
 :class:`~normprops.errors.FixtureError` naming the file and what is wrong, never anything else.
@@ -21,15 +24,17 @@ import hashlib
 import math
 import platform
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import hypothesis
 import numpy as np
 
-from normprops.case import Case
+from normprops import interrupt
+from normprops.case import Case, ShapeConstraints
 from normprops.dtypes import DTYPES, to_dtype
-from normprops.errors import FixtureError
+from normprops.errors import FatalTargetError, FixtureError
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.judge import Verdict
 from normprops.launch import Target
@@ -39,7 +44,9 @@ from normprops.report import read_json_document, write_json_atomically
 from normprops.strategies import FAMILIES
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
-           "encode_array", "decode_array", "replay", "case_id", "FORMAT"]
+           "list_fixtures", "FixtureListing", "Unreadable", "select_fixtures", "Selection", "Skipped",
+           "OTHER_DTYPE", "OTHER_WIDTH", "encode_array", "decode_array", "replay", "replay_fixture",
+           "replay_selection", "Replayed", "case_id", "FORMAT"]
 
 FORMAT = "normprops-fixture/1"
 INLINE_LIMIT = 256
@@ -197,6 +204,7 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "worst_verdict": finding.worst_verdict.to_json(),
         "worst": _encode_case(finding.worst),
         "versions": _versions(),
+        "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     write_json_atomically(path, doc)
     return path
@@ -221,9 +229,26 @@ class Fixture:
     message: str
     minimal: Case
     worst: Case | None
+    saved: datetime | None = None  # when it was written, where the fixture records it
 
     def cases(self) -> tuple[Case, ...]:
         return (self.minimal,) if self.worst is None else (self.minimal, self.worst)
+
+    @property
+    def kernel(self) -> str:
+        """The kernel whose finding it holds, as ``backend:name`` (``python:rms_norm``)."""
+        return f"{self.backend}:{self.impl}"
+
+    def of_kernel(self, name: str) -> bool:
+        """Whether it holds a finding of the kernel ``name`` (``rms_norm`` or ``python:rms_norm``)."""
+        return name in (self.impl, self.kernel)
+
+    def saved_at(self) -> tuple[datetime, bool]:
+        """When it was saved (UTC), and whether the fixture says so itself; if it does not, its
+        file's modification time, which a copy or a checkout resets."""
+        if self.saved is not None:
+            return self.saved, True
+        return datetime.fromtimestamp(self.path.stat().st_mtime, tz=timezone.utc), False
 
     @property
     def dtype(self) -> str:
@@ -245,6 +270,16 @@ def _text(doc: dict[str, Any], key: str, allowed: Any = None) -> str:
     return value
 
 
+def _saved(doc: dict[str, Any]) -> datetime | None:
+    if "saved" not in doc:
+        return None
+    try:
+        saved = datetime.fromisoformat(doc["saved"])
+    except (TypeError, ValueError):
+        raise ValueError(f"'saved' is {doc['saved']!r}, not an ISO 8601 time") from None
+    return saved.astimezone(timezone.utc) if saved.tzinfo else saved.replace(tzinfo=timezone.utc)
+
+
 def load_fixture(path: Path) -> Fixture:
     """Read one fixture. Raises :class:`~normprops.errors.FixtureError` naming the file and what
     is wrong with it (unreadable, not JSON, not a fixture, a missing or malformed part)."""
@@ -258,7 +293,8 @@ def load_fixture(path: Path) -> Fixture:
         worst = (_decode_case(doc["worst"], op=op, family=family, what="worst")
                  if "worst" in doc else None)
         return Fixture(path, _text(doc, "id"), op, _text(doc, "impl"), _text(doc, "backend"),
-                       family, prop, str(doc.get("message", "")), minimal, worst)
+                       family, prop, str(doc.get("message", "")), minimal, worst,
+                       saved=_saved(doc))
     except ValueError as exc:
         raise FixtureError(f"{path}: {exc}") from None
 
@@ -270,15 +306,183 @@ def iter_fixtures(directory: Path, *, op: str | None = None) -> list[Path]:
     return sorted(p for p in root.glob(pattern) if not p.name.startswith("."))
 
 
-def replay(target: Target, fixture: Fixture, *, policy: str = "default") -> list[Verdict]:
-    """Run ``target`` on the fixture's inputs; the failures (empty when it passes). The fixture's
-    values must be exact in the target's storage type (:meth:`Fixture.fits`)."""
+@dataclass(frozen=True)
+class Unreadable:
+    """A fixture file that cannot be read, and why (the message names the file)."""
+
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class FixtureListing:
+    """The fixtures under a directory: those that load, sorted by path, and those that do not."""
+
+    fixtures: tuple[Fixture, ...]
+    unreadable: tuple[Unreadable, ...]
+
+    @property
+    def paths(self) -> list[Path]:
+        return sorted([f.path for f in self.fixtures] + [u.path for u in self.unreadable])
+
+
+def list_fixtures(directory: Path, *, op: str | None = None) -> FixtureListing:
+    """Load every fixture under ``directory`` (of ``op``, or of every op); a file that cannot be
+    read is listed as :class:`Unreadable`, never raised."""
+    if op is not None and op not in OPS:
+        raise ValueError(f"op must be one of {', '.join(OPS)} but was {op!r}")
+    fixtures: list[Fixture] = []
+    unreadable: list[Unreadable] = []
+    for path in iter_fixtures(directory, op=op):
+        try:
+            fixtures.append(load_fixture(path))
+        except FixtureError as exc:
+            unreadable.append(Unreadable(path, str(exc)))
+    return FixtureListing(tuple(fixtures), tuple(unreadable))
+
+
+#: Why a fixture is left out of a replay: it holds another storage type than the one replayed, or
+#: rows of a width the kernel does not accept.
+OTHER_DTYPE, OTHER_WIDTH = "dtype", "width"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    fixture: Fixture
+    why: str  # OTHER_DTYPE or OTHER_WIDTH
+    reason: str  # in words, for a report
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The fixtures a kernel is replayed on, each with the storage type it is replayed in, and
+    those left out."""
+
+    replays: tuple[tuple[Fixture, str], ...]
+    skipped: tuple[Skipped, ...]
+
+    def skipped_for(self, why: str) -> list[Fixture]:
+        return [s.fixture for s in self.skipped if s.why == why]
+
+
+def select_fixtures(fixtures: Iterable[Fixture], *, dtype: str = "float32", all_dtypes: bool = False,
+                    widths: ShapeConstraints = ShapeConstraints()) -> Selection:
+    """The fixtures that belong to a kernel of storage type ``dtype`` taking rows of ``widths``:
+    those saved in ``dtype`` (with ``all_dtypes``, every fixture, each in its own storage type) whose
+    rows all have a width it accepts. A fixture holds the failure of one kernel in one storage type;
+    replayed on a kernel of another, it tests something that kernel never promised (a float32
+    kernel handed bfloat16 arrays fails its contract)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} but was {dtype!r}")
+    replays: list[tuple[Fixture, str]] = []
+    skipped: list[Skipped] = []
+    for fixture in fixtures:
+        outside = sorted({c.cols for c in fixture.cases() if not widths.allows(c.cols)})
+        if not all_dtypes and fixture.dtype != dtype:
+            skipped.append(Skipped(fixture, OTHER_DTYPE, f"saved in {fixture.dtype}, not {dtype}"))
+        elif outside:
+            skipped.append(Skipped(fixture, OTHER_WIDTH,
+                                   f"rows {outside[0]} wide, outside {widths.describe()}"))
+        else:
+            replays.append((fixture, fixture.dtype if all_dtypes else dtype))
+    return Selection(tuple(replays), tuple(skipped))
+
+
+def _judge(target: Target, case: Case, *, prop: str, policy: str) -> list[Verdict]:
+    """Every failure of ``target`` on ``case``, those of ``prop`` first.
+
+    The metamorphic properties (determinism, batch, shift and scale invariance) are judged only on
+    an output that passes the others. The hunt that saved a fixture of one of them had set aside
+    the properties it had already found, so its input may well fail those too: they are set aside
+    here in turn until ``prop`` itself is judged, and the fixture fails under its own name."""
+    found = list(evaluate(target, case, policy=policy).failures)
+    skip = frozenset(v.property for v in found)
+    while found and prop not in skip and "contract" not in skip:
+        more = evaluate(target, case, policy=policy, skip=skip).failures
+        if not more:
+            break
+        found += more
+        skip |= {v.property for v in more}
+    return sorted(found, key=lambda v: v.property != prop)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One fixture replayed: each of its inputs (the minimal, then the worst) as the target took
+    it, with its failures, those of the fixture's own property first."""
+
+    fixture: Fixture
+    judged: tuple[tuple[Case, tuple[Verdict, ...]], ...]
+    stopped: str | None = None  # why the target cannot be called again (the replay stops here)
+
+    @property
+    def dtype(self) -> str:
+        """The storage type it was replayed in."""
+        return self.judged[0][0].dtype
+
+    @property
+    def failures(self) -> list[Verdict]:
+        found = [v for _, verdicts in self.judged for v in verdicts]
+        return sorted(found, key=lambda v: v.property != self.fixture.property)
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    def finding(self) -> Finding | None:
+        """The failure as a hunt reports one (None when the fixture passes): the verdict of the
+        fixture's own property where it still fails, on the input it failed, and the other
+        failing input as the worst."""
+        failing = [(case, verdicts) for case, verdicts in self.judged if verdicts]
+        if not failing:
+            return None
+        own = [item for item in failing if item[1][0].property == self.fixture.property]
+        case, verdicts = (own or failing)[0]
+        worst, worst_verdicts = next(((c, vs) for c, vs in failing if c is not case),
+                                     (case, verdicts))
+        return Finding(verdicts[0].label, self.fixture.family, verdicts[0].property, verdicts[0],
+                       case, worst, worst_verdicts[0], fixture=self.fixture.path)
+
+
+def replay_fixture(target: Target, fixture: Fixture, *, policy: str = "default") -> Replayed:
+    """Run ``target`` on the fixture's inputs. The fixture's values must be exact in the target's
+    storage type (:meth:`Fixture.fits`). A target that cannot be called again (a hang, a GPU
+    fault) ends it: a ``contract`` failure on the input that did it, and ``stopped`` says why."""
     if not fixture.fits(target.dtype):
         raise ValueError(f"{fixture.path} holds {fixture.dtype} values that {target.label} "
                          f"({target.dtype}) cannot take exactly")
-    found: list[Verdict] = []
+    judged: list[tuple[Case, tuple[Verdict, ...]]] = []
     for case in fixture.cases():
         if case.dtype != target.dtype:
             case = case.replace(dtype=target.dtype)
-        found.extend(evaluate(target, case, policy=policy).failures)
-    return found
+        try:
+            found = _judge(target, case, prop=fixture.property, policy=policy)
+        except FatalTargetError as exc:
+            verdict = Verdict.contract(target.label, fixture.family,
+                                       f"{exc} (input shape {case.x.shape}); replay stopped")
+            judged.append((case, (verdict,)))
+            return Replayed(fixture, tuple(judged), stopped=str(exc))
+        judged.append((case, tuple(found)))
+    return Replayed(fixture, tuple(judged))
+
+
+def replay_selection(selection: Selection, target_for: Callable[[str], Target], *,
+                     policy: str = "default") -> Iterator[Replayed]:
+    """Replay each fixture of ``selection`` on ``target_for(its storage type)``, in order; the
+    replay ends after a fixture on which the target stopped (it cannot be called again)."""
+    for fixture, dtype in selection.replays:
+        interrupt.check()  # a Ctrl-C that a finalizer swallowed still stops the replay here
+        replayed = replay_fixture(target_for(dtype), fixture, policy=policy)
+        yield replayed
+        if replayed.stopped is not None:
+            return
+
+
+def replay(target: Target, fixture: Fixture, *, policy: str = "default") -> list[Verdict]:
+    """Run ``target`` on the fixture's inputs; the failures (empty when it passes), those of the
+    fixture's own property first. Raises :class:`~normprops.errors.FatalTargetError` when the
+    target cannot be called again."""
+    replayed = replay_fixture(target, fixture, policy=policy)
+    if replayed.stopped is not None:
+        raise FatalTargetError(replayed.stopped)
+    return replayed.failures

@@ -274,7 +274,7 @@ class Report:
 
     ``passed`` is True when nothing failed; ``failures`` has one :class:`~normprops.hunt.Finding`
     per (target, family, property) that failed, each with ``family``, ``property``, ``message``
-    and ``fixture``."""
+    and ``fixture``; a replay's failing fixtures (``fixture_failures``, one each) come after."""
 
     command: str
     settings: dict[str, Any] = field(default_factory=dict)
@@ -284,6 +284,7 @@ class Report:
     error: str | None = None  # why the run did not finish
     cut_short: bool = False  # its time budget was spent before everything was hunted
     extra: dict[str, Any] = field(default_factory=dict)
+    fixture_failures: list[Finding] = field(default_factory=list)  # failing fixtures of a replay
 
     @property
     def passed(self) -> bool:
@@ -291,7 +292,7 @@ class Report:
 
     @property
     def failures(self) -> list[Finding]:
-        return [f for result, _ in self.results for f in result.findings]
+        return [f for result, _ in self.results for f in result.findings] + self.fixture_failures
 
     def to_json(self) -> dict[str, Any]:
         from normprops import __version__
@@ -307,7 +308,8 @@ class Report:
             "cut_short": self.cut_short,
             "notes": self.notes,
             "results": [result_json(r, expected=e) for r, e in self.results],
-            "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings],
+            "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
+                        + [failure_json(f) for f in self.fixture_failures],
             **self.extra,
         }
 

@@ -10,15 +10,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from normprops.case import ShapeConstraints
 from normprops.hunt import HuntConfig, hunt
-from normprops.launch import GPU_BACKENDS, target_from_spec
+from normprops.launch import GPU_BACKENDS, target_from_callable, target_from_spec
 from normprops.regressions import (
+    OTHER_DTYPE,
+    OTHER_WIDTH,
     decode_array,
     encode_array,
     iter_fixtures,
+    list_fixtures,
     load_fixture,
     replay,
     save_findings,
+    select_fixtures,
 )
 from normprops.specs import KERNELS, backend_status
 
@@ -121,3 +126,41 @@ def test_committed_fixture_replays(fixture, spec) -> None:
         return
     found = replay(target_from_spec(spec), fixture)
     assert not found, found[0].message()
+
+
+def test_select_fixtures_takes_those_of_the_kernels_storage_type_and_widths() -> None:
+    rmsnorm = list_fixtures(COMMITTED, op="rmsnorm").fixtures
+    kinds = {f.dtype for f in rmsnorm}
+    assert {"float32", "bfloat16", "float16"} <= kinds
+    for dtype in sorted(kinds):
+        chosen = select_fixtures(rmsnorm, dtype=dtype)
+        assert chosen.replays and all(f.dtype == t == dtype for f, t in chosen.replays)
+        assert {f.dtype for f in chosen.skipped_for(OTHER_DTYPE)} == kinds - {dtype}
+    every = select_fixtures(rmsnorm, all_dtypes=True)
+    assert not every.skipped and all(f.dtype == t for f, t in every.replays)
+    narrow = select_fixtures(rmsnorm, widths=ShapeConstraints(max_cols=8))
+    assert all(c.cols <= 8 for f, _ in narrow.replays for c in f.cases())
+    assert narrow.skipped_for(OTHER_WIDTH) and all(
+        any(c.cols > 8 for c in f.cases()) for f in narrow.skipped_for(OTHER_WIDTH))
+    with pytest.raises(ValueError, match="dtype must be one of float32, bfloat16, float16 but was 'fp8'"):
+        select_fixtures(rmsnorm, dtype="fp8")
+
+
+def _rms_norm_off_by_scale(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.ndarray:
+    """1% off everywhere (accuracy), and the other way once |x| reaches 4 (scale invariance)."""
+    z = x.astype(np.float64)
+    off = 1.01 if np.abs(z).max() < 4 else 0.99
+    return (z / np.sqrt((z * z).mean(axis=1, keepdims=True) + eps) * gamma * off).astype(np.float32)
+
+
+def test_a_metamorphic_fixture_replays_under_its_own_property(tmp_path: Path) -> None:
+    # The hunt finds accuracy first, then scale invariance with accuracy set aside, on an input
+    # that fails accuracy too: its fixture must still replay as scale invariance, not accuracy.
+    target = target_from_callable(_rms_norm_off_by_scale, op="rmsnorm", name="off_by_scale")
+    result = save_findings(hunt(target, family="ordinary", config=HuntConfig(max_examples=50, seed=0)),
+                           target=target, directory=tmp_path)
+    assert result.properties == ("accuracy", "scale_invariance")
+    scale = load_fixture(next(f.fixture for f in result.findings if f.property == "scale_invariance"))
+    found = replay(target, scale)
+    assert found[0].property == "scale_invariance", [v.message() for v in found]
+    assert {"accuracy", "scale_invariance"} <= {v.property for v in found}

@@ -129,13 +129,26 @@ def test_cli_dtype_flag_and_fixture_records_it(tmp_path: Path, monkeypatch: pyte
     assert doc["targets"][0]["dtype"] == "bfloat16"
     fixture = json.loads(Path(doc["failures"][0]["fixture"]).read_text())
     assert fixture["minimal"]["dtype"] == "bfloat16"
-    # Replay takes each fixture's own storage type: the bug is still there, the correct one passes.
+    # Replay in bfloat16: the bug is still there, the correct one passes.
     out = io.StringIO()
-    assert main(["replay", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_bf16_accumulate"],
-                out=out, err=io.StringIO()) == 1
+    assert main(["replay", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_bf16_accumulate",
+                 "--dtype", "bfloat16"], out=out, err=io.StringIO()) == 1
     out = io.StringIO()
-    assert main(["replay", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_16bit"],
-                out=out, err=io.StringIO()) == 0, out.getvalue()
+    assert main(["replay", "--op", "rmsnorm", "--impl", "test_user_kernels:rms_norm_16bit",
+                 "--dtype", "bfloat16"], out=out, err=io.StringIO()) == 0, out.getvalue()
+
+
+def test_assert_robust_names_the_replay_that_takes_its_fixtures(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    with pytest.raises(AssertionError) as caught:
+        normprops.assert_robust(rms_norm_bf16_accumulate, op="rmsnorm", dtype="bfloat16",
+                                families=["ordinary"], max_examples=100, seed=0, fixtures_dir=tmp_path,
+                                max_cols=4096)
+    (line,) = [x for x in str(caught.value).splitlines() if x.startswith("replay: ")]
+    assert line.endswith(f"--fixtures-dir {tmp_path} --dtype bfloat16 --max-cols 4096")
+    argv = line.removeprefix("replay: normprops ").split()
+    assert main(argv, out=io.StringIO(), err=io.StringIO()) == 1  # its fixture, replayed
 
 
 # --- width limits ------------------------------------------------------------------------------
@@ -437,8 +450,8 @@ def test_replay_skips_fixtures_outside_the_widths_given(tmp_path: Path,
                 out=io.StringIO(), err=io.StringIO()) == 1
     replay_argv = ["replay", "--op", "softmax", "--impl", "test_user_kernels:softmax_vec4"]
     assert main(replay_argv, out=io.StringIO(), err=io.StringIO()) == 1
-    out = io.StringIO()
-    assert main([*replay_argv, "--cols-multiple-of", "4"], out=out, err=io.StringIO()) == 0
+    out = io.StringIO()  # its only fixture is of another width: nothing is left to replay
+    assert main([*replay_argv, "--cols-multiple-of", "4"], out=out, err=io.StringIO()) == 5
     assert "wide, outside the widths given (cols a multiple of 4)" in out.getvalue()
 
 

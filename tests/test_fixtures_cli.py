@@ -1,0 +1,313 @@
+"""Replay and the fixture folder as a CI meets them: the fixtures a kernel is asked about, a report
+that lists every failing fixture, a run stopped early that says so, and `normprops fixtures`."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import textwrap
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from normprops.cli import main
+
+USER_MODULE = textwrap.dedent('''
+    import time
+
+    import ml_dtypes
+    import numpy as np
+
+    def _rms64(x, gamma, eps):
+        z = x.astype(np.float64)
+        return z / np.sqrt((z * z).mean(axis=1, keepdims=True) + eps) * gamma
+
+    def rms_good(x, gamma, eps):
+        return _rms64(x, gamma, eps).astype(np.float32)
+
+    def rms_good_bf16(x, gamma, eps):
+        return _rms64(x, gamma, eps).astype(ml_dtypes.bfloat16)
+
+    def rms_bf16_accumulate(x, gamma, eps):
+        z = x.astype(ml_dtypes.bfloat16)
+        ms = (z * z).mean(axis=1, keepdims=True, dtype=ml_dtypes.bfloat16)
+        return (z / np.sqrt(ms + ml_dtypes.bfloat16(eps)) * gamma).astype(ml_dtypes.bfloat16)
+
+    def rms_off_by_scale(x, gamma, eps):
+        # 1% off everywhere (accuracy), and the other way once |x| reaches 4 (scale invariance).
+        off = 1.01 if np.abs(x).max() < 4 else 0.99
+        return (_rms64(x, gamma, eps) * off).astype(np.float32)
+
+    def rms_hangs(x, gamma, eps):
+        while True:
+            time.sleep(0.01)
+
+    def rms_ctrl_c(x, gamma, eps):
+        raise KeyboardInterrupt
+''')
+MODULE = "rmskernels_fx"
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hunted(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What the hunts of a bfloat16 kernel and of a float32 kernel left in one fixture folder."""
+    root = tmp_path_factory.mktemp("hunted")
+    (root / f"{MODULE}.py").write_text(USER_MODULE)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(root)
+        mp.syspath_prepend(str(root))
+        for argv in (["--impl", f"{MODULE}:rms_bf16_accumulate", "--dtype", "bfloat16"],
+                     ["--impl", f"{MODULE}:rms_off_by_scale"]):
+            code, out, _ = run("hunt", "--op", "rmsnorm", *argv, "--families", "ordinary",
+                               "--max-examples", "50", "--seed", "0")
+            assert code == 1, out
+    return root / "normprops-fixtures"
+
+
+@pytest.fixture
+def fixtures(hunted: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A copy of the hunted folder as ./normprops-fixtures, the kernels importable."""
+    shutil.copytree(hunted, tmp_path / "normprops-fixtures")
+    (tmp_path / f"{MODULE}.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path / "normprops-fixtures"
+
+
+def _fixture_docs(directory: Path) -> dict[str, dict]:
+    """Each fixture's JSON, by file name."""
+    return {p.name: json.loads(p.read_text()) for p in sorted(directory.glob("*/*.json"))}
+
+
+# --- the fixtures a replay runs --------------------------------------------------------------------
+
+
+def _bfloat16(directory: Path) -> str:
+    (name,) = [n for n, d in _fixture_docs(directory).items() if d["minimal"].get("dtype") == "bfloat16"]
+    return name
+
+
+def test_replay_runs_the_fixtures_of_its_storage_type(fixtures: Path, tmp_path: Path) -> None:
+    # A correct float32 kernel is not judged on the bfloat16 kernel's fixture (it would fail its
+    # contract, being handed bfloat16 arrays): that one is counted in one line, and named nowhere.
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--json", str(report))
+    assert code == 0, out
+    assert [line for line in out.splitlines() if "skipped" in line and "fixtures:" not in line] == [
+        "1 fixture of other storage types skipped (bfloat16: 1; replaying float32): --dtype bfloat16 "
+        "replays it, --all-dtypes every fixture in its own type"]
+    assert _bfloat16(fixtures) not in out
+    assert out.splitlines()[-1] == "3 fixtures: 2 passed, 0 failed, 1 skipped."
+    rows = {Path(r["path"]).name: r for r in json.loads(report.read_text())["fixtures"]}
+    assert rows.pop(_bfloat16(fixtures))["outcome"] == "skipped"
+    assert {(r["outcome"], r["dtype"]) for r in rows.values()} == {("pass", "float32")}
+
+
+@pytest.mark.parametrize("impl, code", [("rms_good_bf16", 0), ("rms_bf16_accumulate", 1)])
+def test_dtype_replays_the_fixtures_of_that_type(fixtures: Path, impl: str, code: int) -> None:
+    got, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:{impl}", "--dtype", "bfloat16")
+    assert got == code, out
+    assert "2 fixtures of other storage types skipped (float32: 2; replaying bfloat16)" in out
+    assert out.count("pass ") + out.count("FAIL ") == 1 and _bfloat16(fixtures) in out
+
+
+def test_all_dtypes_replays_every_fixture_in_its_own_type(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--all-dtypes",
+                       "--json", str(report))
+    assert code == 1 and "skipped" not in out
+    assert f"FAIL {_bfloat16(fixtures)}: rmsnorm[rms_good] ordinary contract" in out
+    rows = json.loads(report.read_text())["fixtures"]
+    assert sorted((r["dtype"], r["outcome"]) for r in rows) == [
+        ("bfloat16", "fail"), ("float32", "pass"), ("float32", "pass")]
+    code, _, err = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--all-dtypes",
+                       "--dtype", "float32")
+    assert code == 2 and "--all-dtypes" in err and len(err.splitlines()) == 1
+
+
+def test_nothing_left_to_replay_exits_5_saying_what_was_skipped(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--min-cols", "20000",
+                       "--json", str(report))
+    assert code == 5, out
+    assert out.splitlines() == [
+        "1 fixture of other storage types skipped (bfloat16: 1; replaying float32): --dtype bfloat16 "
+        "replays it, --all-dtypes every fixture in its own type",
+        out.splitlines()[1],
+        "nothing to replay: 3 fixtures under normprops-fixtures/rmsnorm, all skipped."]
+    assert out.splitlines()[1].startswith("2 fixtures of other widths skipped: rows ")
+    assert out.splitlines()[1].endswith(" wide, outside the widths given (cols >= 20000)")
+    doc = json.loads(report.read_text())
+    assert doc["error"] == "nothing to replay" and doc["complete"] is False
+    assert {r["outcome"] for r in doc["fixtures"]} == {"skipped"}
+
+
+# --- the report of a replay ----------------------------------------------------------------------
+
+
+def test_replay_report_lists_every_failing_fixture_as_a_hunt_does(fixtures: Path, tmp_path: Path) -> None:
+    hunt_report = tmp_path / "hunt.json"
+    assert run("hunt", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale", "--families",
+               "ordinary", "--max-examples", "50", "--seed", "0", "--json", str(hunt_report))[0] == 1
+    report = tmp_path / "replay.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale",
+                       "--all-dtypes", "--json", str(report))
+    assert code == 1, out
+    doc = json.loads(report.read_text())
+    failing = {Path(r["path"]).name for r in doc["fixtures"] if r["outcome"] == "fail"}
+    assert len(failing) == len(_fixture_docs(fixtures)) == 3  # the bfloat16 one: a contract failure
+    assert {Path(f["fixture"]).name for f in doc["failures"]} == failing
+    hunt_failure = json.loads(hunt_report.read_text())["failures"][0]
+    for failure in doc["failures"]:
+        assert set(failure) == set(hunt_failure)
+        saved = json.loads(Path(failure["fixture"]).read_text())
+        assert failure["family"] == saved["family"] and failure["label"] == "rmsnorm[rms_off_by_scale]"
+        assert failure["message"] in out
+    # Each fixture fails under the property it records, scale invariance included.
+    own = {Path(f["fixture"]).name: f["property"] for f in doc["failures"]}
+    recorded = {name: d["property"] for name, d in _fixture_docs(fixtures).items()
+                if d["minimal"].get("dtype", "float32") == "float32"}
+    assert {own[p] for p in recorded} == {"accuracy", "scale_invariance"}
+    assert all(own[p] == prop for p, prop in recorded.items())
+    assert doc["complete"] is True and doc["error"] is None
+
+
+def test_a_replay_stopped_by_a_hang_counts_what_it_never_ran(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, err = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs", "--all-dtypes",
+                         "--call-timeout", "0.3", "--json", str(report))
+    assert code == 1 and err == "", out + err
+    last = out.splitlines()[-1]
+    assert last == "3 fixtures: 0 passed, 1 failed, 2 not run (the kernel cannot be called again).", out
+    doc = json.loads(report.read_text())
+    assert doc["complete"] is False and "did not return within 0.3 s" in doc["error"]
+    assert "2 fixtures not run" in doc["error"]
+    (failure,) = doc["failures"]
+    assert failure["property"] == "contract" and failure["fixture"]
+    assert sorted(r["outcome"] for r in doc["fixtures"]) == ["fail", "not_run", "not_run"]
+
+
+def test_a_replay_stopped_by_ctrl_c_counts_what_it_never_ran(fixtures: Path, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_ctrl_c", "--json", str(report))
+    assert code == 130
+    last = out.splitlines()[-1]
+    assert last == "3 fixtures: 0 passed, 0 failed, 1 skipped, 2 not run (interrupted).", out
+    doc = json.loads(report.read_text())
+    assert doc["complete"] is False and doc["error"] == "interrupted"
+    assert [r["outcome"] for r in doc["fixtures"]] == ["skipped", "not_run", "not_run"]
+
+
+# --- normprops fixtures list | prune -------------------------------------------------------------
+
+
+def test_fixtures_list_shows_one_line_per_fixture(fixtures: Path) -> None:
+    docs = _fixture_docs(fixtures)
+    assert all("saved" in d for d in docs.values())  # a fixture records when it was saved
+    # A fixture that records no date (one saved before fixtures did) shows its file's time, marked.
+    old = fixtures / "rmsnorm" / _bfloat16(fixtures)
+    doc = docs[old.name]
+    del doc["saved"]
+    old.write_text(json.dumps(doc))
+    stamp = datetime(2001, 2, 3, 4, 5, tzinfo=timezone.utc).timestamp()
+    os.utime(old, (stamp, stamp))
+    code, out, _ = run("fixtures", "list")
+    assert code == 0, out
+    lines = out.splitlines()
+    assert lines[0].split() == ["kernel", "op", "dtype", "family", "property", "rows", "x", "cols",
+                                "saved", "(UTC)", "path"]
+    rows = {Path(line.split()[-1]).name: line.split() for line in lines[1:4]}
+    assert set(rows) == set(docs)
+    for name, d in docs.items():
+        kernel, op, dtype, family, prop, shapes, *when, path = rows[name]
+        assert (kernel, op, family, prop) == (f"python:{d['impl']}", "rmsnorm", d["family"], d["property"])
+        assert dtype == d["minimal"].get("dtype", "float32")
+        minimal = "x".join(map(str, d["minimal"]["x"]["shape"]))
+        assert shapes.split("/")[0] == minimal
+        assert path == f"normprops-fixtures/rmsnorm/{name}"
+        saved = (datetime.fromisoformat(d["saved"]).strftime("%Y-%m-%d %H:%M") if "saved" in d
+                 else "2001-02-03 04:05*")
+        assert " ".join(when) == saved
+    assert lines[4:] == ["3 fixtures under normprops-fixtures; rows x cols: the minimal input/the worst",
+                         "*: the file's modification time; the fixture does not record when it was saved"]
+    code, out, _ = run("fixtures", "list", "--op", "softmax")
+    assert code == 0 and out == "no fixtures under normprops-fixtures/softmax\n"
+
+
+def test_fixtures_list_names_an_unreadable_fixture_and_exits_3(fixtures: Path) -> None:
+    name, doc = next(iter(_fixture_docs(fixtures).items()))
+    (fixtures / "rmsnorm" / "ordinary-000000000000.json").write_text("{")
+    (fixtures / "rmsnorm" / f"x{name}").write_text(json.dumps({**doc, "saved": "yesterday"}))
+    code, out, _ = run("fixtures", "list", "--op", "rmsnorm")
+    assert code == 3
+    (line,) = [x for x in out.splitlines() if "ordinary-000000000000" in x]
+    assert line.startswith("unreadable ") and "not valid JSON" in line
+    (line,) = [x for x in out.splitlines() if f"x{name}" in x]
+    assert line.startswith("unreadable ") and "'saved' is 'yesterday', not an ISO 8601 time" in line
+    assert "5 fixtures under normprops-fixtures/rmsnorm, 2 of them unreadable" in out
+    assert run("fixtures", "list", "--fixtures-dir", "nowhere")[0] == 2
+
+
+def test_fixtures_prune_removes_a_kernels_fixtures(fixtures: Path) -> None:
+    before = set(_fixture_docs(fixtures))
+    code, out, _ = run("fixtures", "prune", "--kernel", "rms_off_by_scale", "--dry-run")
+    assert code == 0 and out.count("would remove normprops-fixtures/rmsnorm/") == 2, out
+    assert out.splitlines()[-1] == ("would remove 2 of 3 fixtures under normprops-fixtures; "
+                                    "kept: 1 of other kernels.")
+    assert set(_fixture_docs(fixtures)) == before
+    code, out, _ = run("fixtures", "prune", "--kernel", "python:rms_off_by_scale")
+    assert code == 0 and out.count("removed normprops-fixtures/rmsnorm/") == 2, out
+    assert set(_fixture_docs(fixtures)) == {_bfloat16(fixtures)}
+    code, out, _ = run("fixtures", "prune", "--kernel", "rms_typo")
+    assert code == 5
+    assert out == ("no fixture of kernel rms_typo under normprops-fixtures "
+                   "(kernels there: python:rms_bf16_accumulate)\n")
+
+
+def test_fixtures_prune_removes_the_fixtures_a_kernel_passes(fixtures: Path) -> None:
+    docs, bfloat16 = _fixture_docs(fixtures), _bfloat16(fixtures)
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale")
+    assert code == 0 and "removed 0 of 3" in out and out.count("keep ") == 2, out
+    assert set(_fixture_docs(fixtures)) == set(docs)
+    # With --kernel too, only that kernel's fixtures are replayed: here the bfloat16 one.
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good_bf16",
+                       "--dtype", "bfloat16", "--kernel", "rms_bf16_accumulate")
+    assert code == 0, out
+    assert set(_fixture_docs(fixtures)) == set(docs) - {bfloat16}
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
+    assert code == 0, out
+    assert out.splitlines()[-1] == "removed 2 of 2 fixtures under normprops-fixtures/rmsnorm."
+    assert _fixture_docs(fixtures) == {}
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
+    assert code == 5 and out == "no fixture under normprops-fixtures/rmsnorm\n"
+
+
+def test_fixtures_prune_keeps_what_a_stopped_replay_did_not_judge(fixtures: Path) -> None:
+    docs = _fixture_docs(fixtures)
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs",
+                       "--call-timeout", "0.3")
+    assert code == 1, out
+    assert "the replay stopped (did not return within 0.3 s (call timeout)): 1 fixture not run, kept" in out
+    assert set(_fixture_docs(fixtures)) == set(docs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "say which fixtures to remove: --kernel NAME"),
+    (["--impl", f"{MODULE}:rms_good"], "--impl needs --op"),
+    (["--kernel", "rms_good", "--dtype", "bfloat16"], "--dtype describes the function of --impl"),
+    (["--op", "rmsnorm", "--impl", f"{MODULE}:rms_good", "--all-dtypes", "--dtype", "float32"],
+     "give one of them"),
+])
+def test_fixtures_prune_usage_errors(fixtures: Path, argv: list[str], message: str) -> None:
+    code, out, err = run("fixtures", "prune", *argv)
+    assert code == 2 and out == "" and err.startswith("normprops fixtures prune: error: ")
+    assert message in err and len(err.splitlines()) == 1
