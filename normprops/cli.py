@@ -33,7 +33,7 @@ from normprops import __version__, interrupt
 from normprops.api import hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError
+from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError, a_or_an
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
@@ -307,7 +307,7 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
         except AttributeError:
             raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
     if not callable(fn):
-        raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
+        raise ImplError(f"--impl {impl} names {a_or_an(type(fn).__name__)}, not a function")
     return fn
 
 

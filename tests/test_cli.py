@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from normprops.cli import main
+from normprops.errors import UsageError, a_or_an
+from normprops.launch import target_from_callable
 
 USER_MODULE = textwrap.dedent('''
     import numpy as np
@@ -109,7 +111,7 @@ def test_broken_impls_are_findings_not_crashes(user_module: str, func: str, reas
     (["hunt", "--op", "softmax", "--impl", "no_such_module_xyz:f"],
      "cannot import module 'no_such_module_xyz'"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:missing"], "has no attribute 'missing'"),
-    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:NOT_CALLABLE"], "names a int, not a function"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:NOT_CALLABLE"], "names an int, not a function"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "eps_scale"],
      "eps_scale not a family of softmax"),
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
@@ -120,6 +122,19 @@ def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str
     code, out, err = run(*argv)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize("word, phrase", [
+    ("int", "an int"), ("object", "an object"), ("ellipsis", "an ellipsis"), ("float", "a float"),
+    ("NoneType", "a NoneType"), ("uint8", "a uint8"), ("ufunc", "a ufunc"), ("undefined", "an undefined"),
+])
+def test_a_type_name_gets_the_article_it_sounds_like(word: str, phrase: str) -> None:
+    assert a_or_an(word) == phrase
+
+
+def test_a_function_that_is_not_callable_is_named_with_its_article() -> None:
+    with pytest.raises(UsageError, match="fn must be callable but was an int$"):
+        target_from_callable(3, op="softmax")  # type: ignore[arg-type]
 
 
 def test_argparse_errors_exit_2() -> None:
