@@ -33,7 +33,7 @@ from normprops import __version__, interrupt
 from normprops.api import hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError, a_or_an
+from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError, a_or_an, describe_exit
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
@@ -300,6 +300,9 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
     except Exception as exc:  # any import-time failure of the user's module is a usage error
         raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: "
                         f"{type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:  # its status is not ours to exit with
+        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: it "
+                        f"{describe_exit(exc)} while being imported") from None
     fn: object = module
     for part in attr.split("."):
         try:

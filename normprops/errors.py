@@ -8,12 +8,14 @@
   exit status 2.
 - :class:`FixtureError`: a fixture file cannot be read (damaged, truncated, not a fixture).
 
-:func:`a_or_an` gives a type's name its article in these messages ("names an int").
+:func:`a_or_an` gives a type's name its article in these messages ("names an int");
+:func:`describe_exit` says what a kernel's ``SystemExit`` was ("called sys.exit(3)").
 """
 
 from __future__ import annotations
 
-__all__ = ["ContractError", "FatalTargetError", "UsageError", "ImplError", "FixtureError", "a_or_an"]
+__all__ = ["ContractError", "FatalTargetError", "UsageError", "ImplError", "FixtureError", "a_or_an",
+           "describe_exit"]
 
 
 class ContractError(Exception):
@@ -50,3 +52,8 @@ def a_or_an(word: str) -> str:
     vowel = lower[:1] in ("a", "e", "i", "o", "u") and not lower.startswith(_U_AS_YOU)
     return f"{'an' if vowel else 'a'} {word}"
 
+
+
+def describe_exit(exc: SystemExit) -> str:
+    """What a kernel's ``SystemExit`` was, as a finding reads it: "called sys.exit(3)"."""
+    return f"called sys.exit({'' if exc.code is None else repr(exc.code)})"
