@@ -6,13 +6,16 @@ Exit status (scripts rely on it):
 - 1: counterexample(s) found, or (replay) a fixture still fails;
 - 2: a usage error: a bad flag, path, module or value, named in one line;
 - 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
-- 4: an internal error of normprops (please report it; the JSON report holds the traceback);
+- 4: an internal error of normprops (please report it; the JSON report holds the traceback), or
+  an output that could not be written after all (one line naming it; the results are printed);
 - 5: replay only: there was no fixture to replay;
 - 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
 
 Once the arguments are accepted, the ``--json`` report is written on every one of these paths
 (atomically), with an ``error`` field when the run did not finish. A usage error (2) stops before
-anything runs and writes no report.
+anything runs and writes no report. Output files (``--json``, ``--png``, ``--csv``, ...) go into a
+directory that exists, where a file is created and removed before anything runs; a missing or
+unwritable one is a usage error. ``--fixtures-dir`` is created with its parents.
 """
 
 from __future__ import annotations
@@ -33,14 +36,31 @@ from normprops import __version__, interrupt
 from normprops.api import hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import FatalTargetError, FixtureError, ImplError, UsageError, a_or_an, describe_exit
+from normprops.errors import (
+    FatalTargetError,
+    FixtureError,
+    ImplError,
+    UsageError,
+    WriteError,
+    a_or_an,
+    describe_exit,
+)
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source, target_from_spec
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
 from normprops.regressions import iter_fixtures, load_fixture, replay
-from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
+from normprops.report import (
+    Cell,
+    Report,
+    cell_text,
+    check_can_create_in,
+    format_finding,
+    hints,
+    matrix_legend,
+    render_matrix,
+)
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
 
@@ -152,9 +172,20 @@ def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
                         "(default 60)")
 
 
+_OUTPUT_FILES = ("Output files (--json, --png, --csv, ...) go into a directory that exists: a file is "
+                 "created and removed there before anything runs, and a missing or unwritable "
+                 "directory is a usage error. --fixtures-dir is created with its parents. Reports "
+                 "and fixtures are written atomically, with the mode the umask gives.")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="normprops",
-                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.")
+                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.",
+                     epilog=f"exit status: {EXIT_OK} nothing found; {EXIT_FOUND} counterexample(s) found; "
+                            f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures; "
+                            f"{EXIT_INTERNAL} internal error or an output not written; "
+                            f"{EXIT_NOTHING} replay: nothing to replay; "
+                            f"{EXIT_INTERRUPTED} interrupted. " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -245,6 +276,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--lead-png", type=Path, metavar="PATH",
                    help="chart of the lead table: peer time / ours per case, one panel per op (needs [plot])")
 
+    for writer in (h, r, m, b):
+        writer.epilog = _OUTPUT_FILES
     c = sub.add_parser("census", help="worked numbers from the kernels: the eight values, the wide "
                                       "softmax row, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
@@ -255,37 +288,46 @@ def _parser() -> argparse.ArgumentParser:
 # --- checks made before any hunting ----------------------------------------------------------
 
 
-def _writable_ancestor(path: Path, flag: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a writable directory."""
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"{flag} {path}: {parent} is not writable")
+def _can_create_in(directory: Path, flag: str, path: Path) -> None:
+    try:
+        check_can_create_in(directory)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create a file in {directory} "
+                         f"({exc.strerror or exc})") from None
 
 
 def _check_output_file(path: Path | None, flag: str) -> None:
+    """An output file goes into a directory that exists, where a file can be created now."""
     if path is None:
         return
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory; name a file, e.g. {path / 'report.json'}")
     if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"{flag} {path} is not writable")
-    _writable_ancestor(path, flag)
+    parent = path.absolute().parent
+    ancestor = parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
+    if ancestor != parent:  # a typo in a folder must not cost a whole hunt, nor make folders
+        raise UsageError(f"{flag} {path}: no directory {path.parent}; create it first "
+                         f"(mkdir -p {path.parent})")
+    _can_create_in(parent, flag, path)
 
 
 def _check_output_dir(path: Path | None, flag: str) -> None:
+    """An output directory is created (with its parents) where a file can be created now."""
     if path is None:
         return
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path} is a file; name a directory")
-    if path.is_dir():
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"{flag} {path} is not writable")
-        return
-    _writable_ancestor(path, flag)
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
+    _can_create_in(ancestor, flag, path)
 
 
 def resolve_impl(impl: str) -> Callable[..., Any]:
@@ -361,6 +403,10 @@ def _finish(run: _Run, code: int) -> int:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose it
     try:
         run.report.write(run.json_path)
+    except WriteError as exc:  # checked before the run: the disk filled, the folder went away
+        print(f"normprops {run.report.command}: error: {exc}; the results above are not saved",
+              file=run.err)
+        return EXIT_INTERNAL
     finally:
         signal.signal(signal.SIGINT, previous)
     return code
@@ -377,6 +423,11 @@ def _guarded(run: _Run, body: Callable[[], int]) -> int:
         code = EXIT_INTERRUPTED
     except UsageError:
         raise
+    except WriteError as exc:  # a fixture: the hunt stops, and says so, with what it found so far
+        run.report.error = str(exc)
+        run.summary()
+        print(f"normprops {run.report.command}: error: {exc}", file=run.err)
+        code = EXIT_INTERNAL
     except Exception as exc:  # a bug of ours: one line, the traceback kept in the report
         run.report.error = f"internal error: {type(exc).__name__}: {exc}"
         run.report.extra["traceback"] = traceback.format_exc()
@@ -806,6 +857,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from normprops import bench
     from normprops.backends import peers
 
+    for flag in ("json", "csv", "png", "lead_csv", "lead_png"):
+        _check_output_file(getattr(args, flag), f"--{flag.replace('_', '-')}")
     sets = tuple(s.strip() for s in args.cases.split(","))
     if not sets or not set(sets) <= set(bench.SETS):
         raise UsageError(f"--cases: expected a comma-separated subset of {','.join(bench.SETS)} but "
@@ -886,6 +939,10 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (RuntimeError, ValueError) as exc:  # matplotlib missing, or no lead table to write
         print(f"normprops bench: error: {exc}", file=err)
         return 2
+    except OSError as exc:  # checked before the run: the disk filled, the folder went away
+        print(f"normprops bench: error: cannot write {exc.filename}: {exc.strerror or exc}; the "
+              f"table above is not saved", file=err)
+        return EXIT_INTERNAL
     return 0 if all(g.passed for g in results) else 1
 
 

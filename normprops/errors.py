@@ -7,6 +7,8 @@
 - :class:`UsageError`: the user asked for something impossible (a bad path, flag or value): one line,
   exit status 2.
 - :class:`FixtureError`: a fixture file cannot be read (damaged, truncated, not a fixture).
+- :class:`WriteError`: a report, fixture or picture could not be written (a full disk, a folder
+  removed during the run): one line naming the file; exit status 4.
 
 :func:`a_or_an` gives a type's name its article in these messages ("names an int");
 :func:`describe_exit` says what a kernel's ``SystemExit`` was ("called sys.exit(3)").
@@ -14,8 +16,8 @@
 
 from __future__ import annotations
 
-__all__ = ["ContractError", "FatalTargetError", "UsageError", "ImplError", "FixtureError", "a_or_an",
-           "describe_exit"]
+__all__ = ["ContractError", "FatalTargetError", "UsageError", "ImplError", "FixtureError", "WriteError",
+           "a_or_an", "describe_exit"]
 
 
 class ContractError(Exception):
@@ -40,6 +42,10 @@ class ImplError(UsageError):
 
 class FixtureError(ValueError):
     """A fixture file that cannot be read: the message names the file and what is wrong."""
+
+
+class WriteError(OSError):
+    """An output file that could not be written: the message names the file and the reason."""
 
 
 #: Beginnings where a "u" sounds "you" (type names mostly): a uint8, a ufunc, a union, a user.

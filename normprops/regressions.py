@@ -29,7 +29,7 @@ import numpy as np
 
 from normprops.case import Case
 from normprops.dtypes import DTYPES, to_dtype
-from normprops.errors import FixtureError
+from normprops.errors import FixtureError, WriteError
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.judge import Verdict
 from normprops.launch import Target
@@ -175,7 +175,8 @@ def _versions() -> dict[str, str]:
 def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
     """Write ``finding``'s minimal and worst inputs under ``directory/<op>/``; return the path.
 
-    The same finding (kernel, property, minimal input) is written once."""
+    The same finding (kernel, property, minimal input) is written once. The folders are created
+    as needed; :class:`~normprops.errors.WriteError` names the file that could not be written."""
     fixture_id = case_id(finding.minimal, kernel=f"{target.backend}:{target.name}",
                          property=finding.property)
     folder = Path(directory) / target.op
@@ -198,6 +199,10 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "worst": _encode_case(finding.worst),
         "versions": _versions(),
     }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"cannot create the fixtures folder {folder}: {exc.strerror or exc}") from exc
     write_json_atomically(path, doc)
     return path
 

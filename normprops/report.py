@@ -8,10 +8,12 @@ what it reads (for ``normprops report merge``).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
-import tempfile
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +21,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
+from normprops.errors import WriteError
 from normprops.hunt import Finding, HuntResult
 from normprops.judge import Verdict
 from normprops.ops import PROPERTIES
@@ -26,7 +29,8 @@ from normprops.strategies import FAMILIES
 
 __all__ = ["REPORT_FORMAT", "Cell", "Report", "describe_case", "format_finding", "render_matrix",
            "matrix_legend", "cell_text", "cell_from_json", "load_report", "merge_reports",
-           "matrix_png", "ReportError", "SHORT"]
+           "matrix_png", "ReportError", "SHORT",
+           "write_json_atomically", "check_can_create_in"]
 
 REPORT_FORMAT = "normprops-report/1"
 
@@ -314,16 +318,44 @@ class Report:
         write_json_atomically(Path(path), self.to_json())
 
 
+def _create_beside(path: Path) -> tuple[int, Path]:
+    """A new empty file beside ``path`` under a hidden name of its own, open for writing, with the
+    mode the umask gives, as ``open`` would (``tempfile.mkstemp`` always gives 0600)."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
+
+
+def check_can_create_in(directory: Path) -> None:
+    """Create a file in ``directory`` and remove it; OSError when that cannot be done. Asking
+    ``os.access`` is not enough: it says yes to root everywhere, /proc included."""
+    fd, tmp = _create_beside(Path(directory) / "normprops-probe")
+    os.close(fd)
+    os.unlink(tmp)
+
+
 def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    """``doc`` as JSON in ``path``, through a temporary file and a rename, so a reader never sees
+    half a file; the folder must exist. :class:`~normprops.errors.WriteError` naming ``path`` when
+    it cannot be written."""
+    try:
+        fd, tmp = _create_beside(path)
+    except OSError as exc:
+        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "w") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
         os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
         raise
 
 
