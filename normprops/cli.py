@@ -5,7 +5,10 @@ Exit status (scripts rely on it):
 - 0: nothing found (registry hunts: every kernel behaved as its registry entry declares);
 - 1: counterexample(s) found, or (replay) a fixture still fails;
 - 2: a usage error: a bad flag, path, module or value, named in one line;
-- 3: replay only: some fixtures could not be read (each is named), and none that could be read failed;
+- 3: replay: some fixtures could not be read (each is named), and none that could be read failed;
+  report merge: the reports are not one whole (a file given twice, a run that did not finish,
+  another normprops version; among the shards of one hunt, a shard missing or given twice,
+  another seed or setting): one line each, nothing merged unless ``--allow-incomplete``;
 - 4: an internal error of normprops (please report it; the JSON report holds the traceback), or
   an output that could not be written after all (one line naming it; the results are printed);
 - 5: replay only: there was no fixture to replay;
@@ -182,7 +185,8 @@ def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="normprops",
                      description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.",
                      epilog=f"exit status: {EXIT_OK} nothing found; {EXIT_FOUND} counterexample(s) found; "
-                            f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures; "
+                            f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures, "
+                            f"report merge: the reports are not one whole; "
                             f"{EXIT_INTERNAL} internal error or an output not written; "
                             f"{EXIT_NOTHING} replay: nothing to replay; "
                             f"{EXIT_INTERRUPTED} interrupted. " + _OUTPUT_FILES)
@@ -240,10 +244,24 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="work with JSON reports")
     rep_sub = rep.add_subparsers(dest="report_command", required=True, parser_class=_Parser)
-    m = rep_sub.add_parser("merge", help="merge reports (e.g. the shards of one hunt) into one matrix")
+    m = rep_sub.add_parser(
+        "merge", help="merge reports (e.g. the shards of one hunt) into one matrix",
+        description="Merge JSON reports into one matrix: the shards of one hunt, or hunts of other "
+                    "kernels. Each file must be given once, every run must have finished, and all "
+                    "must come from the same normprops version. Reports of the same kernels (the "
+                    "same --backend, --op, --kernel or --impl) of which any is a shard (hunt --shard "
+                    "K/N) must be the shards of one hunt: each of 1/N..N/N once, with the same seed "
+                    "and settings. Otherwise each problem is one line and "
+                    f"nothing is merged (exit {EXIT_UNREADABLE}); with --allow-incomplete the "
+                    "merge goes on, its status is the cells' (0 or 1), and the merged report says "
+                    "\"complete\": false and why.")
     m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
-    m.add_argument("--json", type=Path, metavar="PATH", help="write the merged report here")
+    m.add_argument("--json", type=Path, metavar="PATH",
+                   help="write the merged report here (into a directory that exists)")
     m.add_argument("--png", type=Path, metavar="PATH", help="draw the matrix (needs [plot])")
+    m.add_argument("--allow-incomplete", action="store_true",
+                   help="merge even when shards are missing or differ, or a run did not finish; "
+                        "the merged report is marked \"complete\": false, with the reasons")
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
                                      "QuACK, the textbook kernels' predictions, the gates and the targets "
@@ -504,18 +522,21 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     target, source = _user_target(args)
-    families = _parse_families(args.families, allowed=families_for(args.op),
-                               what=f"a family of {args.op}")
+    chosen = _parse_families(args.families, allowed=families_for(args.op),
+                             what=f"a family of {args.op}")
+    families = chosen
     if args.shard is not None:
-        families = families[args.shard[0] - 1::args.shard[1]]
+        families = chosen[args.shard[0] - 1::args.shard[1]]
         if not families:
             raise UsageError(f"--shard {args.shard[0]}/{args.shard[1]}: no family falls in this "
                              f"shard of {args.op}'s families")
     config = _config(args)
     fixtures = None if args.no_fixtures else args.fixtures_dir
+    # The families asked for, not this shard's: the shards of one hunt must agree on them.
     report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
                                       "oracle": config.oracle, "max_examples": config.max_examples,
-                                      "seed": config.seed, "families": list(families)},
+                                      "seed": config.seed, "families": list(chosen),
+                                      "shard": None if args.shard is None else "%d/%d" % args.shard},
                     targets=[target_json(target)])
     run = _Run(report, args.json, out, err)
 
@@ -823,31 +844,51 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from normprops.report import ReportError, cell_from_json, matrix_png, merge_reports, write_json_atomically
+    from normprops.report import (
+        IncompleteMerge,
+        ReportError,
+        cell_from_json,
+        matrix_png,
+        merge_reports,
+        write_json_atomically,
+    )
 
     _check_output_file(args.json, "--json")
     _check_output_file(args.png, "--png")
     try:
-        merged = merge_reports(args.reports)
+        merged = merge_reports(args.reports, allow_incomplete=args.allow_incomplete)
+    except IncompleteMerge as exc:
+        for problem in exc.problems:
+            print(f"normprops report merge: error: {problem}", file=err)
+        print(f"normprops report merge: nothing merged ({_count(len(exc.problems), 'problem', 'problems')}; "
+              f"--allow-incomplete merges anyway, marked incomplete)", file=err)
+        return EXIT_UNREADABLE
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     cells = [cell_from_json(r) for r in merged["results"]]
     if cells:
         print(render_matrix(cells, sort=True), file=out)
         print(matrix_legend(cells), file=out)
+    for problem in merged["problems"]:
+        print(f"incomplete: {problem}", file=out)
     surprising = [r for r in merged["results"]
                   if (r.get("expected") == "claim" and not r["passed"])
                   or (r.get("expected") == "bug" and r["passed"])
                   or (r.get("expected") is None and not r["passed"])]
-    print(f"{len(args.reports)} reports, {len(cells)} cells, {len(merged['failures'])} failures"
-          + (f"; incomplete: {merged['error']}" if merged["error"] else ""), file=out)
-    if args.json is not None:
-        write_json_atomically(args.json, merged)
-    if args.png is not None:
-        try:
+    print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
+          f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
+          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)"), file=out)
+    try:
+        if args.json is not None:
+            write_json_atomically(args.json, merged)
+        if args.png is not None:
             matrix_png(cells, args.png, title=f"normprops robustness matrix ({len(cells)} cells)")
-        except ImportError:
-            raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
+    except ImportError:
+        raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
+    except OSError as exc:  # checked before: the disk filled, the folder went away
+        reason = exc if isinstance(exc, WriteError) else f"cannot write {args.png}: {exc.strerror or exc}"
+        print(f"normprops report merge: error: {reason}", file=err)
+        return EXIT_INTERNAL
     return EXIT_FOUND if surprising else EXIT_OK
 
 
