@@ -1021,14 +1021,14 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                 args = parser.parse_args(argv)
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
-            command = args.command
+            command = args.command if args.command != "report" else f"report {args.report_command}"
             if command == "hunt":
                 return _hunt(args, out, err)
             if command == "replay":
                 return _replay(args, out, err)
             if command == "bench":
                 return _bench(args, out, err)
-            if command == "report":
+            if command == "report merge":
                 return _report_merge(args, out, err)
             if command == "census":
                 from normprops.census import census
