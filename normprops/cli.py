@@ -9,15 +9,21 @@ Exit status (scripts rely on it):
   stopped the replay (a hang, a fault): what passed before it is removed, the rest kept;
 - 2: a usage error: a bad flag, path, module or value, named in one line;
 - 3: replay, ``fixtures list`` and ``fixtures prune``: some fixtures could not be read (each is
-  named; prune keeps them), and none that could be read failed;
-- 4: an internal error of normprops (please report it; the JSON report holds the traceback);
+  named; prune keeps them), and none that could be read failed; report merge: the reports are not
+  one whole (a file given twice, a run that did not finish, another normprops version; among the
+  shards of one hunt, a shard missing or given twice, another seed or setting): one line each,
+  nothing merged unless ``--allow-incomplete``;
+- 4: an internal error of normprops (please report it; the JSON report holds the traceback), or
+  an output that could not be written after all (one line naming it; the results are printed);
 - 5: replay: there was no fixture to replay (none saved, or every one of another storage type or
   width); ``fixtures prune``: no fixture matched (none of ``--kernel NAME``, or none to replay);
 - 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
 
 Once the arguments are accepted, the ``--json`` report is written on every one of these paths
 (atomically), with an ``error`` field when the run did not finish. A usage error (2) stops before
-anything runs and writes no report.
+anything runs and writes no report. Output files (``--json``, ``--png``, ``--csv``, ...) go into a
+directory that exists, where a file is created and removed before anything runs; a missing or
+unwritable one is a usage error. ``--fixtures-dir`` is created with its parents.
 """
 
 from __future__ import annotations
@@ -39,7 +45,13 @@ from normprops import __version__, interrupt
 from normprops.api import deadline_after, hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
-from normprops.errors import ImplError, UsageError
+from normprops.errors import (
+    ImplError,
+    UsageError,
+    WriteError,
+    a_or_an,
+    describe_exit,
+)
 from normprops.frameworks import FRAMEWORKS
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
@@ -57,7 +69,16 @@ from normprops.regressions import (
     replay_selection,
     select_fixtures,
 )
-from normprops.report import Cell, Report, cell_text, format_finding, hints, matrix_legend, render_matrix
+from normprops.report import (
+    Cell,
+    Report,
+    cell_text,
+    check_can_create_in,
+    format_finding,
+    hints,
+    matrix_legend,
+    render_matrix,
+)
 from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
 from normprops.strategies import families_for
 
@@ -170,9 +191,21 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                         "(default 60)")
 
 
+_OUTPUT_FILES = ("Output files (--json, --png, --csv, ...) go into a directory that exists: a file is "
+                 "created and removed there before anything runs, and a missing or unwritable "
+                 "directory is a usage error. --fixtures-dir is created with its parents. Reports "
+                 "and fixtures are written atomically, with the mode the umask gives.")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="normprops",
-                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.")
+                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.",
+                     epilog=f"exit status: {EXIT_OK} nothing found; {EXIT_FOUND} counterexample(s) found; "
+                            f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures, "
+                            f"report merge: the reports are not one whole; "
+                            f"{EXIT_INTERNAL} internal error or an output not written; "
+                            f"{EXIT_NOTHING} replay: nothing to replay; "
+                            f"{EXIT_INTERRUPTED} interrupted. " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -266,10 +299,24 @@ def _parser() -> argparse.ArgumentParser:
 
     rep = sub.add_parser("report", help="work with JSON reports")
     rep_sub = rep.add_subparsers(dest="report_command", required=True, parser_class=_Parser)
-    m = rep_sub.add_parser("merge", help="merge reports (e.g. the shards of one hunt) into one matrix")
+    m = rep_sub.add_parser(
+        "merge", help="merge reports (e.g. the shards of one hunt) into one matrix",
+        description="Merge JSON reports into one matrix: the shards of one hunt, or hunts of other "
+                    "kernels. Each file must be given once, every run must have finished, and all "
+                    "must come from the same normprops version. Reports of the same kernels (the "
+                    "same --backend, --op, --kernel or --impl) of which any is a shard (hunt --shard "
+                    "K/N) must be the shards of one hunt: each of 1/N..N/N once, with the same seed "
+                    "and settings. Otherwise each problem is one line and "
+                    f"nothing is merged (exit {EXIT_UNREADABLE}); with --allow-incomplete the "
+                    "merge goes on, its status is the cells' (0 or 1), and the merged report says "
+                    "\"complete\": false and why.")
     m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
-    m.add_argument("--json", type=Path, metavar="PATH", help="write the merged report here")
+    m.add_argument("--json", type=Path, metavar="PATH",
+                   help="write the merged report here (into a directory that exists)")
     m.add_argument("--png", type=Path, metavar="PATH", help="draw the matrix (needs [plot])")
+    m.add_argument("--allow-incomplete", action="store_true",
+                   help="merge even when shards are missing or differ, or a run did not finish; "
+                        "the merged report is marked \"complete\": false, with the reasons")
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
                                      "QuACK, the textbook kernels' predictions, the gates and the targets "
@@ -302,6 +349,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--lead-png", type=Path, metavar="PATH",
                    help="chart of the lead table: peer time / ours per case, one panel per op (needs [plot])")
 
+    for writer in (h, r, m, b):
+        writer.epilog = _OUTPUT_FILES
     c = sub.add_parser("census", help="worked numbers from the kernels: the eight values, the wide "
                                       "softmax row, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
@@ -312,37 +361,46 @@ def _parser() -> argparse.ArgumentParser:
 # --- checks made before any hunting ----------------------------------------------------------
 
 
-def _writable_ancestor(path: Path, flag: str) -> None:
-    """The nearest existing ancestor of ``path`` must be a writable directory."""
-    parent = path.absolute().parent
-    while not parent.exists():
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"{flag} {path}: {parent} is a file, not a directory")
-    if not os.access(parent, os.W_OK):
-        raise UsageError(f"{flag} {path}: {parent} is not writable")
+def _can_create_in(directory: Path, flag: str, path: Path) -> None:
+    try:
+        check_can_create_in(directory)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create a file in {directory} "
+                         f"({exc.strerror or exc})") from None
 
 
 def _check_output_file(path: Path | None, flag: str) -> None:
+    """An output file goes into a directory that exists, where a file can be created now."""
     if path is None:
         return
     if path.is_dir():
         raise UsageError(f"{flag} {path} is a directory; name a file, e.g. {path / 'report.json'}")
     if path.exists() and not os.access(path, os.W_OK):
         raise UsageError(f"{flag} {path} is not writable")
-    _writable_ancestor(path, flag)
+    parent = path.absolute().parent
+    ancestor = parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
+    if ancestor != parent:  # a typo in a folder must not cost a whole hunt, nor make folders
+        raise UsageError(f"{flag} {path}: no directory {path.parent}; create it first "
+                         f"(mkdir -p {path.parent})")
+    _can_create_in(parent, flag, path)
 
 
 def _check_output_dir(path: Path | None, flag: str) -> None:
+    """An output directory is created (with its parents) where a file can be created now."""
     if path is None:
         return
     if path.exists() and not path.is_dir():
         raise UsageError(f"{flag} {path} is a file; name a directory")
-    if path.is_dir():
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"{flag} {path} is not writable")
-        return
-    _writable_ancestor(path, flag)
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
+    _can_create_in(ancestor, flag, path)
 
 
 def resolve_impl(impl: str) -> Callable[..., Any]:
@@ -357,6 +415,9 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
     except Exception as exc:  # any import-time failure of the user's module is a usage error
         raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: "
                         f"{type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:  # its status is not ours to exit with
+        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: it "
+                        f"{describe_exit(exc)} while being imported") from None
     fn: object = module
     for part in attr.split("."):
         try:
@@ -364,7 +425,7 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
         except AttributeError:
             raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
     if not callable(fn):
-        raise ImplError(f"--impl {impl} names a {type(fn).__name__}, not a function")
+        raise ImplError(f"--impl {impl} names {a_or_an(type(fn).__name__)}, not a function")
     return fn
 
 
@@ -415,6 +476,10 @@ def _finish(run: _Run, code: int) -> int:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose it
     try:
         run.report.write(run.json_path)
+    except WriteError as exc:  # checked before the run: the disk filled, the folder went away
+        print(f"normprops {run.report.command}: error: {exc}; the results above are not saved",
+              file=run.err)
+        return EXIT_INTERNAL
     finally:
         signal.signal(signal.SIGINT, previous)
     return code
@@ -431,6 +496,11 @@ def _guarded(run: _Run, body: Callable[[], int]) -> int:
         code = EXIT_INTERRUPTED
     except UsageError:
         raise
+    except WriteError as exc:  # a fixture: the hunt stops, and says so, with what it found so far
+        run.report.error = str(exc)
+        run.summary()
+        print(f"normprops {run.report.command}: error: {exc}", file=run.err)
+        code = EXIT_INTERNAL
     except Exception as exc:  # a bug of ours: one line, the traceback kept in the report
         run.report.error = f"internal error: {type(exc).__name__}: {exc}"
         run.report.extra["traceback"] = traceback.format_exc()
@@ -507,18 +577,21 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     target, source = _user_target(args)
-    families = _parse_families(args.families, allowed=families_for(args.op),
-                               what=f"a family of {args.op}")
+    chosen = _parse_families(args.families, allowed=families_for(args.op),
+                             what=f"a family of {args.op}")
+    families = chosen
     if args.shard is not None:
-        families = families[args.shard[0] - 1::args.shard[1]]
+        families = chosen[args.shard[0] - 1::args.shard[1]]
         if not families:
             raise UsageError(f"--shard {args.shard[0]}/{args.shard[1]}: no family falls in this "
                              f"shard of {args.op}'s families")
     config = _config(args)
     fixtures = None if args.no_fixtures else args.fixtures_dir
+    # The families asked for, not this shard's: the shards of one hunt must agree on them.
     report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
                                       "oracle": config.oracle, "max_examples": config.max_examples,
-                                      "seed": config.seed, "families": list(families),
+                                      "seed": config.seed, "families": list(chosen),
+                                      "shard": None if args.shard is None else "%d/%d" % args.shard,
                                       "time_budget": args.time_budget},
                     targets=[target_json(target)])
     run = _Run(report, args.json, out, err)
@@ -635,7 +708,8 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     cells_planned = plan_cells(specs, families=chosen, shard=args.shard)
     total = len(cells_planned)
     fixtures = None if args.no_fixtures else args.fixtures_dir
-    report = Report("hunt", settings={"backend": backend, "policy": config.policy,
+    report = Report("hunt", settings={"backend": backend, "op": args.op, "kernel": args.kernel,
+                                      "families": list(chosen), "policy": config.policy,
                                       "oracle": config.oracle, "max_examples": config.max_examples,
                                       "seed": config.seed, "time_budget": args.time_budget,
                                       "shard": None if args.shard is None else "%d/%d" % args.shard})
@@ -981,31 +1055,51 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
 
 def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from normprops.report import ReportError, cell_from_json, matrix_png, merge_reports, write_json_atomically
+    from normprops.report import (
+        IncompleteMerge,
+        ReportError,
+        cell_from_json,
+        matrix_png,
+        merge_reports,
+        write_json_atomically,
+    )
 
     _check_output_file(args.json, "--json")
     _check_output_file(args.png, "--png")
     try:
-        merged = merge_reports(args.reports)
+        merged = merge_reports(args.reports, allow_incomplete=args.allow_incomplete)
+    except IncompleteMerge as exc:
+        for problem in exc.problems:
+            print(f"normprops report merge: error: {problem}", file=err)
+        print(f"normprops report merge: nothing merged ({_count(len(exc.problems), 'problem', 'problems')}; "
+              f"--allow-incomplete merges anyway, marked incomplete)", file=err)
+        return EXIT_UNREADABLE
     except ReportError as exc:
         raise UsageError(str(exc)) from None
     cells = [cell_from_json(r) for r in merged["results"]]
     if cells:
         print(render_matrix(cells, sort=True), file=out)
         print(matrix_legend(cells), file=out)
+    for problem in merged["problems"]:
+        print(f"incomplete: {problem}", file=out)
     surprising = [r for r in merged["results"]
                   if (r.get("expected") == "claim" and not r["passed"])
                   or (r.get("expected") == "bug" and r["passed"])
                   or (r.get("expected") is None and not r["passed"])]
-    print(f"{len(args.reports)} reports, {len(cells)} cells, {len(merged['failures'])} failures"
-          + (f"; incomplete: {merged['error']}" if merged["error"] else ""), file=out)
-    if args.json is not None:
-        write_json_atomically(args.json, merged)
-    if args.png is not None:
-        try:
+    print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
+          f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
+          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)"), file=out)
+    try:
+        if args.json is not None:
+            write_json_atomically(args.json, merged)
+        if args.png is not None:
             matrix_png(cells, args.png, title=f"normprops robustness matrix ({len(cells)} cells)")
-        except ImportError:
-            raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
+    except ImportError:
+        raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
+    except OSError as exc:  # checked before: the disk filled, the folder went away
+        reason = exc if isinstance(exc, WriteError) else f"cannot write {args.png}: {exc.strerror or exc}"
+        print(f"normprops report merge: error: {reason}", file=err)
+        return EXIT_INTERNAL
     return EXIT_FOUND if surprising else EXIT_OK
 
 
@@ -1015,6 +1109,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from normprops import bench
     from normprops.backends import peers
 
+    for flag in ("json", "csv", "png", "lead_csv", "lead_png"):
+        _check_output_file(getattr(args, flag), f"--{flag.replace('_', '-')}")
     sets = tuple(s.strip() for s in args.cases.split(","))
     if not sets or not set(sets) <= set(bench.SETS):
         raise UsageError(f"--cases: expected a comma-separated subset of {','.join(bench.SETS)} but "
@@ -1095,6 +1191,10 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     except (RuntimeError, ValueError) as exc:  # matplotlib missing, or no lead table to write
         print(f"normprops bench: error: {exc}", file=err)
         return 2
+    except OSError as exc:  # checked before the run: the disk filled, the folder went away
+        print(f"normprops bench: error: cannot write {exc.filename}: {exc.strerror or exc}; the "
+              f"table above is not saved", file=err)
+        return EXIT_INTERNAL
     return 0 if all(g.passed for g in results) else 1
 
 
@@ -1132,7 +1232,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                 args = parser.parse_args(argv)
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
-            command = args.command
+            command = args.command if args.command != "report" else f"report {args.report_command}"
             if command == "fixtures":
                 command = f"fixtures {args.fixtures_command}"
                 return (_fixtures_list if args.fixtures_command == "list" else _fixtures_prune)(
@@ -1143,7 +1243,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
                 return _replay(args, out, err)
             if command == "bench":
                 return _bench(args, out, err)
-            if command == "report":
+            if command == "report merge":
                 return _report_merge(args, out, err)
             if command == "census":
                 from normprops.census import census

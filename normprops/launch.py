@@ -20,7 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
-from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError
+from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
 from normprops.frameworks import Adapter, get_adapter
 from normprops.ops import check_ignore, check_opt_in, get_op
 from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
@@ -186,7 +186,7 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant").
     Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
-        raise UsageError(f"fn must be callable but was a {type(fn).__name__}")
+        raise UsageError(f"fn must be callable but was {a_or_an(type(fn).__name__)}")
     try:
         spec = get_op(op)
     except ValueError as exc:

@@ -17,7 +17,7 @@ import numpy as np
 
 from normprops.case import Case
 from normprops.dtypes import get_dtype, to_dtype
-from normprops.errors import ContractError, FatalTargetError
+from normprops.errors import ContractError, FatalTargetError, describe_exit
 from normprops.judge import Verdict, judge_bitwise, judge_close, judge_exact_constant, judge_output
 from normprops.launch import Target
 from normprops.ops import PROPERTIES, check_opt_in
@@ -48,6 +48,8 @@ def _call(target: Target, case: Case) -> np.ndarray | Verdict:
         reason = str(exc)
     except Exception as exc:  # a user's kernel may raise anything; that is a finding, not a crash
         reason = f"raised {type(exc).__name__}: {exc}{_where(exc)}"
+    except SystemExit as exc:  # sys.exit() in a kernel would end the hunt with the kernel's status
+        reason = f"{describe_exit(exc)}{_where(exc)}"
     return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
 
 

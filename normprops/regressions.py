@@ -34,7 +34,7 @@ import numpy as np
 from normprops import interrupt
 from normprops.case import Case, ShapeConstraints
 from normprops.dtypes import DTYPES, to_dtype
-from normprops.errors import FatalTargetError, FixtureError
+from normprops.errors import FatalTargetError, FixtureError, WriteError
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.judge import Verdict
 from normprops.launch import Target
@@ -182,7 +182,8 @@ def _versions() -> dict[str, str]:
 def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
     """Write ``finding``'s minimal and worst inputs under ``directory/<op>/``; return the path.
 
-    The same finding (kernel, property, minimal input) is written once."""
+    The same finding (kernel, property, minimal input) is written once. The folders are created
+    as needed; :class:`~normprops.errors.WriteError` names the file that could not be written."""
     fixture_id = case_id(finding.minimal, kernel=f"{target.backend}:{target.name}",
                          property=finding.property)
     folder = Path(directory) / target.op
@@ -206,6 +207,10 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "versions": _versions(),
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise WriteError(f"cannot create the fixtures folder {folder}: {exc.strerror or exc}") from exc
     write_json_atomically(path, doc)
     return path
 

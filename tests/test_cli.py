@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from normprops.cli import main
+from normprops.errors import UsageError, a_or_an
+from normprops.launch import target_from_callable
 
 USER_MODULE = textwrap.dedent('''
     import numpy as np
@@ -31,6 +33,10 @@ USER_MODULE = textwrap.dedent('''
 
     def softmax_raises(x):
         raise RuntimeError("kernel launch failed")
+
+    def softmax_exits(x):
+        import sys
+        sys.exit(3)  # 3 is also replay's status for unreadable fixtures: it must not leak out
 
     def softmax_hangs(x):
         while True:
@@ -96,11 +102,29 @@ def test_no_fixtures_flag(user_module: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("func, reason", [
     ("softmax_float64_out", "dtype float64, shape (2, 1), device cpu; expected a numpy float32 array"),
     ("softmax_raises", "raised RuntimeError: kernel launch failed"),
+    ("softmax_exits", "called sys.exit(3) at "),
 ])
 def test_broken_impls_are_findings_not_crashes(user_module: str, func: str, reason: str) -> None:
     code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:{func}",
                        "--families", "ordinary", "--max-examples", "5", "--no-fixtures")
     assert code == 1 and "contract" in out and reason in out
+
+
+def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(user_module: str,
+                                                                             tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_exits",
+                       "--max-examples", "5", "--no-fixtures", "--json", str(report))
+    assert code == 1 and "no counterexample" not in out
+    doc = json.loads(report.read_text())
+    assert doc["complete"] is True and doc["failures"]
+    assert all(f["property"] == "contract" and f["reason"].startswith("called sys.exit(3) at ")
+               and "userkernels_cli.py" in f["reason"] for f in doc["failures"])
+    (tmp_path / "exits_on_import.py").write_text("import sys\nsys.exit(3)\n")
+    code, _, err = run("hunt", "--op", "softmax", "--impl", "exits_on_import:f")
+    assert code == 2 and err.count("\n") == 1
+    assert "cannot import module 'exits_on_import'" in err
+    assert "it called sys.exit(3) while being imported" in err
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -109,7 +133,7 @@ def test_broken_impls_are_findings_not_crashes(user_module: str, func: str, reas
     (["hunt", "--op", "softmax", "--impl", "no_such_module_xyz:f"],
      "cannot import module 'no_such_module_xyz'"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:missing"], "has no attribute 'missing'"),
-    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:NOT_CALLABLE"], "names a int, not a function"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:NOT_CALLABLE"], "names an int, not a function"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "eps_scale"],
      "eps_scale not a family of softmax"),
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
@@ -120,6 +144,19 @@ def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str
     code, out, err = run(*argv)
     assert code == 2
     assert message in err
+
+
+@pytest.mark.parametrize("word, phrase", [
+    ("int", "an int"), ("object", "an object"), ("ellipsis", "an ellipsis"), ("float", "a float"),
+    ("NoneType", "a NoneType"), ("uint8", "a uint8"), ("ufunc", "a ufunc"), ("undefined", "an undefined"),
+])
+def test_a_type_name_gets_the_article_it_sounds_like(word: str, phrase: str) -> None:
+    assert a_or_an(word) == phrase
+
+
+def test_a_function_that_is_not_callable_is_named_with_its_article() -> None:
+    with pytest.raises(UsageError, match="fn must be callable but was an int$"):
+        target_from_callable(3, op="softmax")  # type: ignore[arg-type]
 
 
 def test_argparse_errors_exit_2() -> None:

@@ -124,7 +124,7 @@ def test_merge_refuses_two_reports_that_disagree_on_a_cell(tmp_path: Path) -> No
     doc["results"][0].update(passed=False, properties=["accuracy"])
     (tmp_path / "b.json").write_text(json.dumps(doc))
     code, _, err = run("report", "merge", str(tmp_path / "a.json"), str(tmp_path / "b.json"))
-    assert code == 2 and "k x tiny is also in an earlier report" in err
+    assert code == 3 and f"b.json: k x tiny is also in {tmp_path / 'a.json'}, with another outcome" in err
 
 
 @pytest.mark.parametrize("shard, message", [("0/3", "1 <= K <= N"), ("4/3", "1 <= K <= N"),

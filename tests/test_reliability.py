@@ -3,16 +3,19 @@ bad input, faults and interruption."""
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
@@ -230,6 +233,93 @@ def test_bad_output_paths_are_usage_errors_before_hunting(user_module: str, tmp_
     code, out, err = run(*argv)
     assert code == 2 and message in err and len(err.splitlines()) == 1
     assert out == "" and time.perf_counter() - start < 5  # nothing was hunted
+
+
+NO_NEW_FILES = Path("/proc")  # os.access says it is writable (to root), yet no file can be made in it
+
+
+@pytest.mark.skipif(not (NO_NEW_FILES / "self").exists(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("argv", [
+    ["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--json", "/proc/r.json"],
+    ["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--fixtures-dir", "/proc/fx"],
+    ["replay", "--op", "softmax", "--impl", "{module}:softmax_good", "--json", "/proc/r.json"],
+    ["report", "merge", "r.json", "--png", "/proc/m.png"],
+    ["bench", "--csv", "/proc/b.csv"],
+    ["bench", "--lead-png", "/proc/lead.png"],
+], ids=["hunt-json", "hunt-fixtures", "replay-json", "merge-png", "bench-csv", "bench-lead-png"])
+def test_an_output_where_no_file_can_be_created_is_a_usage_error(user_module: str, argv: list[str]) -> None:
+    start = time.perf_counter()
+    code, out, err = run(*(a.format(module=user_module) for a in argv))
+    assert code == 2 and len(err.splitlines()) == 1, out + err
+    assert "cannot create a file in /proc" in err
+    assert out == "" and time.perf_counter() - start < 5
+
+
+def test_json_into_a_missing_directory_is_refused_not_created(user_module: str, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_slow",
+                         "--json", "reports/today/r.json")
+    assert code == 2 and out == ""
+    assert err == ("normprops hunt: error: --json reports/today/r.json: no directory reports/today; "
+                   "create it first (mkdir -p reports/today)\n")
+    assert not (tmp_path / "reports").exists()
+    code, _, err = run("report", "merge", "r.json", "--json", "merged/all.json")
+    assert code == 2
+    assert err.startswith("normprops report merge: error: --json merged/all.json: no directory merged;")
+    assert run("hunt", "--help")[0] == 0
+    assert "go into a directory that exists" in " ".join(capsys.readouterr().out.split())
+
+
+def _disk_full(*args: object, **kwargs: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_report_that_cannot_be_written_at_the_end_is_one_line_exit_4(
+        user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import normprops.report
+
+    monkeypatch.setattr(normprops.report.os, "replace", _disk_full)  # checked fine, then the disk filled
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                         "--families", "ordinary", "--max-examples", "5", "--json", "r.json")
+    assert code == 4
+    assert "clean: 1 family" in out  # the results are printed all the same
+    assert err == ("normprops hunt: error: cannot write r.json: No space left on device; the results "
+                   "above are not saved\n")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".r.json")] == []  # no temporary left
+
+
+def test_a_fixture_that_cannot_be_written_stops_the_hunt_in_one_line_exit_4(
+        user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import normprops.report
+
+    monkeypatch.setattr(normprops.report.os, "replace", _disk_full)
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                         "--families", "overflow_logits,ordinary", "--max-examples", "30", "--seed", "0")
+    assert code == 4 and len(err.splitlines()) == 1, err
+    assert err.startswith("normprops hunt: error: cannot write normprops-fixtures/softmax/overflow_logits-")
+    assert err.endswith(".json: No space left on device\n")
+    assert "internal error" not in err and "bug" not in err
+
+
+@pytest.fixture
+def umask() -> Iterator[Callable[[int], None]]:
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
+def test_reports_and_fixtures_get_the_mode_the_umask_gives(user_module: str, tmp_path: Path,
+                                                           umask: Callable[[int], None], mask: int,
+                                                           mode: int) -> None:
+    umask(mask)
+    code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                     "--families", "overflow_logits", "--max-examples", "30", "--seed", "0",
+                     "--fixtures-dir", "fx", "--json", "r.json")
+    assert code == 1
+    fixtures = list((tmp_path / "fx" / "softmax").glob("*.json"))
+    assert fixtures and stat.S_IMODE((tmp_path / "r.json").stat().st_mode) == mode
+    assert {stat.S_IMODE(f.stat().st_mode) for f in fixtures} == {mode}
 
 
 # --- 6. the headline is the most severe failure, with digits enough ---------------------------

@@ -1,0 +1,220 @@
+"""`normprops report merge` merges only what makes one whole: every shard once, one seed, one set
+of settings, finished runs of one normprops version; `--allow-incomplete` merges anyway and says so."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from normprops import __version__
+from normprops.cli import main
+from normprops.report import IncompleteMerge, merge_reports
+
+USER_MODULE = textwrap.dedent('''
+    import numpy as np
+
+    def softmax_good(x):
+        z = x.astype(np.float64)
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
+''')
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    (tmp_path / "userkernels_merge.py").write_text(USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return "userkernels_merge"
+
+
+def _shard_doc(k: int, n: int = 2, **changes: Any) -> dict[str, Any]:
+    """A registry hunt's report of shard k/n: one cell, kernel k, failing accuracy when k is even."""
+    passed = k % 2 == 1
+    doc = {"format": "normprops-report/1", "normprops": __version__, "command": "hunt",
+           "backend": "numpy", "policy": "default", "oracle": "float64", "max_examples": 100,
+           "seed": 0, "shard": f"{k}/{n}", "targets": [], "complete": True, "error": None,
+           "notes": [],
+           "results": [{"target": f"rmsnorm[k{k}]", "kernel": f"k{k}", "op": "rmsnorm",
+                        "backend": "numpy", "family": "tiny", "passed": passed,
+                        "properties": [] if passed else ["accuracy"], "expected": "unclaimed"}],
+           "failures": [] if passed else [{"target": f"rmsnorm[k{k}]", "family": "tiny",
+                                            "property": "accuracy"}]}
+    doc.update(changes)
+    doc["results"][0]["backend"] = doc["backend"]
+    return doc
+
+
+def _write(path: Path, doc: dict[str, Any]) -> str:
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+# --- what a merge refuses: one line per problem, naming the file(s), exit 3, nothing written -----
+
+
+@pytest.mark.parametrize("docs, problems", [
+    pytest.param({"s1.json": _shard_doc(1)}, ["shard 2/2 is missing (the reports hold 1/2)"],
+                 id="a-shard-missing"),
+    pytest.param({"s1.json": _shard_doc(1), "s2.json": _shard_doc(2, seed=5)},
+                 ["s2.json: seed 5, but s1.json: seed 0"], id="another-seed"),
+    pytest.param({"s1.json": _shard_doc(1), "s2.json": _shard_doc(2, max_examples=50, policy="table")},
+                 ["s2.json: max_examples 50, but s1.json: max_examples 100",
+                  "s2.json: policy table, but s1.json: policy default"], id="other-settings"),
+    pytest.param({"s1.json": _shard_doc(1), "s2.json": _shard_doc(2, backend="cuda")},
+                 ["shard 2/2 of the hunt of --backend numpy is missing (the reports hold 1/2)",
+                  "shard 1/2 of the hunt of --backend cuda is missing (the reports hold 2/2)"],
+                 id="shards-of-other-kernels"),
+    pytest.param({"s1.json": _shard_doc(1), "s2.json": _shard_doc(2, complete=False, error="interrupted")},
+                 ["s2.json did not finish (interrupted)"], id="interrupted"),
+    pytest.param({"s1.json": _shard_doc(1), "s2.json": _shard_doc(2, normprops="0.0.1")},
+                 [f"s2.json was written by normprops 0.0.1, s1.json by {__version__}"], id="another-version"),
+    pytest.param({"s1.json": _shard_doc(1), "s1-copy.json": _shard_doc(1), "s2.json": _shard_doc(2)},
+                 ["shard 1/2 is given twice: s1.json, s1-copy.json"], id="a-shard-twice-in-two-files"),
+    pytest.param({"s1.json": _shard_doc(1), "s2.json": _shard_doc(2, n=3)},
+                 ["s2.json is shard 2/3, but s1.json is shard 1/2 (another split)",
+                  "shard 2/2 is missing (the reports hold 1/2)"], id="another-split"),
+    pytest.param({"s1.json": _shard_doc(1), "whole.json": _shard_doc(2, shard=None)},
+                 ["whole.json is not a shard (no --shard), but s1.json is shard 1/2 of the same kernels",
+                  "shard 2/2 is missing (the reports hold 1/2)"], id="a-report-that-is-no-shard"),
+])
+def test_a_merge_that_is_not_one_whole_exits_3_one_line_per_problem(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, docs: dict[str, dict[str, Any]],
+        problems: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    paths = [_write(Path(name), doc) for name, doc in docs.items()]
+    code, out, err = run("report", "merge", *paths, "--json", "merged.json")
+    assert code == 3, out + err
+    lines = err.splitlines()
+    assert lines[:-1] == [f"normprops report merge: error: {p}" for p in problems]
+    assert "--allow-incomplete" in lines[-1] and len(lines) == len(problems) + 1
+    assert out == "" and not Path("merged.json").exists()
+
+
+def test_the_same_file_twice_is_refused_not_counted_twice(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s1, s2 = _write(Path("s1.json"), _shard_doc(1)), _write(Path("s2.json"), _shard_doc(2))
+    (tmp_path / "sub").mkdir()
+    code, _, err = run("report", "merge", s1, s2, s2, f"sub/../{s2}")
+    assert code == 3
+    assert "error: s2.json is given twice\n" in err
+    assert "error: s2.json and sub/../s2.json are the same file\n" in err
+    # Merged anyway, each file is read once: one failure, not three.
+    merged = merge_reports([Path(s1), Path(s2), Path(s2)], allow_incomplete=True)
+    assert len(merged["failures"]) == 1 and len(merged["results"]) == 2
+    assert merged["problems"] == ["s2.json is given twice"]
+
+
+def test_allow_incomplete_merges_and_marks_the_result_incomplete(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s1 = _write(Path("s1.json"), _shard_doc(1, n=3))
+    s3 = _write(Path("s3.json"), _shard_doc(3, n=3, complete=False, error="interrupted"))
+    code, out, err = run("report", "merge", s1, s3, "--allow-incomplete", "--json", "merged.json")
+    assert code == 0 and err == ""  # both cells pass; the status is the cells'
+    assert "incomplete: shard 2/3 is missing (the reports hold 1/3, 3/3)" in out
+    assert "incomplete: s3.json did not finish (interrupted)" in out
+    doc = json.loads(Path("merged.json").read_text())
+    assert doc["complete"] is False
+    assert doc["problems"] == ["s3.json did not finish (interrupted)",
+                               "shard 2/3 is missing (the reports hold 1/3, 3/3)"]
+    assert doc["error"] == "; ".join(doc["problems"]) and doc["seed"] == 0
+
+
+def test_whole_shards_merge_complete_with_their_shared_settings(tmp_path: Path) -> None:
+    paths = [Path(_write(tmp_path / f"s{k}.json", _shard_doc(k))) for k in (2, 1)]
+    merged = merge_reports(paths)
+    assert merged["complete"] is True and merged["problems"] == [] and merged["error"] is None
+    assert {r["kernel"] for r in merged["results"]} == {"k1", "k2"}
+    assert (merged["seed"], merged["backend"], merged["max_examples"]) == (0, "numpy", 100)
+    assert "shard" not in merged
+
+
+def test_reports_of_other_kernels_merge_side_by_side(tmp_path: Path) -> None:
+    # Two hunts without --shard: other seeds and backends are theirs to have.
+    a = _write(tmp_path / "a.json", _shard_doc(1, shard=None, seed=1))
+    b = _write(tmp_path / "b.json", _shard_doc(2, shard=None, seed=2, backend="cuda"))
+    code, out, err = run("report", "merge", a, b)
+    assert code == 0 and err == "", err  # k2 fails a family it does not claim: no surprise
+    assert "2 reports, 2 cells, 1 failure" in out
+    # The same cell in two of them, with the same outcome, is one cell and its failures once.
+    again = _write(tmp_path / "again.json", _shard_doc(2, shard=None, seed=3, backend="cuda"))
+    merged = merge_reports([Path(a), Path(b), Path(again)])
+    assert len(merged["results"]) == 2 and len(merged["failures"]) == 1
+    assert "seed" not in merged  # not shared, so not claimed
+
+
+def test_sharded_hunts_of_other_kernels_merge_each_whole(tmp_path: Path) -> None:
+    # Two hunts spread over their own shards, with their own splits and example counts.
+    docs = [_shard_doc(k, n=2, backend="liger") for k in (1, 2)]
+    docs += [_shard_doc(k, n=3, backend="quack", max_examples=20) for k in (1, 2, 3)]
+    paths = [Path(_write(tmp_path / f"r{i}.json", doc)) for i, doc in enumerate(docs)]
+    merged = merge_reports(paths)
+    assert merged["complete"] is True and len(merged["results"]) == 2 + 3  # liger's k1, k2; quack's k1..k3
+    assert "backend" not in merged and "max_examples" not in merged and merged["seed"] == 0
+    with pytest.raises(IncompleteMerge) as caught:
+        merge_reports(paths[:-1])
+    assert caught.value.problems == ["shard 3/3 of the hunt of --backend quack is missing (the reports "
+                                     "hold 1/3, 2/3)"]
+
+
+def test_a_cell_with_two_outcomes_is_a_problem(tmp_path: Path) -> None:
+    a = _write(tmp_path / "a.json", _shard_doc(1, shard=None))
+    flipped = _shard_doc(1, shard=None)
+    flipped["results"][0].update(passed=False, properties=["accuracy"])
+    b = _write(tmp_path / "b.json", flipped)
+    with pytest.raises(IncompleteMerge) as caught:
+        merge_reports([Path(a), Path(b)])
+    assert caught.value.problems == [f"{b}: k1 x tiny is also in {a}, with another outcome"]
+
+
+def test_a_merged_report_that_cannot_be_written_after_all_is_one_line_exit_4(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import normprops.report
+
+    def disk_full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.chdir(tmp_path)
+    paths = [_write(Path(f"s{k}.json"), _shard_doc(k)) for k in (1, 2)]
+    monkeypatch.setattr(normprops.report.os, "replace", disk_full)
+    code, out, err = run("report", "merge", *paths, "--json", "merged.json")
+    assert code == 4 and "2 reports, 2 cells, 1 failure" in out
+    assert err == "normprops report merge: error: cannot write merged.json: No space left on device\n"
+
+
+# --- end to end: the shards of a hunt of a user's kernel -------------------------------------------
+
+
+def test_impl_shards_record_their_shard_and_only_all_of_them_merge(user_module: str,
+                                                                   tmp_path: Path) -> None:
+    common = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
+              "ordinary,ragged,tiny", "--max-examples", "5", "--seed", "0", "--no-fixtures"]
+    for k in (1, 2):
+        assert run(*common, "--shard", f"{k}/2", "--json", f"s{k}.json")[0] == 0
+    docs = [json.loads(Path(f"s{k}.json").read_text()) for k in (1, 2)]
+    assert [d["shard"] for d in docs] == ["1/2", "2/2"]
+    assert all(d["families"] == ["ordinary", "ragged", "tiny"] for d in docs)  # asked for, not hunted
+    assert [[r["family"] for r in d["results"]] for d in docs] == [["ordinary", "tiny"], ["ragged"]]
+    code, out, err = run("report", "merge", "s1.json", "s2.json", "--json", "all.json")
+    assert code == 0 and "2 reports, 3 cells, 0 failures" in out, out + err
+    assert json.loads(Path("all.json").read_text())["complete"] is True
+    code, _, err = run("report", "merge", "s1.json")
+    assert code == 3 and "shard 2/2 is missing" in err
+    # Another kernel flag is another hunt, even with the same --impl.
+    assert run(*common, "--shard", "2/2", "--ftz", "--json", "s2ftz.json")[0] == 0
+    code, _, err = run("report", "merge", "s1.json", "s2ftz.json")
+    assert code == 3 and "error: s2ftz.json: ftz True, but s1.json: ftz False\n" in err
