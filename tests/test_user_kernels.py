@@ -419,11 +419,15 @@ def test_findings_that_may_be_a_choice_come_with_the_flag_that_declares_it() -> 
     with pytest.raises(AssertionError) as caught:
         normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["ordinary", "huge"],
                                 max_examples=10, seed=0)
-    assert "--cols-multiple-of K" in str(caught.value)
-    # Declared, the width hint goes; huge still fails, and says why.
+    # Checked: the same rows at a multiple of 8 columns run, at a multiple of 2 or 4 they raise.
+    assert "--cols-multiple-of 8 (cols_multiple_of=8)" in str(caught.value)
+    # Declared, the width hint goes; huge is information unless range safety is asked for, and a
+    # failure then says why.
+    declared = dict(op="rmsnorm", families=["huge"], cols_multiple_of=8, max_examples=10, seed=0)
+    assert [f.property for f in normprops.assert_robust(rms_norm_widths_of_8, **declared).information] \
+        == ["range_safety"]
     with pytest.raises(AssertionError) as caught:
-        normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["huge"],
-                                cols_multiple_of=8, max_examples=10, seed=0)
+        normprops.assert_robust(rms_norm_widths_of_8, opt_in=["range_safety"], **declared)
     assert "--cols-multiple-of" not in str(caught.value) and "squares overflow" in str(caught.value)
 
 
