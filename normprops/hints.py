@@ -139,10 +139,14 @@ def _width_candidates(widths: list[int]) -> list[tuple[_Declaration, ShapeConstr
     return out
 
 
-def _nearest_allowed(cols: int, widths: ShapeConstraints) -> int:
+def _nearest_allowed(cols: int, widths: ShapeConstraints) -> list[int]:
+    """The allowed widths next to ``cols``: for a multiple of K, the one below and the one above
+    (a kernel that takes only some multiples of K is not explained by K)."""
+    if widths.max_cols is not None:
+        return [min(cols, widths.max_cols)]
     k = widths.cols_multiple_of
-    cols = max(k, cols - cols % k, widths.min_cols)
-    return cols if widths.max_cols is None else min(cols, widths.max_cols)
+    below, above = max(k, cols - cols % k, widths.min_cols), max(-(-cols // k) * k, widths.min_cols)
+    return list(dict.fromkeys([below, above]))
 
 
 def _families(findings: list[Finding]) -> str:
@@ -182,12 +186,12 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
             cases = _cases(raised)
             widths = sorted({c.cols for c in cases})
             for declaration, allowed in _width_candidates(widths):
-                moved = [_at_width(c, _nearest_allowed(c.cols, allowed)) for c in cases]
+                moved = [_at_width(c, w) for c in cases for w in _nearest_allowed(c.cols, allowed)]
                 if _passes(replace(target, constraints=allowed), moved, frozenset({"contract"}),
                            policy=policy, oracle=oracle):
                     out.append(f"hint: {declaration.flag} ({declaration.keyword}) explains every "
                                f"raise here (widths {', '.join(map(str, widths))}): the same rows "
-                               f"at such a width run. {declaration.meaning}.")
+                               f"at the allowed widths next to them run. {declaration.meaning}.")
                     break
     except FatalTargetError:  # the target cannot run again: no more checking, no more hints
         pass
