@@ -152,8 +152,8 @@ def _add_kernel_flags(p: argparse.ArgumentParser) -> None:
                    help="optional properties it promises too: " + ", ".join(sorted(OPTIONAL))
                         + " (exact_constant: a constant layer-norm row gives beta exactly, a zero "
                           "RMS-norm row 0; range_safety: right for rows of any finite magnitude, "
-                          "judged by default for softmax, and for a norm otherwise shown as "
-                          "information, not a failure)")
+                          "always judged for softmax; a norm that does not check it has its huge "
+                          "findings shown as information, not failures)")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")

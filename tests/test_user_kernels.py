@@ -446,6 +446,21 @@ def test_replay_skips_fixtures_outside_the_widths_given(tmp_path: Path,
     assert "wide, outside the widths given (cols a multiple of 4)" in out.getvalue()
 
 
+def test_the_readme_lists_hunt_kernel_keywords_as_they_are() -> None:
+    import inspect
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    (listed,) = re.findall(r"`hunt_kernel\((.*?)\)`", readme, flags=re.DOTALL)
+    items = [item.strip() for item in listed.replace("\n", " ").split(",")]
+    params = inspect.signature(normprops.hunt_kernel).parameters
+    assert [i.partition("=")[0] for i in items if i != "*"] == list(params)
+    for item in items:
+        name, given, default = item.partition("=")
+        if given:
+            assert eval(default) == params[name].default, f"README: {item}, code: {params[name]}"
+
+
 def test_assert_robust_shows_the_keywords_it_takes() -> None:
     import inspect
 
