@@ -26,11 +26,13 @@ from hypothesis import settings as hypothesis_settings
 
 from normprops.case import ShapeConstraints
 from normprops.errors import UsageError
+from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult, hunt
+from normprops.information import hunt_information
 from normprops.launch import Target, target_from_callable
 from normprops.ops import get_op
 from normprops.regressions import save_findings
-from normprops.report import Report, format_finding, hints
+from normprops.report import Report, format_finding
 from normprops.strategies import families_for
 
 __all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json", "deadline_after"]
@@ -56,14 +58,17 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
                   on_result: Callable[[HuntResult, str | None], None] | None = None,
                   stop_on_repeated_contract: bool = True) -> HuntRun:
     """Hunt ``target`` on each of ``families`` in turn; fixtures under ``fixtures_dir`` for the
-    families ``save`` accepts. ``on_result(result, note)`` sees each family as it finishes (note:
-    a one-line remark, e.g. that its contract failure repeats an earlier one). A matrix of many
-    kernels wants every cell: ``stop_on_repeated_contract=False`` hunts on (each family still
-    hunts its other properties past a contract failure)."""
+    families ``save`` accepts. What the target does not promise but is worth knowing (range safety
+    for a norm that does not ask for it) is hunted too and comes back as information
+    (:class:`~normprops.information.InformedResult`), never as a failure or a fixture.
+    ``on_result(result, note)`` sees each family as it finishes (note: a one-line remark, e.g. that
+    its contract failure repeats an earlier one). A matrix of many kernels wants every cell:
+    ``stop_on_repeated_contract=False`` hunts on (each family still hunts its other properties
+    past a contract failure)."""
     run = HuntRun()
     contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
     for family in families:
-        result = hunt(target, family=family, config=config)
+        result = hunt_information(target, hunt(target, family=family, config=config), config=config)
         repeat = None
         contract = next((f for f in result.findings if f.property == "contract"), None)
         if contract is not None:
@@ -100,6 +105,7 @@ def target_json(target: Target) -> dict[str, Any]:
         "framework": target.adapter.framework, "device": target.adapter.device,
         "dtype": target.dtype, "constraints": target.constraints.to_json(),
         "ignore": sorted(target.ignore), "opt_in": sorted(target.opt_in),
+        "information": sorted(target.information),
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
     }
@@ -141,15 +147,17 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``threads``: threads that cooperate on a row in ``fn``'s reduction (default 32);
       ``reduction``: "sequential" (each adds its share in turn) or "tree" (pairwise).
     - ``arithmetic``: the type ``fn`` computes in: "float32", or "bfloat16" when every operation
-      rounds to bfloat16 (the bounds then use bfloat16's unit roundoff).
+      rounds to bfloat16 (the bounds then use bfloat16's unit roundoff; needs ``dtype="bfloat16"``).
     - ``opt_in``: optional properties ``fn`` promises too (``"exact_constant"``: an exactly
-      constant layer-norm row gives beta, a zero RMS-norm row 0).
+      constant layer-norm row gives beta, a zero RMS-norm row 0; ``"range_safety"``: a norm is
+      right for rows of any finite magnitude, which is otherwise hunted as information only).
     - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops.
     - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
       found (``report.cut_short``, each result's ``examples`` says how far it got).
 
-    Returns a :class:`~normprops.report.Report`: ``.passed``, and ``.failures`` with one entry
-    per (family, property) that failed. Raises :class:`~normprops.errors.UsageError` (a
+    Returns a :class:`~normprops.report.Report`: ``.passed``, ``.failures`` with one entry per
+    (family, property) that failed, ``.information`` (e.g. a norm that is not range-safe) and
+    ``.hints`` (declarations checked to explain the failures). Raises :class:`~normprops.errors.UsageError` (a
     ``ValueError``) naming a bad argument."""
     try:
         get_op(op)
@@ -181,6 +189,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         report.cut_short = True
     if run.stopped:
         report.notes.append(f"stopped: {run.stopped}")
+    if not any(r.fatal for r in run.results):  # a target that hung or faulted is not run again
+        report.hints = hints(report.failures, target=target, policy=config.policy,
+                             oracle=config.oracle)
     return report
 
 
@@ -209,7 +220,7 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
              f"{len(report.failures)} propert{'y' if len(report.failures) == 1 else 'ies'}:"]
     lines += [format_finding(f, indent="  ") for f in report.failures]
     lines += report.notes
-    lines += hints(report.failures, target=target)
+    lines += report.hints
     if any(f.fixture for f in report.failures):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"

@@ -53,7 +53,9 @@ from normprops.errors import (
     describe_exit,
 )
 from normprops.frameworks import FRAMEWORKS
+from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult
+from normprops.information import WORDS, information_of
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
@@ -75,7 +77,6 @@ from normprops.report import (
     cell_text,
     check_can_create_in,
     format_finding,
-    hints,
     matrix_legend,
     render_matrix,
 )
@@ -171,7 +172,7 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                    help="where its arrays live: torch 'cuda' (default when available) or 'cpu'; "
                         "jax 'gpu' or 'cpu'; cupy 'cuda:N'")
     g.add_argument("--ignore", type=_ignore_list, default=frozenset(), metavar="P1,P2",
-                   help="properties it does not promise, not judged: "
+                   help="properties it does not promise, not judged (nor hunted): "
                         + ", ".join(sorted(IGNORABLE)))
     g.add_argument("--ftz", action="store_true",
                    help="it flushes subnormals to zero (FTZ/DAZ); without this it is judged as IEEE")
@@ -183,9 +184,14 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                         "meet in a tree (sequential, the default), or a pairwise tree over the row")
     g.add_argument("--arithmetic", choices=("float32", "bfloat16"), default="float32",
                    help="the type it computes in (default float32); bfloat16 when every operation "
-                        "rounds to bfloat16")
+                        "rounds to bfloat16 (bounds 65536 times wider; needs --dtype bfloat16: "
+                        "with float32 storage it is a usage error)")
     g.add_argument("--check", type=_opt_in_list, default=frozenset(), metavar="P1,P2",
-                   help="optional properties it promises too: " + ", ".join(sorted(OPTIONAL)))
+                   help="optional properties it promises too: " + ", ".join(sorted(OPTIONAL))
+                        + " (exact_constant: a constant layer-norm row gives beta exactly, a zero "
+                          "RMS-norm row 0; range_safety: right for rows of any finite magnitude, "
+                          "always judged for softmax; a norm that does not check it has its huge "
+                          "findings shown as information, not failures)")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")
@@ -519,6 +525,9 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     status = "pass" if result.passed else "FAIL " + ",".join(result.properties)
     if result.interrupted and result.passed:
         status = "stopped"
+    words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
+    if words:
+        status += f" ({words})"
     # A failing family's worst includes its findings (inf: an outright failure such as a
     # non-finite output or a broken contract, which has no finite ratio).
     worst = max([result.max_ratio, *(r for f in result.findings
@@ -614,6 +623,9 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ignored = f"; not judged: {', '.join(sorted(target.ignore))}" if target.ignore else ""
         if target.opt_in:
             ignored += f"; also judged: {', '.join(sorted(target.opt_in))}"
+        if target.information:
+            ignored += (f"; hunted as information only: {', '.join(sorted(target.information))} "
+                        f"(--check to judge)")
         if target.error_model.arithmetic != "float32":
             ignored += f"; computes in {target.error_model.arithmetic}"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
@@ -630,6 +642,10 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if note is None:
                 for finding in result.findings:
                     print(format_finding(finding), file=out)
+            for finding in information_of(result):
+                print(f"    {WORDS[finding.property]}: information, not a failure ({finding.property} "
+                      f"is not judged; --check {finding.property} judges it)", file=out)
+                print(format_finding(finding, indent="      "), file=out)
 
         hunted = hunt_families(target, families=families, fixtures_dir=fixtures, on_result=show,
                                config=replace(config, deadline=deadline_after(args.time_budget)))
@@ -642,7 +658,10 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary()
         failed = [r for r, _ in report.results if not r.passed]
         findings = sum(len(r.findings) for r in failed)
-        for line in hints([f for r in failed for f in r.findings], target=report.targets[0]):
+        if not any(r.fatal for r in hunted.results):  # a target that hung is not run again
+            report.hints = hints(report.failures, target=target, policy=config.policy,
+                                 oracle=config.oracle)
+        for line in report.hints:
             print(line, file=out)
         print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
               f"{'s' * (findings != 1)})." if failed

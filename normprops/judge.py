@@ -24,6 +24,7 @@ __all__ = [
     "judge_bitwise",
     "judge_close",
     "judge_exact_constant",
+    "range_rows",
     "bits_equal",
     "ratio_fit",
     "softmax_ratios",
@@ -134,6 +135,12 @@ class _Verdicts:
                                    float(ratio), reason)
 
 
+def range_rows(case: Case, ref: Reference) -> np.ndarray:
+    """Per row: judged by ``range_safety`` rather than ``accuracy`` / ``finite``: outside the
+    accuracy domain, or in the family ``huge``."""
+    return ~ref.in_domain | (case.family == "huge")
+
+
 def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
                  label: str, skip: frozenset[str] = frozenset()) -> tuple[list[Verdict], float]:
     """Judge one output against its reference. Returns the failures and the worst err/tol ratio
@@ -147,21 +154,21 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
 
     judged = ref.judged_rows[:, None] & np.isfinite(ref.z)
     accurate_rows = (~tol.finite_only)[:, None]
-    range_rows = (~ref.in_domain)[:, None] | (case.family == "huge")
+    range_row = range_rows(case, ref)[:, None]
     finite_prop = "finite"
 
     # Non-finite output where the exact result is finite: an outright failure.
     bad = judged & ~np.isfinite(got)
     if bad.any():
         r, c = _worst(np.ones_like(err), bad)
-        prop = "range_safety" if range_rows[r, 0] else finite_prop
+        prop = "range_safety" if range_row[r, 0] else finite_prop
         v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c],
               reason=f"non-finite output where the exact result is {ref.z[r, c]:.5g}")
 
     check = judged & accurate_rows & np.isfinite(got)
     failing = check & ~(err <= tol.tol)
     if failing.any():
-        for prop, rows_mask in (("range_safety", range_rows), ("accuracy", ~range_rows)):
+        for prop, rows_mask in (("range_safety", range_row), ("accuracy", ~range_row)):
             sel = failing & rows_mask
             if sel.any():
                 r, c = _worst(ratio, sel)
@@ -169,12 +176,12 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
                       tolerance=tol.tol[r, c], ratio=ratio[r, c])
     counted = check
     if "range_safety" in skip:
-        counted = counted & ~range_rows
+        counted = counted & ~range_row
     if "accuracy" in skip:
-        counted = counted & range_rows
+        counted = counted & range_row
     worst_ratio = float(np.max(np.where(counted, ratio, 0.0))) if counted.any() else 0.0
     if tol.ratio_tol is not None:
-        _judge_ratios(got, ref, tol.ratio_tol, range_rows[:, 0], v)
+        _judge_ratios(got, ref, tol.ratio_tol, range_row[:, 0], v)
 
     # Rows with NaN/inf input: NaN, or the IEEE limit where one exists.
     nf = ref.nonfinite_rows[:, None] & np.ones_like(judged)

@@ -22,7 +22,7 @@ import numpy as np
 from normprops.case import Case, ShapeConstraints
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
 from normprops.frameworks import Adapter, get_adapter
-from normprops.ops import check_ignore, check_opt_in, get_op
+from normprops.ops import INFORMATIVE, JUDGED_BY_DEFAULT, OPTIONAL, check_ignore, check_opt_in, get_op
 from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
@@ -81,6 +81,19 @@ class Target:
     @property
     def label(self) -> str:
         return f"{self.op}[{self.name}]"
+
+    @property
+    def unjudged(self) -> frozenset[str]:
+        """Properties not judged: those it does not promise, and the optional ones neither asked
+        for nor judged by default for its op."""
+        asked = self.opt_in | JUDGED_BY_DEFAULT.get(self.op, frozenset())
+        return self.ignore | (OPTIONAL - asked)
+
+    @property
+    def information(self) -> frozenset[str]:
+        """Properties hunted though not judged, their findings shown as information (range safety
+        for a norm that does not ask for it); never those it declines with ``ignore``."""
+        return (INFORMATIVE & self.unjudged) - self.ignore
 
     def run(self, case: Case) -> np.ndarray:
         """Call the target on fresh copies of ``case``'s inputs; the output as float32 numpy."""
@@ -141,16 +154,34 @@ def target_from_spec(spec: KernelSpec) -> Target:
     else:
         adapter = get_adapter(spec.framework, dtype=spec.dtype, device=spec.device)
     stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS or adapter.on_gpu else 0
+    # Range safety is judged wherever a registered kernel is hunted: its claims say, family by
+    # family, what it promises (cuda-prod's norms claim huge), and an unclaimed cell is information.
+    opt_in = frozenset({"range_safety"}) - spec.exempt
     return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
-                  stress_rows=stress, ignore=spec.exempt, dtype=spec.dtype, adapter=adapter,
-                  constraints=spec.constraints)
+                  stress_rows=stress, ignore=spec.exempt, opt_in=opt_in, dtype=spec.dtype,
+                  adapter=adapter, constraints=spec.constraints)
 
 
-def _check_ignore(ignore: object) -> frozenset[str]:
+def _check_promises(ignore: object, opt_in: object) -> tuple[frozenset[str], frozenset[str]]:
+    """``ignore`` and ``opt_in`` validated, and disjoint: UsageError otherwise."""
     try:
-        return check_ignore(ignore)
+        ignored, asked = check_ignore(ignore), check_opt_in(opt_in)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    both = sorted(ignored & asked)
+    if both:
+        raise UsageError(f"{', '.join(both)} both ignored and checked (--ignore and --check, ignore= "
+                         f"and opt_in=): a kernel promises a property or does not; keep one")
+    return ignored, asked
+
+
+def _check_arithmetic(arithmetic: str, dtype: str) -> None:
+    """bfloat16 arithmetic needs 16-bit storage: on float32 storage it would judge float32 outputs
+    with bounds 65536 times wider, and pass what float32 arithmetic fails."""
+    if arithmetic == "bfloat16" and dtype == "float32":
+        raise UsageError("--arithmetic bfloat16 (arithmetic=\"bfloat16\") declares a kernel whose every "
+                         "operation rounds to bfloat16, which its float32 storage does not; for a "
+                         "kernel that stores bfloat16, add --dtype bfloat16 (dtype=\"bfloat16\")")
 
 
 def _check_arity(fn: Callable[..., object], params: tuple[str, ...], op: str) -> None:
@@ -183,7 +214,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     default 32); ``reduction``: "sequential" (each thread adds its share in turn) or "tree"
     (pairwise); ``arithmetic``: the type it computes in ("float32", or "bfloat16" for a kernel
     whose every operation rounds to bfloat16). ``ftz``: the kernel flushes subnormals to zero (the
-    tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant").
+    tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant";
+    "range_safety", which a norm is otherwise hunted on for information only).
     Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
         raise UsageError(f"fn must be callable but was {a_or_an(type(fn).__name__)}")
@@ -200,13 +232,14 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     try:
         model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz), reduction=reduction,
                         arithmetic=arithmetic, **({} if threads is None else {"threads": threads}))
-        chosen = check_opt_in(opt_in)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    _check_arithmetic(arithmetic, dtype)
+    ignored, chosen = _check_promises(ignore, opt_in)
     label = name or getattr(fn, "__name__", None) or type(fn).__name__
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
-                  ignore=_check_ignore(ignore), opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
+                  ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
                   adapter=adapter, constraints=constraints)
 
 
@@ -237,8 +270,8 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
 
     try:
         model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz), reduction=reduction)
-        chosen = check_opt_in(opt_in)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    ignored, chosen = _check_promises(ignore, opt_in)
     return Target(kernel, op, "cuda-user", guarded, model, stress_rows=GPU_STRESS_ROWS,
-                  ignore=_check_ignore(ignore), opt_in=chosen, constraints=constraints)
+                  ignore=ignored, opt_in=chosen, constraints=constraints)

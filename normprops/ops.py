@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["OpSpec", "OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE", "check_ignore",
-           "OPTIONAL", "check_opt_in"]
+           "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
@@ -67,7 +67,8 @@ PROPERTIES: dict[str, str] = {
     "finite": "finite output wherever the exact result is finite",
     "nan_propagation": "a row with NaN (or an infinity) gives NaN or the IEEE limit, nothing else",
     "masked_rows": "a fully masked softmax row gives all NaN or all zeros",
-    "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge)",
+    "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge); "
+                    "softmax: judged by default; norms: opt-in, else shown as information",
     "accuracy": "within the condition-aware tolerance of the exact result",
     "ratios": "softmax: y_i / y_j = exp(x_i - x_j) within a bound that does not grow with the row",
     "exact_constant": "opt-in: an exactly constant row gives beta (layer norm), a zero row 0 (RMS norm)",
@@ -83,12 +84,23 @@ PROPERTIES: dict[str, str] = {
 
 
 #: Properties judged only for a kernel that asks for them (``Target.opt_in``): a contract some
-#: users hold and others do not (docs/tolerances.md, "Exactly constant rows").
-OPTIONAL = frozenset({"exact_constant"})
+#: users hold and others do not. ``exact_constant``: docs/tolerances.md, "Exactly constant rows".
+#: ``range_safety``: a norm's squares overflow float32 past |x| of about 1.8e19 unless it scales
+#: each row first, which PyTorch's, Liger's, QuACK's and the textbook norms do not.
+OPTIONAL = frozenset({"exact_constant", "range_safety"})
+
+#: Optional properties an op judges whether asked or not: softmax kernels subtract the row max, so
+#: a row of any finite magnitude (family huge) is ordinary for them.
+JUDGED_BY_DEFAULT: dict[str, frozenset[str]] = {"softmax": frozenset({"range_safety"})}
+
+#: Optional properties hunted all the same when not judged, their findings shown as information
+#: ("not range-safe"), never as failures: whether a kernel is range-safe is worth knowing either way.
+INFORMATIVE = frozenset({"range_safety"})
 
 #: What a kernel may declare it does not promise: everything but the calling contract, finite
-#: outputs for finite results, and the optional properties (not judged unless asked for).
-IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite"} - OPTIONAL
+#: outputs for finite results, and ``exact_constant`` (not judged unless asked for). Range safety
+#: is both: a softmax may decline it, a norm may ask for it.
+IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite", "exact_constant"}
 
 
 def _property_names(value: object, *, allowed: frozenset[str], what: str, wrong: str) -> frozenset[str]:

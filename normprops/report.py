@@ -20,9 +20,10 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from normprops.case import Case, ShapeConstraints
+from normprops.case import Case
 from normprops.errors import WriteError
 from normprops.hunt import Finding, HuntResult
+from normprops.information import WORDS, information_of
 from normprops.judge import Verdict
 from normprops.ops import PROPERTIES
 from normprops.strategies import FAMILIES
@@ -94,31 +95,6 @@ def _row_line(case: Case, r: int) -> str:
     return f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
 
 
-def hints(findings: Iterable[Finding], *, target: dict[str, Any]) -> list[str]:
-    """What a kernel author can do about these findings when they may be a choice rather than a bug:
-    one line per kind, each naming the flag that declares it. ``target``: the report's description
-    of the kernel (:func:`normprops.api.target_json`)."""
-    found = list(findings)
-    op, dtype, arithmetic = target["op"], target["dtype"], target["arithmetic"]
-    constrained = target["constraints"] != ShapeConstraints().to_json()
-    out: list[str] = []
-    if op in ("layernorm", "rmsnorm") and any(f.property == "range_safety" for f in found):
-        out.append("hint: squares overflow float32 past |x| of about 1.8e19, so a norm that does "
-                   "not scale its rows first fails huge. If yours does not promise range safety: "
-                   "--ignore range_safety (ignore=[\"range_safety\"])")
-    if dtype != "float32" and arithmetic == "float32" and any(
-            f.property == "accuracy" and f.verdict.ratio < 4 for f in found):
-        out.append(f"hint: accuracy just past the bound in {dtype}: a kernel that rounds to {dtype} "
-                   f"between steps (e.g. casts, then multiplies by gamma in {dtype}) is judged as "
-                   f"one that does with --arithmetic {dtype} (arithmetic=\"{dtype}\")")
-    if not constrained and any(f.property == "contract" and "raised" in f.verdict.reason
-                               for f in found):
-        out.append("hint: if your kernel accepts only some widths, declare them: "
-                   "--cols-multiple-of K, --min-cols N, --max-cols N (cols_multiple_of=, "
-                   "min_cols=, max_cols=)")
-    return out
-
-
 def format_finding(finding: Finding, *, indent: str = "    ") -> str:
     """The verdict, the minimal input, the worst seen and the fixture, indented."""
     lines = [finding.message]
@@ -138,10 +114,21 @@ def cell_text(result: HuntResult | None, *, expected: str | None = None) -> str:
     "unclaimed", or None for a kernel that declares nothing."""
     if result is None:
         return "-"
-    return _cell(result.passed, result.properties, result.interrupted or result.cut_short, expected)
+    return _cell(result.passed, result.properties, result.interrupted or result.cut_short, expected,
+                 information=[f.property for f in information_of(result)])
 
 
-def _cell(passed: bool, properties: Iterable[str], interrupted: bool, expected: str | None) -> str:
+def _cell(passed: bool, properties: Iterable[str], interrupted: bool, expected: str | None, *,
+          information: Iterable[str] = ()) -> str:
+    text = _judged_cell(passed, properties, interrupted, expected)
+    words = ", ".join(WORDS.get(p, p) for p in information)
+    if not words:
+        return text
+    return words if text == "pass" else f"{text} ({words})"
+
+
+def _judged_cell(passed: bool, properties: Iterable[str], interrupted: bool,
+                 expected: str | None) -> str:
     props = "+".join(SHORT.get(p, p) for p in properties)
     if interrupted and passed:
         return "stopped"
@@ -163,7 +150,8 @@ def cell_from_json(result: dict[str, Any]) -> Cell:
     kernel = result.get("kernel") or result["target"]
     return Cell(f"{op} ({backend})" if backend else op, kernel, result["family"],
                 _cell(result["passed"], result["properties"],
-                      bool(result.get("interrupted") or result.get("cut_short")), result.get("expected")))
+                      bool(result.get("interrupted") or result.get("cut_short")), result.get("expected"),
+                      information=result.get("information", ())))
 
 
 @dataclass(frozen=True)
@@ -201,11 +189,16 @@ def render_matrix(cells: Iterable[Cell], *, sort: bool = False) -> str:
 
 def matrix_legend(cells: Iterable[Cell]) -> str:
     """What the cells of this matrix mean, and the short property names used in it."""
-    texts = {c.text for c in cells}
+    informed = {c.text for c in cells}
+    texts = {_without_information(t) for t in informed}
     words = {w.strip("()").split(":", 1)[0] for w in texts}
     parts = []
     if "pass" in words:
         parts.append("pass: hunted, nothing found")
+    for prop, word in WORDS.items():
+        if any(word in t for t in informed):
+            parts.append(f"{word}: information, not a failure ({prop} is hunted but not judged; "
+                         f"--check {prop} judges it)")
     if "caught" in words or "MISSED" in words:
         parts.append("caught / MISSED: the kernel's known bug found / not found")
     if "known" in words:
@@ -218,7 +211,7 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
         parts.append("-: not hunted")
     if "stopped" in texts:
         parts.append("stopped: cut short (Ctrl-C, the time budget) before anything was found")
-    known = {"pass", "caught", "MISSED", "known", "FAIL", "-", "stopped"}
+    known = {"pass", "caught", "MISSED", "known", "FAIL", "-", "stopped", ""}
     if any(not t.startswith("(") and t.split(":", 1)[0] not in known for t in texts):
         parts.append("a+b: the properties that failed")
     used = {p for t in texts for p in t.strip("()").split(":", 1)[-1].split("+")}
@@ -226,6 +219,13 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
     if short:
         parts.append("properties: " + ", ".join(short))
     return "legend: " + "; ".join(parts)
+
+
+def _without_information(text: str) -> str:
+    """A cell's text less its information words ("not range-safe"): what was judged."""
+    for word in WORDS.values():
+        text = text.replace(f" ({word})", "").replace(word, "")
+    return text
 
 
 def _finite_or_text(v: float) -> float | str:
@@ -254,6 +254,8 @@ def result_json(result: HuntResult, *, expected: str | None = None) -> dict[str,
         doc["cut_short"] = True
     if result.fatal:
         doc["fatal"] = True
+    if information_of(result):
+        doc["information"] = [f.property for f in information_of(result)]
     if expected is not None:
         doc["expected"] = expected
     return doc
@@ -285,6 +287,7 @@ class Report:
     targets: list[dict[str, Any]] = field(default_factory=list)
     results: list[tuple[HuntResult, str | None]] = field(default_factory=list)  # with expectation
     notes: list[str] = field(default_factory=list)
+    hints: list[str] = field(default_factory=list)  # checked declarations (normprops.hints)
     error: str | None = None  # why the run did not finish
     cut_short: bool = False  # its time budget was spent before everything was hunted
     extra: dict[str, Any] = field(default_factory=dict)
@@ -297,6 +300,12 @@ class Report:
     @property
     def failures(self) -> list[Finding]:
         return [f for result, _ in self.results for f in result.findings] + self.fixture_failures
+
+    @property
+    def information(self) -> list[Finding]:
+        """Findings of properties hunted but not promised (a norm that is not range-safe): shown,
+        never failures."""
+        return [f for result, _ in self.results for f in information_of(result)]
 
     def to_json(self) -> dict[str, Any]:
         from normprops import __version__
@@ -311,9 +320,11 @@ class Report:
             "error": self.error,
             "cut_short": self.cut_short,
             "notes": self.notes,
+            "hints": self.hints,
             "results": [result_json(r, expected=e) for r, e in self.results],
             "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
                         + [failure_json(f) for f in self.fixture_failures],
+            "information": [failure_json(f) for f in self.information],
             **self.extra,
         }
 
@@ -392,8 +403,10 @@ def load_report(path: Path) -> dict[str, Any]:
         for key, kind in (("target", str), ("family", str), ("passed", bool), ("properties", list)):
             if not isinstance(r.get(key), kind):
                 raise ReportError(f"{path}: results[{i}].{key} is missing or not a {kind.__name__}")
-        if not all(isinstance(p, str) and p in PROPERTIES for p in r["properties"]):
-            raise ReportError(f"{path}: results[{i}].properties names an unknown property")
+        for key in ("properties", "information"):
+            if not isinstance(r.get(key, []), list) or not all(
+                    isinstance(p, str) and p in PROPERTIES for p in r.get(key, [])):
+                raise ReportError(f"{path}: results[{i}].{key} names an unknown property")
     return doc
 
 
@@ -523,6 +536,7 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
 
     results: dict[tuple[str, str, str], tuple[Path, dict[str, Any]]] = {}
     failures: list[dict[str, Any]] = []
+    information: list[dict[str, Any]] = []
     for path, doc in docs:
         # (target, family) of the cells an earlier report holds, and of those it does not (the
         # failures name no backend; one label may be hunted on several).
@@ -536,12 +550,14 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
                 continue
             repeated.add((r["target"], r["family"]))
             earlier, held = results[key]
-            if (held["passed"], held["properties"]) != (r["passed"], r["properties"]):
+            if _outcome(held) != _outcome(r):
                 problems.append(f"{path}: {key[1]} x {key[2]} is also in {earlier}, with another "
                                 f"outcome")
         # A cell held twice keeps the earlier report's failures: none is counted twice.
         failures += [f for f in doc["failures"]
                      if (f.get("target"), f.get("family")) not in repeated - fresh]
+        information += [f for f in doc.get("information", []) if isinstance(f, dict)
+                        and (f.get("target"), f.get("family")) not in repeated - fresh]
     if problems and not allow_incomplete:
         raise IncompleteMerge(problems)
     shared = {}  # what every report agrees on: a merged hunt keeps its seed and settings
@@ -552,12 +568,18 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
     return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge", **shared,
             "merged_from": [str(p) for p, _ in docs], "complete": not problems,
             "error": "; ".join(problems) or None, "problems": problems, "notes": [],
-            "results": [r for _, r in results.values()], "failures": failures}
+            "results": [r for _, r in results.values()], "failures": failures,
+            "information": information}
+
+
+def _outcome(result: dict[str, Any]) -> tuple[Any, ...]:
+    return result["passed"], result["properties"], result.get("information", [])
 
 
 #: Cell colours of the matrix plot, by the cell's first word.
 _COLOURS = {"pass": "#b7e1b0", "caught": "#a9cce3", "known": "#d6e4ee", "MISSED": "#e74c3c",
-            "FAIL": "#e74c3c", "(pass)": "#e3f1df", "(fail": "#f5cba7", "-": "#eeeeee", "stopped": "#d5d8dc"}
+            "FAIL": "#e74c3c", "(pass)": "#e3f1df", "(fail": "#f5cba7", "-": "#eeeeee", "stopped": "#d5d8dc",
+            **{word: "#fcf3cf" for word in WORDS.values()}}
 
 
 def _colour(text: str) -> str:

@@ -31,6 +31,7 @@ class Job:
     name: str  # registry kernel name or MODULE:FUNC
     family: str
     registry: bool
+    opt_in: frozenset[str] = frozenset()  # optional properties a planted bug needs to be caught
 
 
 def jobs(backend: str) -> list[Job]:
@@ -50,7 +51,8 @@ def jobs(backend: str) -> list[Job]:
         for family in families_for(impl.op):
             out.append(Job("correct", impl.op, f"normprops.examples.correct:{impl.func}", family, False))
     for bug in PLANTED:
-        out.append(Job("bad", bug.op, f"normprops.examples.planted:{bug.func}", bug.family, False))
+        out.append(Job("bad", bug.op, f"normprops.examples.planted:{bug.func}", bug.family, False,
+                       bug.opt_in))
     return out
 
 
@@ -59,7 +61,7 @@ def run(job: Job, examples: int, seed: int) -> dict:
         target = target_from_spec(next(k for k in KERNELS if k.name == job.name))
     else:
         target = target_from_callable(resolve_impl(job.name), op=job.op,
-                                      name=job.name.partition(":")[2])
+                                      name=job.name.partition(":")[2], opt_in=job.opt_in)
     # Bad targets are judged by how fast they are caught: 300 examples at most, as the tests ask.
     config = HuntConfig(max_examples=examples if job.kind == "correct" else min(examples, 300), seed=seed)
     start = time.perf_counter()

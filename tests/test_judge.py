@@ -305,7 +305,7 @@ def test_unknown_opt_in_is_rejected_with_the_known_ones() -> None:
 
     target = dc_replace(_python_target("_np_opt_in", _softmax64), opt_in=frozenset({"exact"}))
     with pytest.raises(ValueError,
-                       match="opt_in: 'exact' is not a property; choose from exact_constant"):
+                       match="opt_in: 'exact' is not a property; choose from range_safety, exact_constant"):
         evaluate(target, _case("softmax", [[0.0, 1.0]]))
 
 

@@ -432,11 +432,15 @@ def test_findings_that_may_be_a_choice_come_with_the_flag_that_declares_it() -> 
     with pytest.raises(AssertionError) as caught:
         normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["ordinary", "huge"],
                                 max_examples=10, seed=0)
-    assert "--cols-multiple-of K" in str(caught.value)
-    # Declared, the width hint goes; huge still fails, and says why.
+    # Checked: the same rows at a multiple of 8 columns run, at a multiple of 2 or 4 they raise.
+    assert "--cols-multiple-of 8 (cols_multiple_of=8)" in str(caught.value)
+    # Declared, the width hint goes; huge is information unless range safety is asked for, and a
+    # failure then says why.
+    declared = dict(op="rmsnorm", families=["huge"], cols_multiple_of=8, max_examples=10, seed=0)
+    assert [f.property for f in normprops.assert_robust(rms_norm_widths_of_8, **declared).information] \
+        == ["range_safety"]
     with pytest.raises(AssertionError) as caught:
-        normprops.assert_robust(rms_norm_widths_of_8, op="rmsnorm", families=["huge"],
-                                cols_multiple_of=8, max_examples=10, seed=0)
+        normprops.assert_robust(rms_norm_widths_of_8, opt_in=["range_safety"], **declared)
     assert "--cols-multiple-of" not in str(caught.value) and "squares overflow" in str(caught.value)
 
 
@@ -453,6 +457,21 @@ def test_replay_skips_fixtures_outside_the_widths_given(tmp_path: Path,
     out = io.StringIO()  # its only fixture is of another width: nothing is left to replay
     assert main([*replay_argv, "--cols-multiple-of", "4"], out=out, err=io.StringIO()) == 5
     assert "wide, outside the widths given (cols a multiple of 4)" in out.getvalue()
+
+
+def test_the_readme_lists_hunt_kernel_keywords_as_they_are() -> None:
+    import inspect
+    import re
+
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    (listed,) = re.findall(r"`hunt_kernel\((.*?)\)`", readme, flags=re.DOTALL)
+    items = [item.strip() for item in listed.replace("\n", " ").split(",")]
+    params = inspect.signature(normprops.hunt_kernel).parameters
+    assert [i.partition("=")[0] for i in items if i != "*"] == list(params)
+    for item in items:
+        name, given, default = item.partition("=")
+        if given:
+            assert eval(default) == params[name].default, f"README: {item}, code: {params[name]}"
 
 
 def test_assert_robust_shows_the_keywords_it_takes() -> None:

@@ -532,7 +532,8 @@ PLANTED: tuple[Planted, ...] = (
     # Random per call: shows as determinism or, by chance, as batch_invariance; no single property.
     Planted("layernorm", "layernorm_nondeterministic", "ordinary", "random reduction order per call"),
     Planted("softmax", "softmax_masked_chunk_nan", "masked", "fully masked thread share gives NaN merge"),
-    Planted("rmsnorm", "rmsnorm_square_overflow", "huge", "x*x overflows without prescaling"),
+    Planted("rmsnorm", "rmsnorm_square_overflow", "huge", "x*x overflows without prescaling",
+            "range_safety", opt_in=frozenset({"range_safety"})),
     Planted("rmsnorm", "rmsnorm_unscaled_eps", "eps_scale", "eps not rescaled with the prescaled row"),
     Planted("rmsnorm", "rmsnorm_reciprocal_scale", "tiny", "1/max|x| overflows for subnormal rows"),
     Planted("layernorm", "layernorm_no_eps", "constant", "eps forgotten, zero variance gives NaN"),

@@ -1,0 +1,198 @@
+"""Hints: the declarations that would explain a hunt's findings, each checked before it is said.
+
+A finding may be a choice rather than a bug: a kernel that computes in bfloat16, flushes subnormals,
+sums a row in one thread or pairwise, or takes only some widths. The hint naming the declaration
+(``--arithmetic bfloat16``, ``--ftz``, ``--threads 1``, ``--reduction tree``, the width flags) is
+given only when every finding it is about, re-judged on its minimal and its worst case under that
+declaration (the target run again, the output judged with the changed error model or at an allowed
+width), passes; and it says what the declaration means, so that a bug it would hide reads as one.
+The CLI and :func:`normprops.hunt_kernel` both call :func:`hints`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Iterable
+
+import numpy as np
+
+from normprops.case import Case, ShapeConstraints
+from normprops.errors import FatalTargetError
+from normprops.hunt import Finding
+from normprops.launch import Target
+from normprops.ops import PROPERTIES
+from normprops.properties import evaluate
+from normprops.specs import TREE_LEAF_DEPTH, ErrorModel
+
+__all__ = ["hints", "TOLERANCE_PROPERTIES"]
+
+#: The properties an error model's bounds decide: the findings a declaration of how the kernel
+#: computes (its arithmetic, flushing, reduction) can explain.
+TOLERANCE_PROPERTIES = frozenset({"accuracy", "ratios", "sum_to_one", "shift_invariance",
+                                  "scale_invariance"})
+_THROUGH_COPIES = frozenset({"shift_invariance", "scale_invariance"})
+#: Vector widths tried for --cols-multiple-of.
+_MULTIPLES = (2, 4, 8, 16, 32, 64, 128)
+
+
+@dataclass(frozen=True)
+class _Declaration:
+    flag: str  # on the command line
+    keyword: str  # to hunt_kernel
+    meaning: str  # what it declares, and what it loosens
+
+
+def _depth(model: ErrorModel) -> str:
+    """The depth of a user kernel's error bound, in words (specs.ErrorModel.k)."""
+    if model.reduction == "tree":
+        return f"ceil(log2 cols) + {TREE_LEAF_DEPTH} additions (a pairwise sum)"
+    if model.threads == 1:
+        return "cols - 1 additions (one thread)"
+    tree = math.ceil(math.log2(model.threads)) - 1
+    return f"ceil(cols/{model.threads}) + {tree} additions ({model.threads} threads)"
+
+
+def _model_groups(target: Target) -> list[list[tuple[_Declaration, ErrorModel]]]:
+    """Candidate error models, by kind: one hint at most per kind."""
+    model = target.error_model
+    groups: list[list[tuple[_Declaration, ErrorModel]]] = []
+    if target.dtype == "bfloat16" and model.arithmetic == "float32":
+        groups.append([(_Declaration(
+            "--arithmetic bfloat16", 'arithmetic="bfloat16"',
+            "It declares that every operation of the kernel rounds to bfloat16, and judges it with "
+            "bfloat16's unit roundoff 2^-8 instead of float32's 2^-24 (bounds 65536 times wider): "
+            "right for a kernel that computes in bfloat16 throughout (JAX's ops on bfloat16 arrays); "
+            "in a kernel meant to compute in float32, one step rounded to bfloat16 (a bfloat16 "
+            "reciprocal root, a bfloat16 sum) is a bug this would hide"),
+            replace(model, arithmetic="bfloat16"))])
+    if not model.ftz:
+        groups.append([(_Declaration(
+            "--ftz", "ftz=True",
+            "It declares that the kernel flushes subnormal inputs and results to zero (FTZ/DAZ, as "
+            "fast-math builds do) and allows what that loses, about 1.2e-38 wherever a subnormal is "
+            "read or made; without it the kernel is judged as IEEE arithmetic"),
+            replace(model, ftz=True))])
+    depth = []
+    if model.reduction != "tree":
+        depth.append((_Declaration(
+            "--reduction tree", 'reduction="tree"',
+            f"It declares a pairwise (tree) sum over the whole row, as numpy's np.sum does: the "
+            f"bounds' depth becomes {_depth(replace(model, reduction='tree'))} instead of "
+            f"{_depth(model)}"), replace(model, reduction="tree")))
+    if model.reduction != "sequential" or model.threads != 1:
+        one = replace(model, reduction="sequential", threads=1)
+        depth.append((_Declaration(
+            "--threads 1", "threads=1",
+            f"It declares that one thread adds each whole row in order (a loop, a cumulative sum): "
+            f"the bounds' depth becomes {_depth(one)} instead of {_depth(model)}"), one))
+    if depth:
+        groups.append(depth)
+    return groups
+
+
+def _cases(findings: Iterable[Finding]) -> list[Case]:
+    out: list[Case] = []
+    for f in findings:
+        out += [f.minimal] if f.worst is f.minimal else [f.minimal, f.worst]
+    return out
+
+
+def _passes(target: Target, cases: list[Case], properties: frozenset[str], *, policy: str,
+            oracle: str) -> bool:
+    """Whether ``target`` gives no failure of ``properties`` on any of ``cases``, the others not
+    judged (a batch-variant kernel's copies are still compared)."""
+    others = frozenset(PROPERTIES) - properties
+    return not any(evaluate(target, case, policy=policy, oracle=oracle, skip=others,
+                            metamorphic=bool(properties & _THROUGH_COPIES)).failures
+                   for case in cases)
+
+
+def _at_width(case: Case, cols: int) -> Case:
+    """``case`` with its rows (and gamma, beta) repeated or cut to ``cols`` columns."""
+    reps = -(-cols // case.cols)
+
+    def fit(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.ascontiguousarray(np.tile(a, reps)[..., :cols])
+
+    return case.replace(x=np.ascontiguousarray(np.tile(case.x, (1, reps))[:, :cols]),
+                        gamma=fit(case.gamma), beta=fit(case.beta))
+
+
+def _width_candidates(widths: list[int]) -> list[tuple[_Declaration, ShapeConstraints]]:
+    out = []
+    for k in _MULTIPLES:
+        if all(w % k for w in widths):
+            out.append((_Declaration(f"--cols-multiple-of {k}", f"cols_multiple_of={k}",
+                                     f"It declares that the kernel takes only widths that are "
+                                     f"multiples of {k}: no other width is hunted"),
+                        ShapeConstraints(cols_multiple_of=k)))
+    if widths[0] > 1:
+        n = widths[0] - 1
+        out.append((_Declaration(f"--max-cols {n}", f"max_cols={n}",
+                                 f"It declares that the kernel takes no row wider than {n} "
+                                 f"columns: no wider row is hunted"), ShapeConstraints(max_cols=n)))
+    n = widths[-1] + 1
+    out.append((_Declaration(f"--min-cols {n}", f"min_cols={n}",
+                             f"It declares that the kernel takes no row narrower than {n} "
+                             f"columns: no narrower row is hunted"), ShapeConstraints(min_cols=n)))
+    return out
+
+
+def _nearest_allowed(cols: int, widths: ShapeConstraints) -> list[int]:
+    """The allowed widths next to ``cols``: for a multiple of K, the one below and the one above
+    (a kernel that takes only some multiples of K is not explained by K)."""
+    if widths.max_cols is not None:
+        return [min(cols, widths.max_cols)]
+    k = widths.cols_multiple_of
+    below, above = max(k, cols - cols % k, widths.min_cols), max(-(-cols // k) * k, widths.min_cols)
+    return list(dict.fromkeys([below, above]))
+
+
+def _families(findings: list[Finding]) -> str:
+    return ", ".join(dict.fromkeys(f.family for f in findings))
+
+
+def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default",
+          oracle: str = "float64") -> list[str]:
+    """One ``hint:`` line per kind of declaration that explains every finding of ``findings`` it
+    is about, checked by running ``target`` again on each one's minimal and worst case; each line
+    says what the declaration means. A norm's judged range-safety failure is explained too. Empty
+    when nothing applies (or the target cannot run again)."""
+    found = list(findings)
+    out: list[str] = []
+    if target.op != "softmax" and any(f.property == "range_safety" for f in found):
+        out.append("hint: squares overflow float32 past |x| of about 1.8e19 / sqrt(cols), so a norm "
+                   "is range-safe only when it scales each row (by a power of two, say) before "
+                   "squaring. Range safety is judged because it was asked for (--check range_safety, "
+                   "opt_in=[\"range_safety\"]); without it, it is shown as information, not a failure")
+    try:
+        accuracy = [f for f in found if f.property in TOLERANCE_PROPERTIES]
+        if accuracy:
+            cases = _cases(accuracy)
+            kinds = " and ".join(dict.fromkeys(f.property for f in accuracy))
+            for group in _model_groups(target):
+                # The least loosening first: the smallest depth at the widest row that failed.
+                widest = max(c.cols for c in cases)
+                for declaration, model in sorted(group, key=lambda g: g[1].k(widest)):
+                    if _passes(replace(target, error_model=model), cases, TOLERANCE_PROPERTIES,
+                               policy=policy, oracle=oracle):
+                        out.append(f"hint: {declaration.flag} ({declaration.keyword}) explains every "
+                                   f"{kinds} finding here ({_families(accuracy)}): under it, each "
+                                   f"one's minimal and worst case passes. {declaration.meaning}.")
+                        break
+        raised = [f for f in found if f.property == "contract" and "raised" in f.verdict.reason]
+        if raised and target.constraints.unconstrained:
+            cases = _cases(raised)
+            widths = sorted({c.cols for c in cases})
+            for declaration, allowed in _width_candidates(widths):
+                moved = [_at_width(c, w) for c in cases for w in _nearest_allowed(c.cols, allowed)]
+                if _passes(replace(target, constraints=allowed), moved, frozenset({"contract"}),
+                           policy=policy, oracle=oracle):
+                    out.append(f"hint: {declaration.flag} ({declaration.keyword}) explains every "
+                               f"raise here (widths {', '.join(map(str, widths))}): the same rows "
+                               f"at the allowed widths next to them run. {declaration.meaning}.")
+                    break
+    except FatalTargetError:  # the target cannot run again: no more checking, no more hints
+        pass
+    return out

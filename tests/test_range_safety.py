@@ -1,0 +1,164 @@
+"""Range safety: judged by default for softmax, opt-in for the norms (``--check range_safety``,
+``opt_in=["range_safety"]``). A norm that does not ask for it is still hunted on ``huge``, and a
+finding there is information ("not range-safe"), not a failure; nor is it judged through the
+scaled or shifted copies of the metamorphic properties."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import normprops
+from normprops.case import Case
+from normprops.cli import main
+from normprops.examples.planted import softmax_no_shift
+from normprops.launch import target_from_callable, target_from_spec
+from normprops.properties import evaluate
+from normprops.specs import KERNELS
+
+F32 = np.float32
+MODULE = "test_range_safety"
+
+
+# --- kernels as users write them ----------------------------------------------------------------
+
+
+def layer_norm_two_pass(x, gamma, beta, eps):
+    """The textbook two-pass float32 layer norm: right on ordinary rows, not range-safe (the sum
+    and the squares of a row of 1e20 overflow)."""
+    with np.errstate(all="ignore"):
+        n = F32(x.shape[1])
+        mean = x.sum(axis=1, keepdims=True, dtype=F32) / n
+        d = x - mean
+        var = (d * d).sum(axis=1, keepdims=True, dtype=F32) / n
+        return (d / np.sqrt(var + F32(eps)) * gamma + beta).astype(F32)
+
+
+def layer_norm_float32_squares(x, gamma, beta, eps):
+    """E[x^2] - E[x]^2 with float64 sums but x * x in float32: right while the squares fit, which
+    a row scaled by 8 can leave behind."""
+    with np.errstate(all="ignore"):
+        x64 = x.astype(np.float64)
+        mean = x64.mean(axis=1, keepdims=True)
+        var = np.maximum((x * x).astype(np.float64).mean(axis=1, keepdims=True) - mean * mean, 0)
+        return ((x64 - mean) / np.sqrt(var + eps) * gamma + beta).astype(F32)
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), out=out, err=err)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This file importable as a module of kernels, the current directory a scratch one."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    return tmp_path
+
+
+def _hunt(*flags: str) -> list[str]:
+    return ["hunt", "--op", "layernorm", "--impl", f"{MODULE}:layer_norm_two_pass", "--families",
+            "ordinary,huge", "--max-examples", "30", "--seed", "0", *flags]
+
+
+# --- a norm that does not promise it --------------------------------------------------------------
+
+
+def test_a_norm_that_is_not_range_safe_passes_and_says_so(here: Path) -> None:
+    code, out, _ = run(*_hunt("--no-fixtures", "--json", "r.json"))
+    assert code == 0, out
+    doc = json.loads((here / "r.json").read_text())
+    assert doc["failures"] == []
+    assert [(f["family"], f["property"]) for f in doc["information"]] == [("huge", "range_safety")]
+    huge = next(r for r in doc["results"] if r["family"] == "huge")
+    assert huge["passed"] and huge["information"] == ["range_safety"]
+    assert doc["targets"][0]["information"] == ["range_safety"]
+    assert "pass (not range-safe)" in out and "information, not a failure" in out
+    assert "clean: 2 families" in out
+    # The merged matrix reads the same, and a merge of it is no failure either.
+    code, merged, _ = run("report", "merge", "r.json")
+    assert code == 0 and "not range-safe" in merged
+
+
+def test_range_safety_is_judged_when_asked(here: Path) -> None:
+    code, out, _ = run(*_hunt("--check", "range_safety", "--json", "r.json"))
+    assert code == 1, out
+    doc = json.loads((here / "r.json").read_text())
+    assert [(f["family"], f["property"]) for f in doc["failures"]] == [("huge", "range_safety")]
+    assert doc["information"] == [] and "squares overflow" in out
+    # The saved fixture fails replay only where range safety is asked for there too.
+    replay = ["replay", "--op", "layernorm", "--impl", f"{MODULE}:layer_norm_two_pass"]
+    assert run(*replay)[0] == 0
+    assert run(*replay, "--check", "range_safety")[0] == 1
+
+
+def test_the_python_api_takes_the_promise() -> None:
+    kwargs = dict(op="layernorm", families=["huge"], max_examples=30, seed=0)
+    report = normprops.assert_robust(layer_norm_two_pass, **kwargs)
+    assert report.passed and [f.property for f in report.information] == ["range_safety"]
+    with pytest.raises(AssertionError, match="huge range_safety"):
+        normprops.assert_robust(layer_norm_two_pass, opt_in=["range_safety"], **kwargs)
+    # Declined outright, it is not hunted at all.
+    assert normprops.hunt_kernel(layer_norm_two_pass, ignore=["range_safety"], **kwargs).information == []
+
+
+def test_ignoring_and_checking_it_at_once_is_a_usage_error(here: Path) -> None:
+    code, _, err = run(*_hunt("--ignore", "range_safety", "--check", "range_safety"))
+    assert code == 2 and "range_safety both ignored and checked" in err
+    with pytest.raises(normprops.UsageError, match="both ignored and checked"):
+        normprops.hunt_kernel(layer_norm_two_pass, op="layernorm", ignore=["range_safety"],
+                              opt_in=["range_safety"])
+
+
+# --- not judged through the copies either ---------------------------------------------------------
+
+
+def _row_near_the_squares_limit() -> Case:
+    """Rows of 3.6e18 to 4e18: x * x fits float32, (8 x) * (8 x) does not; x - mean stays small
+    enough for the scaled copy to be inside the accuracy domain, and the mean is 30 times the
+    spread (a well-conditioned row)."""
+    cols = 8
+    x = (4e18 * (0.9 + 0.1 * np.random.default_rng(0).random((2, cols)))).astype(F32)
+    return Case("layernorm", "huge", x, np.ones(cols, F32), np.zeros(cols, F32), float(F32(1e-5)))
+
+
+@pytest.mark.parametrize("ignore", [(), ("range_safety",)], ids=["not-asked", "ignored"])
+def test_a_scaled_copy_past_the_range_is_not_compared(ignore: tuple[str, ...]) -> None:
+    case = _row_near_the_squares_limit()
+    target = target_from_callable(layer_norm_float32_squares, op="layernorm", ignore=ignore)
+    assert evaluate(target, case).failures == ()
+
+
+def test_a_scaled_copy_is_compared_where_range_safety_is_promised() -> None:
+    case = _row_near_the_squares_limit()
+    target = target_from_callable(layer_norm_float32_squares, op="layernorm",
+                                  opt_in=("range_safety",))
+    (failure,) = evaluate(target, case).failures
+    assert failure.property == "scale_invariance" and "x * 2^3" in failure.reason
+
+
+# --- softmax and the registry ----------------------------------------------------------------------
+
+
+def test_softmax_is_judged_on_range_safety_by_default() -> None:
+    """Every softmax kernel subtracts the row max, so a row of any finite magnitude is ordinary."""
+    report = normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["huge"],
+                                   max_examples=30, seed=0)
+    assert [f.property for f in report.failures] == ["range_safety"] and report.information == []
+
+
+@pytest.mark.parametrize("spec", [s for s in KERNELS if s.backend in ("numpy", "cuda", "cuda-prod")],
+                         ids=lambda s: f"{s.backend}-{s.name}")
+def test_registered_kernels_are_judged_on_range_safety(spec) -> None:
+    """Their claims say where they promise it: cuda-prod's norms claim huge, and are judged there."""
+    target = target_from_spec(spec)
+    assert "range_safety" not in target.unjudged and target.information == frozenset()
