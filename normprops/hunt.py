@@ -14,8 +14,9 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, Callable
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
@@ -195,6 +196,16 @@ def _strategy(target: Target, family: str, config: HuntConfig):
                  cols_multiple_of=c.cols_multiple_of, dtype=target.dtype)
 
 
+def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case], None]) -> Any:
+    """``body`` under ``@given`` the family's strategy, with the target's own cases of this family
+    tried first (explicit examples)."""
+    test = given(_strategy(target, family, config))(body)
+    for case in target.examples:
+        if case.family == family:
+            test = example(case)(test)
+    return test
+
+
 def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]) -> _Round:
     seen = _Round(skip=skip)
 
@@ -224,7 +235,7 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
             seen.worst = (case, verdict)
         raise Counterexample(verdict)
 
-    test = settings(config.hypothesis_settings())(given(_strategy(target, family, config))(body))
+    test = settings(config.hypothesis_settings())(_given(target, family, config, body))
     if config.seed is not None:
         test = hypothesis_seed(config.seed)(test)
     try:
@@ -307,7 +318,7 @@ def examples_to_catch(target: Target, *, family: str, config: HuntConfig,
 
     base = config.hypothesis_settings()
     test = settings(base, phases=tuple(p for p in base.phases if p in (Phase.explicit, Phase.generate)))(
-        given(_strategy(target, family, config))(body))
+        _given(target, family, config, body))
     if config.seed is not None:
         test = hypothesis_seed(config.seed)(test)
     try:

@@ -76,6 +76,9 @@ class Target:
     # float32 numpy arrays whatever their storage type; a user's kernel takes its own.
     adapter: Adapter = _NUMPY_FLOAT32
     constraints: ShapeConstraints = ShapeConstraints()
+    # Cases every hunt of this target tries first, as explicit examples (a known bug's committed
+    # finding, so that a hunt meets it whatever the seed).
+    examples: tuple[Case, ...] = field(default=(), compare=False, repr=False)
     warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
 
     @property

@@ -4,6 +4,9 @@ Markers: ``numerics`` (hunts), ``perf`` (bandwidth gates on the GPU), ``gpu`` (n
 skipped with the reason otherwise). Options are parsed once into a frozen :class:`PluginOptions` kept
 in ``config.stash``. Nothing heavy is imported until a hook or fixture needs it.
 
+``--normprops-time-budget SECONDS`` bounds the session's hunts: the hunt running when the time is
+spent ends with what it found (its result says ``cut_short``), and later tests that hunt skip.
+
 Hypothesis profiles: ``ci`` (derandomized, 100 examples, no database; Hypothesis loads it by itself
 when ``CI`` is set), ``dev`` (300 examples), ``deep`` (10,000 examples; ``hypothesis.target`` steers
 the search towards the worst err/tol). Select with ``--hypothesis-profile NAME``.
@@ -11,7 +14,9 @@ the search towards the worst err/tol). Select with ``--hypothesis-profile NAME``
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +48,8 @@ class PluginOptions:
     fixtures_dir: Path | None
     backends: tuple[str, ...] | None
     stress_rows: int | None  # GPU stress batch rows; None: the target's own, 0: off
+    time_budget: float | None = None  # seconds for this session's hunts (--normprops-time-budget)
+    deadline: float | None = None  # time.monotonic() when the budget is spent
 
 
 OPTIONS_KEY = pytest.StashKey[PluginOptions]()
@@ -60,6 +67,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="save counterexamples found by numerics tests under DIR/<op>/")
     group.addoption("--normprops-backend", action="append", default=None, metavar="NAME",
                     help="hunt only kernels of this backend (repeatable; default: all usable)")
+    group.addoption("--normprops-time-budget", type=float, default=None, metavar="SECONDS",
+                    help="seconds the session's hunts may take (per xdist worker): a hunt running "
+                         "when they are spent ends with what it found, and later hunt tests skip")
     group.addoption("--normprops-stress-rows", type=int, default=None, metavar="N",
                     help="rows of the tiled batch GPU targets are also launched on (0: off; "
                          "default 2048, capped at ~1M elements)")
@@ -73,12 +83,18 @@ def pytest_configure(config: pytest.Config) -> None:
     if worker:
         _pin_worker_gpu(worker)
     backends = config.getoption("--normprops-backend")
+    budget = config.getoption("--normprops-time-budget")
+    if budget is not None and not 0 < budget < math.inf:
+        raise pytest.UsageError(f"--normprops-time-budget must be a positive number of seconds but "
+                                f"was {budget:g}")
     config.stash[OPTIONS_KEY] = PluginOptions(
         policy=config.getoption("--normprops-policy"),
         oracle=config.getoption("--normprops-oracle"),
         fixtures_dir=config.getoption("--normprops-fixtures-dir"),
         backends=tuple(backends) if backends else None,
         stress_rows=config.getoption("--normprops-stress-rows"),
+        time_budget=budget,
+        deadline=None if budget is None else time.monotonic() + budget,
     )
     if config.stash[OPTIONS_KEY].stress_rows is not None and config.stash[OPTIONS_KEY].stress_rows < 0:
         raise pytest.UsageError("--normprops-stress-rows must be 0 (off) or a positive row count")
@@ -123,10 +139,13 @@ def hunt_config(normprops_options: PluginOptions):
     """A :class:`normprops.hunt.HuntConfig` from the options and the active Hypothesis profile."""
     from normprops.hunt import HuntConfig
 
+    deadline = normprops_options.deadline
+    if deadline is not None and time.monotonic() >= deadline:
+        pytest.skip(f"the normprops time budget of {normprops_options.time_budget:g} s was spent")
     current = settings()
     return HuntConfig(max_examples=current.max_examples, derandomize=current.derandomize,
                       policy=normprops_options.policy, oracle=normprops_options.oracle,
-                      parent=current)
+                      parent=current, deadline=deadline)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

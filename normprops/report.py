@@ -110,8 +110,7 @@ def format_finding(finding: Finding, *, indent: str = "    ") -> str:
 
 def cell_text(result: HuntResult | None, *, expected: str | None = None) -> str:
     """A matrix cell. ``expected`` is the registry's word for the family: "claim", "bug" (the
-    kernel's known bug lives here), "marginal" (a known bug a hunt meets only sometimes),
-    "unclaimed", or None for a kernel that declares nothing."""
+    kernel's known bug lives here), "unclaimed", or None for a kernel that declares nothing."""
     if result is None:
         return "-"
     return _cell(result.passed, result.properties, result.interrupted or result.cut_short, expected,
@@ -134,8 +133,6 @@ def _judged_cell(passed: bool, properties: Iterable[str], interrupted: bool,
         return "stopped"
     if expected == "bug":
         return "caught" if not passed else "MISSED"
-    if expected == "marginal":
-        return "caught" if not passed else "known"
     if expected == "claim":
         return "pass" if passed else f"FAIL:{props}"
     if expected == "unclaimed":
@@ -201,8 +198,6 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
                          f"--check {prop} judges it)")
     if "caught" in words or "MISSED" in words:
         parts.append("caught / MISSED: the kernel's known bug found / not found")
-    if "known" in words:
-        parts.append("known: a known bug just past the bound, not met this time (its fixture shows it)")
     if "FAIL" in words:
         parts.append("FAIL:p: a family the kernel claims failed property p")
     if any(t.startswith("(") for t in texts):
@@ -211,7 +206,7 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
         parts.append("-: not hunted")
     if "stopped" in texts:
         parts.append("stopped: cut short (Ctrl-C, the time budget) before anything was found")
-    known = {"pass", "caught", "MISSED", "known", "FAIL", "-", "stopped", ""}
+    known = {"pass", "caught", "MISSED", "FAIL", "-", "stopped", ""}
     if any(not t.startswith("(") and t.split(":", 1)[0] not in known for t in texts):
         parts.append("a+b: the properties that failed")
     used = {p for t in texts for p in t.strip("()").split(":", 1)[-1].split("+")}

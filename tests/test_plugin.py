@@ -62,6 +62,33 @@ def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--normprops-stress-rows must be 0 (off) or a positive row count*"])
 
 
+def test_a_time_budget_cuts_the_running_hunt_and_skips_the_later_ones(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("""
+        import time
+        from normprops.hunt import hunt
+        from normprops.launch import target_from_spec
+        from normprops.specs import KERNELS
+
+        def test_a_hunt_cut_short(hunt_config):
+            spec = next(k for k in KERNELS if (k.backend, k.name) == ("numpy", "softmaxRowSafe"))
+            result = hunt(target_from_spec(spec), family="ordinary",
+                          config=hunt_config.__class__(max_examples=10**6, deadline=hunt_config.deadline))
+            assert result.cut_short and result.passed and 0 < result.examples < 10**6
+
+        def test_later(hunt_config):
+            raise AssertionError("a hunt after the budget must not run")
+    """)
+    result = pytester.runpytest_subprocess("--normprops-time-budget", "2", "-p", "no:randomly", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*the normprops time budget of 2 s was spent*"])
+
+
+def test_a_time_budget_must_be_positive(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--normprops-time-budget", "0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--normprops-time-budget must be a positive number of seconds*"])
+
+
 @pytest.mark.parametrize("worker, count, device", [
     ("gw0", 2, 0), ("gw1", 2, 1), ("gw2", 2, 0), ("gw5", 4, 1), ("gw0", 0, None), ("master", 2, None),
 ])

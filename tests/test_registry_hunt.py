@@ -120,3 +120,51 @@ def test_a_time_budget_must_be_a_positive_number_of_seconds(budget: str) -> None
     code, out, err = run("hunt", "--op", "softmax", "--impl", "numpy:exp", f"--time-budget={budget}")
     assert code == 2
     assert "--time-budget" in err and len(err.strip().splitlines()) == 1
+
+
+RARE_INPUT = """
+import numpy as np
+
+def softmax_wrong_on_one_row(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    y = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    if x.shape[1] == 16383 and x[0, 0] == np.float32({first}):  # one input only
+        y[:, 0] *= np.float32(1.01)
+    return y
+"""
+
+
+def test_a_known_bugs_example_is_tried_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bug that random draws meet only by luck is met at the first example when its entry names
+    the finding that shows it (here the committed 2 x 16383 ragged row of PyTorch's softmax)."""
+    from normprops.hunt import examples_to_catch
+    from normprops.registry_hunt import known_example
+
+    first = float(known_example("torch.softmax-ragged.json").x[0, 0])
+    (tmp_path / "rare_kernels.py").write_text(RARE_INPUT.format(first=repr(first)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = KernelSpec("rare.softmax", "softmax", "numpy", "rare_kernels:softmax_wrong_on_one_row", 2,
+                      FOREIGN_ERROR_MODEL, frozenset(), "wrong on one input only",
+                      bugs=(KnownBug("ragged", "wrong on one input", property="accuracy"),))
+    config = HuntConfig(max_examples=100, seed=0)
+    assert examples_to_catch(registry_target(spec, "ragged"), family="ragged", config=config,
+                             property="accuracy") is None
+    with_example = replace(spec, bugs=(replace(spec.bugs[0], example="torch.softmax-ragged.json"),))
+    target = registry_target(with_example, "ragged")
+    assert [c.x.shape for c in target.examples] == [(2, 16383)]
+    assert examples_to_catch(target, family="ragged", config=config, property="accuracy") == 1
+    result = hunt(target, family="ragged", config=config)
+    assert caught(with_example, result) and result.minimal.cols == 16383
+
+
+def test_every_known_example_is_a_finding_of_its_entry() -> None:
+    """Each registry example loads, and is a case its entry's bug hunt can take: the bug's op,
+    family and storage type, at a width the bug is hunted at."""
+    from normprops.registry_hunt import known_example
+
+    named = [(spec, bug) for spec in KERNELS for bug in spec.bugs if bug.example]
+    assert named, "the registry names its known bugs' examples"
+    for spec, bug in named:
+        case = known_example(bug.example)
+        assert (case.op, case.family, case.dtype) == (spec.op, bug.family, spec.dtype), bug.example
+        assert spec.bug_constraints.allows(case.cols), bug.example

@@ -82,12 +82,19 @@ def test_every_known_bad_kernel_has_a_committed_fixture() -> None:
     assert not missing, f"known-bad kernels without a committed fixture: {missing}"
 
 
-def test_every_marginal_bug_has_its_fixture() -> None:
-    """A bug a hunt meets only sometimes is shown by its fixture on every replay instead."""
-    committed = {(fixture.impl, fixture.family) for fixture in FIXTURES}
-    marginal = [(k.name, b.family) for k in KERNELS for b in k.bugs if b.detector == "fixture"]
-    assert marginal, "no marginal bug to check"
-    assert not [m for m in marginal if m not in committed], committed
+def test_every_known_example_is_a_committed_finding() -> None:
+    """A known bug's explicit example (normprops/known/) is the minimal input of a fixture this
+    suite replays: the same kernel, family, property and values."""
+    from normprops.registry_hunt import known_example
+
+    committed = {(f.impl, f.family, f.property): f.minimal for f in FIXTURES}
+    named = [(k, b) for k in KERNELS for b in k.bugs if b.example]
+    assert named
+    for spec, bug in named:
+        case = known_example(bug.example)
+        matches = [m for (impl, family, prop), m in committed.items()
+                   if (impl, family) == (spec.name, bug.family) and prop == (bug.property or prop)]
+        assert any(np.array_equal(m.x, case.x, equal_nan=True) for m in matches), bug.example
 
 
 def _produced(fixture, spec) -> bool:
