@@ -41,13 +41,14 @@ def hunt_information(target: Target, result: HuntResult, *, config: HuntConfig) 
     show in that family, each hunted alone; ``result`` itself when none applies or the hunt could
     not go on. A contract failure that stops the target (a hang) is kept as the judged finding it is."""
     shown = frozenset(p for p in target.information if result.family in SHOWN_IN[p])
-    if not shown or result.fatal or result.interrupted:
+    if not shown or result.fatal or result.interrupted or result.cut_short:
         return result
     alone = replace(target, opt_in=target.opt_in | shown, ignore=IGNORABLE - shown)
     extra = hunt(alone, family=result.family, config=config)
     stopped = tuple(f for f in extra.findings if extra.fatal and f.property == "contract")
     values = {f.name: getattr(result, f.name) for f in fields(HuntResult)}
     values.update(findings=result.findings + stopped, fatal=extra.fatal,
-                  interrupted=extra.interrupted, examples=result.examples + extra.examples,
+                  interrupted=extra.interrupted, cut_short=extra.cut_short,
+                  examples=result.examples + extra.examples,
                   elapsed_s=result.elapsed_s + extra.elapsed_s)
     return InformedResult(**values, information=tuple(f for f in extra.findings if f.property in shown))
