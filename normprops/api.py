@@ -231,13 +231,23 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
 
 def _replay_flags(target: dict[str, Any]) -> str:
     """The flags that make ``normprops replay`` take the fixtures of the kernel ``target`` describes
-    (:func:`target_json`): its storage type and widths."""
+    (:func:`target_json`) and judge them as the hunt did: its arrays, storage type and widths, and
+    what it declared (properties not promised or promised too, flushing, reduction, arithmetic)."""
     widths = target["constraints"]
-    flags = [("--dtype", target["dtype"] if target["dtype"] != "float32" else None),
+    threads = target.get("threads")
+    flags = [("--framework", target["framework"] if target["framework"] != "numpy" else None),
+             ("--device", target.get("device") if target["framework"] != "numpy" else None),
+             ("--dtype", target["dtype"] if target["dtype"] != "float32" else None),
              ("--cols-multiple-of", widths["cols_multiple_of"] if widths["cols_multiple_of"] > 1 else None),
              ("--min-cols", widths["min_cols"] if widths["min_cols"] > 1 else None),
-             ("--max-cols", widths["max_cols"])]
-    return "".join(f" {flag} {value}" for flag, value in flags if value is not None)
+             ("--max-cols", widths["max_cols"]),
+             ("--ignore", ",".join(target.get("ignore", ())) or None),
+             ("--check", ",".join(target.get("opt_in", ())) or None),
+             ("--threads", threads if threads not in (None, 32) else None),
+             ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
+             ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None)]
+    line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
+    return line + (" --ftz" if target.get("ftz") else "")
 
 
 # help(), IDEs and inspect show hunt_kernel's keywords, which assert_robust takes as they are.

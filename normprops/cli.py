@@ -523,7 +523,7 @@ def _count(n: int, one: str, many: str) -> str:
 
 def _family_line(result: HuntResult, note: str | None) -> str:
     status = "pass" if result.passed else "FAIL " + ",".join(result.properties)
-    if result.interrupted and result.passed:
+    if (result.interrupted or result.cut_short) and result.passed:
         status = "stopped"
     words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
     if words:
@@ -656,6 +656,13 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             report.notes.append(f"stopped: {hunted.stopped}")
             print(f"  stopped: {hunted.stopped}", file=out)
         summary()
+        if hunted.cut_short:
+            reached = {r.family for r in hunted.results}
+            report.extra["not_reached"] = [f for f in families if f not in reached]
+            print(f"cut short: the time budget of {args.time_budget:g} s was spent after "
+                  f"{len(reached)} of {_count(len(families), 'family', 'families')} "
+                  f"({sum(r.examples for r in hunted.results)} examples); not hunted: "
+                  f"{', '.join(report.extra['not_reached']) or 'none'}.", file=out)
         failed = [r for r, _ in report.results if not r.passed]
         findings = sum(len(r.findings) for r in failed)
         if not any(r.fatal for r in hunted.results):  # a target that hung is not run again
@@ -756,6 +763,9 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 
         def show(spec: KernelSpec, result: HuntResult) -> None:
             hunted.append((spec, result))
+            bug = spec.bug_in(result.family)
+            if bug is not None and bug.property is not None:
+                report.bug_properties[len(report.results)] = bug.property
             report.results.append((result, spec.expectation(result.family)))
             print(f"  [{len(hunted)}/{total}] {spec.name} x {result.family}: "
                   f"{registry_cell_text(spec, result)} ({result.examples} examples, "
@@ -788,6 +798,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print("\n" + line, file=out)
         if outcome.cut_short:
             report.cut_short = True
+            report.extra["not_reached"] = [f"{spec.label} x {family}" for spec, family in outcome.not_reached]
             report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
                                 f"{len(outcome.not_reached)} of {total} cells not hunted")
             print(f"\ncut short: the time budget of {args.time_budget:g} s was spent after "
@@ -1078,6 +1089,7 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         IncompleteMerge,
         ReportError,
         cell_from_json,
+        declared_json,
         matrix_png,
         merge_reports,
         write_json_atomically,
@@ -1101,10 +1113,9 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(matrix_legend(cells), file=out)
     for problem in merged["problems"]:
         print(f"incomplete: {problem}", file=out)
+    # A registry's cells by its own rule; a user's kernel (which declares nothing) by what it found.
     surprising = [r for r in merged["results"]
-                  if (r.get("expected") == "claim" and not r["passed"])
-                  or (r.get("expected") == "bug" and r["passed"])
-                  or (r.get("expected") is None and not r["passed"])]
+                  if (not declared_json(r) if r.get("expected") is not None else not r["passed"])]
     print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
           f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
           + ("" if merged["complete"] else "; incomplete (--allow-incomplete)"), file=out)

@@ -5,13 +5,16 @@ noticed. When that code is a finalizer (``__del__``, a weakref callback, a garba
 callback), the exception is printed as "Exception ignored" and the program carries on: the hunt
 would then run to its end. :func:`catching` installs a handler that also records the request, and
 :func:`check`, called between the examples of a hunt, raises KeyboardInterrupt again while one is
-pending. A process started with SIGINT ignored (a background job) keeps ignoring it.
+pending; the "Exception ignored" traceback of a KeyboardInterrupt swallowed that way is not
+printed (it is not lost: it is pending). A process started with SIGINT ignored (a background job)
+keeps ignoring it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -48,9 +51,17 @@ def catching() -> Iterator[None]:
     if previous is not signal.default_int_handler:
         yield
         return
+    unraisable = sys.unraisablehook
+
+    def quiet(info: object) -> None:
+        if not (isinstance(getattr(info, "exc_value", None), KeyboardInterrupt) and _pending.is_set()):
+            unraisable(info)  # type: ignore[arg-type]
+
     signal.signal(signal.SIGINT, _handler)
+    sys.unraisablehook = quiet
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = unraisable
         _pending.clear()

@@ -29,7 +29,7 @@ from normprops.case import Case
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.launch import Target, target_from_spec
 from normprops.regressions import load_fixture
-from normprops.report import cell_text
+from normprops.report import cell_text, declared
 from normprops.specs import KernelSpec
 from normprops.strategies import families_for
 
@@ -64,27 +64,21 @@ def caught(spec: KernelSpec, result: HuntResult) -> bool:
 
 
 def as_declared(spec: KernelSpec, result: HuntResult) -> bool:
-    """Whether one hunted cell behaved as the registry declares: a claim clean, a known bug caught.
-    A cell cut short (Ctrl-C, a time budget) before anything was found is not a surprise, nor is
-    an unclaimed family, whatever it found."""
-    expected = spec.expectation(result.family)
-    if result.interrupted and result.passed:
-        return True
-    if expected == "bug":
-        return caught(spec, result)
-    if expected == "claim":
-        return result.passed
-    return True
+    """Whether one hunted cell behaved as the registry declares: a claim clean, a known bug caught
+    on its own property (:func:`normprops.report.declared`, which merged reports apply too)."""
+    bug = spec.bug_in(result.family)
+    return declared(passed=result.passed, properties=result.properties,
+                    stopped=result.interrupted or result.cut_short,
+                    expected=spec.expectation(result.family),
+                    bug_property=None if bug is None else bug.property)
 
 
 def registry_cell_text(spec: KernelSpec, result: HuntResult) -> str:
     """The matrix cell of one registry hunt: a known bug reads ``caught`` only when its own
     property failed (a bug cell that failed something else reads ``MISSED(...)``)."""
-    expected = spec.expectation(result.family)
-    text = cell_text(result, expected=expected)
-    if expected == "bug" and not result.passed and not caught(spec, result):
-        return "MISSED(" + cell_text(result) + ")"
-    return text
+    bug = spec.bug_in(result.family)
+    return cell_text(result, expected=spec.expectation(result.family),
+                     bug_property=None if bug is None else bug.property)
 
 
 def plan_cells(specs: Sequence[KernelSpec], *, families: Sequence[str],
@@ -136,11 +130,11 @@ def hunt_registry(cells: Sequence[tuple[KernelSpec, str]], *, config: HuntConfig
                 on_result(spec, result)
 
         # The claims and the unclaimed families share the entry's own target; each known bug has
-        # its own (its widths, its property judged).
-        groups: dict[tuple[frozenset[str], object], tuple[Target, list[str]]] = {}
+        # its own (its widths, its property judged, its explicit example).
+        groups: dict[str | None, tuple[Target, list[str]]] = {}
         for family in (f for s, f in cells if s is spec):
-            target = registry_target(spec, family, base=base)
-            groups.setdefault((target.ignore, target.constraints), (target, []))[1].append(family)
+            key = family if spec.bug_in(family) is not None else None
+            groups.setdefault(key, (registry_target(spec, family, base=base), []))[1].append(family)
         for target, group in groups.values():
             outcome = hunt_families(
                 target, families=group, config=config, fixtures_dir=fixtures_dir,

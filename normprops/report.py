@@ -28,7 +28,8 @@ from normprops.judge import Verdict
 from normprops.ops import PROPERTIES
 from normprops.strategies import FAMILIES
 
-__all__ = ["REPORT_FORMAT", "Cell", "Report", "describe_case", "format_finding", "render_matrix",
+__all__ = ["REPORT_FORMAT", "Cell", "Report", "declared", "declared_json", "describe_case",
+           "format_finding", "render_matrix",
            "matrix_legend", "cell_text", "cell_from_json", "load_report", "merge_reports",
            "matrix_png", "ReportError", "IncompleteMerge", "HUNT_KERNELS", "SHARD_SETTINGS",
            "SHORT", "write_json_atomically", "check_can_create_in"]
@@ -108,31 +109,50 @@ def format_finding(finding: Finding, *, indent: str = "    ") -> str:
     return "\n".join(indent + line for line in lines)
 
 
-def cell_text(result: HuntResult | None, *, expected: str | None = None) -> str:
+def declared(*, passed: bool, properties: Iterable[str], stopped: bool, expected: str | None,
+             bug_property: str | None = None) -> bool:
+    """Whether a registry cell behaved as declared: a claim clean, a known bug caught on its own
+    property (``bug_property``; any property when None). A cell cut short (Ctrl-C, a time budget)
+    before anything was found is no surprise, nor is an unclaimed family or a kernel that declares
+    nothing (``expected`` None: anything found is a finding, not a surprise of the registry)."""
+    if stopped and passed:
+        return True
+    if expected == "bug":
+        return not passed and (bug_property is None or bug_property in properties)
+    if expected == "claim":
+        return passed
+    return True
+
+
+def cell_text(result: HuntResult | None, *, expected: str | None = None,
+              bug_property: str | None = None) -> str:
     """A matrix cell. ``expected`` is the registry's word for the family: "claim", "bug" (the
     kernel's known bug lives here), "unclaimed", or None for a kernel that declares nothing."""
     if result is None:
         return "-"
     return _cell(result.passed, result.properties, result.interrupted or result.cut_short, expected,
-                 information=[f.property for f in information_of(result)])
+                 information=[f.property for f in information_of(result)], bug_property=bug_property)
 
 
 def _cell(passed: bool, properties: Iterable[str], interrupted: bool, expected: str | None, *,
-          information: Iterable[str] = ()) -> str:
-    text = _judged_cell(passed, properties, interrupted, expected)
+          information: Iterable[str] = (), bug_property: str | None = None) -> str:
+    text = _judged_cell(passed, tuple(properties), interrupted, expected, bug_property)
     words = ", ".join(WORDS.get(p, p) for p in information)
     if not words:
         return text
     return words if text == "pass" else f"{text} ({words})"
 
 
-def _judged_cell(passed: bool, properties: Iterable[str], interrupted: bool,
-                 expected: str | None) -> str:
+def _judged_cell(passed: bool, properties: tuple[str, ...], interrupted: bool, expected: str | None,
+                 bug_property: str | None) -> str:
     props = "+".join(SHORT.get(p, p) for p in properties)
     if interrupted and passed:
         return "stopped"
     if expected == "bug":
-        return "caught" if not passed else "MISSED"
+        if passed:
+            return "MISSED"
+        # A known bug is caught on its own property; a cell that failed only others missed it.
+        return "caught" if bug_property is None or bug_property in properties else f"MISSED({props})"
     if expected == "claim":
         return "pass" if passed else f"FAIL:{props}"
     if expected == "unclaimed":
@@ -148,7 +168,14 @@ def cell_from_json(result: dict[str, Any]) -> Cell:
     return Cell(f"{op} ({backend})" if backend else op, kernel, result["family"],
                 _cell(result["passed"], result["properties"],
                       bool(result.get("interrupted") or result.get("cut_short")), result.get("expected"),
-                      information=result.get("information", ())))
+                      information=result.get("information", ()), bug_property=result.get("bug_property")))
+
+
+def declared_json(result: dict[str, Any]) -> bool:
+    """:func:`declared` for one entry of a JSON report's ``results``."""
+    return declared(passed=result["passed"], properties=result["properties"],
+                    stopped=bool(result.get("interrupted") or result.get("cut_short")),
+                    expected=result.get("expected"), bug_property=result.get("bug_property"))
 
 
 @dataclass(frozen=True)
@@ -227,7 +254,8 @@ def _finite_or_text(v: float) -> float | str:
     return v if math.isfinite(v) else repr(float(v))
 
 
-def result_json(result: HuntResult, *, expected: str | None = None) -> dict[str, Any]:
+def result_json(result: HuntResult, *, expected: str | None = None,
+                bug_property: str | None = None) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "target": result.label,
         "kernel": result.kernel,
@@ -253,6 +281,11 @@ def result_json(result: HuntResult, *, expected: str | None = None) -> dict[str,
         doc["information"] = [f.property for f in information_of(result)]
     if expected is not None:
         doc["expected"] = expected
+        doc["as_declared"] = declared(passed=result.passed, properties=result.properties,
+                                      stopped=result.interrupted or result.cut_short,
+                                      expected=expected, bug_property=bug_property)
+    if bug_property is not None:
+        doc["bug_property"] = bug_property
     return doc
 
 
@@ -281,6 +314,8 @@ class Report:
     settings: dict[str, Any] = field(default_factory=dict)
     targets: list[dict[str, Any]] = field(default_factory=list)
     results: list[tuple[HuntResult, str | None]] = field(default_factory=list)  # with expectation
+    # A registry hunt's known-bug cells: the property each bug must be caught on, by result index.
+    bug_properties: dict[int, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     hints: list[str] = field(default_factory=list)  # checked declarations (normprops.hints)
     error: str | None = None  # why the run did not finish
@@ -316,7 +351,8 @@ class Report:
             "cut_short": self.cut_short,
             "notes": self.notes,
             "hints": self.hints,
-            "results": [result_json(r, expected=e) for r, e in self.results],
+            "results": [result_json(r, expected=e, bug_property=self.bug_properties.get(i))
+                        for i, (r, e) in enumerate(self.results)],
             "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
                         + [failure_json(f) for f in self.fixture_failures],
             "information": [failure_json(f) for f in self.information],
@@ -562,7 +598,10 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
             shared[key] = values[0]
     return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge", **shared,
             "merged_from": [str(p) for p, _ in docs], "complete": not problems,
-            "error": "; ".join(problems) or None, "problems": problems, "notes": [],
+            "error": "; ".join(problems) or None, "problems": problems,
+            "cut_short": any(bool(doc.get("cut_short")) for _, doc in docs),
+            "notes": [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
+                      if isinstance(note, str)],
             "results": [r for _, r in results.values()], "failures": failures,
             "information": information}
 

@@ -168,3 +168,89 @@ def test_every_known_example_is_a_finding_of_its_entry() -> None:
         case = known_example(bug.example)
         assert (case.op, case.family, case.dtype) == (spec.op, bug.family, spec.dtype), bug.example
         assert spec.bug_constraints.allows(case.cols), bug.example
+
+
+TWO_INPUTS = """
+import numpy as np
+
+def softmax_nan_on_two_rows(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    y = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    if x[0, 0] in (np.float32({a}), np.float32({b})):  # the two inputs only
+        y[:] = np.nan
+    return y
+"""
+
+
+def test_each_known_bug_gets_its_own_example_through_the_cli(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two bugs whose targets share exemptions and widths are still hunted apart, each with its
+    own explicit example: both are caught."""
+    from normprops.registry_hunt import known_example
+
+    names = {"overflow_logits": "quack.softmax-f32-overflow_logits.json",
+             "huge": "quack.softmax-f32-huge.json"}
+    a, b = (float(known_example(n).x[0, 0]) for n in names.values())
+    (tmp_path / "two_kernels.py").write_text(TWO_INPUTS.format(a=repr(a), b=repr(b)))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = KernelSpec("two.softmax", "softmax", "numpy", "two_kernels:softmax_nan_on_two_rows", 2,
+                      FOREIGN_ERROR_MODEL, frozenset(), "NaN on two inputs",
+                      bugs=tuple(KnownBug(f, "NaN", example=n) for f, n in names.items()))
+    monkeypatch.setattr(cli, "KERNELS", (*KERNELS, spec))
+    code, out, err = run("hunt", "--backend", "numpy", "--kernel", "two.softmax", "--families",
+                         "overflow_logits,huge", "--seed", "0", "--max-examples", "20", "--no-fixtures")
+    assert code == 0, out
+    row = next(line for line in out.splitlines() if line.strip().startswith("two.softmax"))
+    assert row.split()[1:] == ["caught", "caught"]
+
+
+def test_a_bug_cell_cut_short_is_no_surprise(tmp_path: Path) -> None:
+    code, out, err = run("hunt", "--backend", "numpy", "--kernel", "softmaxRowNaive", "--families",
+                         "overflow_logits", "--time-budget", "0.0001", "--seed", "1", "--no-fixtures",
+                         "--json", str(tmp_path / "r.json"))
+    assert code == 0, out
+    assert "stopped" in out and "not as declared" not in out
+    code, out, err = run("report", "merge", str(tmp_path / "r.json"), "--json", str(tmp_path / "m.json"))
+    assert code == 0, out + err
+    assert json.loads((tmp_path / "m.json").read_text())["cut_short"] is True
+
+
+def test_a_merged_bug_cell_caught_on_another_property_is_a_surprise(tmp_path: Path) -> None:
+    """The merge applies the hunt's own rule: the JSON says which property the bug must fail."""
+    code, out, err = run("hunt", "--backend", "numpy", "--kernel", "softmaxRowSafe", "--families",
+                         "ordinary", "--seed", "0", "--max-examples", "5", "--no-fixtures",
+                         "--json", str(tmp_path / "r.json"))
+    assert code == 0, out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    cell = doc["results"][0]
+    assert cell["as_declared"] is True
+    # The same cell, as a known bug of determinism that failed accuracy instead.
+    cell.update(expected="bug", bug_property="determinism", passed=False, properties=["accuracy"],
+                as_declared=False)
+    (tmp_path / "bug.json").write_text(json.dumps(doc))
+    code, out, err = run("report", "merge", str(tmp_path / "bug.json"))
+    assert code == 1, out + err
+    assert "MISSED(acc)" in out
+
+
+def test_a_time_budget_cuts_a_users_hunt_short_and_names_what_it_did_not_reach(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "slow_kernels.py").write_text(textwrap.dedent('''
+        import time
+        import numpy as np
+
+        def softmax(x):
+            time.sleep(0.02)
+            e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run("hunt", "--op", "softmax", "--impl", "slow_kernels:softmax", "--seed", "0",
+                         "--time-budget", "1", "--no-fixtures", "--json", str(tmp_path / "r.json"))
+    assert code == 0, out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["cut_short"] is True and doc["not_reached"]
+    assert len(doc["results"]) + len(doc["not_reached"]) == 10
+    assert f"not hunted: {', '.join(doc['not_reached'])}." in out
+    assert "stopped" in out

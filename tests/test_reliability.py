@@ -464,3 +464,26 @@ def test_an_internal_error_is_one_line_exit_4_and_the_report_is_written(
     assert err.count("\n") == 1 and "internal error: ZeroDivisionError: a bug of ours" in err
     doc = json.loads(report.read_text())
     assert doc["error"].startswith("internal error") and "Traceback" in doc["traceback"]
+
+
+def test_a_ctrl_c_swallowed_by_a_finalizer_stays_pending_without_a_traceback() -> None:
+    """Ctrl-C noticed inside a finalizer (a garbage-collector callback, say) is recorded for the
+    hunt's next check, and Python's "Exception ignored" traceback is not printed."""
+    code = textwrap.dedent('''
+        import os, signal, sys
+        from normprops import interrupt
+
+        class Finalized:
+            def __del__(self):
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(10000):
+                    pass
+
+        with interrupt.catching():
+            item = Finalized()
+            del item
+            print("pending" if interrupt.requested() else "lost")
+    ''')
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "pending", done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr

@@ -480,3 +480,33 @@ def test_assert_robust_shows_the_keywords_it_takes() -> None:
     params = inspect.signature(normprops.assert_robust).parameters
     assert list(params) == list(inspect.signature(normprops.hunt_kernel).parameters)
     assert params["op"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_assert_robusts_replay_line_judges_the_fixture_as_the_hunt_did(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replay command in assert_robust's message carries the declarations the hunt was made
+    under: run as printed, it fails the fixture the hunt saved."""
+    import shlex
+
+    from normprops import cli
+
+    (tmp_path / "nonrangesafe.py").write_text(textwrap.dedent('''
+        import numpy as np
+
+        def rms_norm(x, gamma, eps):
+            with np.errstate(all="ignore"):
+                ms = (x * x).mean(axis=1, keepdims=True)
+                return (x / np.sqrt(ms + np.float32(eps)) * gamma).astype(np.float32)
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    from nonrangesafe import rms_norm
+
+    with pytest.raises(AssertionError) as info:
+        normprops.assert_robust(rms_norm, op="rmsnorm", families=["huge"], opt_in=["range_safety"],
+                                ignore=["batch_invariance"], threads=64, max_examples=30, seed=0,
+                                fixtures_dir=tmp_path / "fx")
+    line = next(x for x in str(info.value).splitlines() if x.startswith("replay: "))
+    argv = shlex.split(line.removeprefix("replay: "))[1:]
+    assert {"--check", "range_safety", "--ignore", "batch_invariance", "--threads", "64"} <= set(argv)
+    assert cli.main(argv, out=io.StringIO(), err=io.StringIO()) == cli.EXIT_FOUND
