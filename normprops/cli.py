@@ -878,6 +878,12 @@ def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints
     return lines
 
 
+def _not_judged(prop: str) -> str:
+    """Why a fixture of ``prop`` that replayed clean says nothing, and how to judge it."""
+    how = f"--check {prop}" if prop in OPTIONAL else f"without --ignore {prop}"
+    return f"its property {prop} is not judged for this kernel ({how} judges it)"
+
+
 def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _check_output_file(args.json, "--json")
     _check_all_dtypes(args)
@@ -904,13 +910,16 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         report.targets = [target_json(t) for t in targets.made.values()]
         total = len(listing.paths)
         failed = sum(not r.passed for r in replayed)
-        passed = len(replayed) - failed
+        unjudged = sum(r.passed and r.unjudged for r in replayed)
+        passed = len(replayed) - failed - unjudged
         never = selection.replays[len(replayed):]
         rows.extend({"path": str(f.path), "outcome": "not_run"} for f, _ in never)
         if passed == total:
             print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
             return
         parts = [f"{passed} passed", f"{failed} failed"]
+        if unjudged:
+            parts.append(f"{unjudged} not judged")
         if listing.unreadable:
             parts.append(f"{len(listing.unreadable)} could not be read")
         if selection.skipped:
@@ -955,6 +964,10 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                    "dtype": result.dtype, "property": fixture.property,
                                    "messages": [v.message() for v in result.failures]}
             rows.append(row)
+            if finding is None and result.unjudged:
+                row["outcome"] = "not_judged"
+                print(f"not judged {fixture.path.name}: {_not_judged(fixture.property)}", file=out)
+                continue
             if finding is None:
                 print(f"pass {fixture.path.name}", file=out)
                 continue
@@ -1042,6 +1055,7 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
         chosen = mine  # the fixtures to remove
         kept: list[Fixture] = []  # replayed, and still failing
+        unjudged: list[Fixture] = []  # replayed clean, but their property is not judged here
         stopped = None
         if targets is not None:
             selection = select_fixtures(mine, dtype=dtype, all_dtypes=args.all_dtypes, widths=widths)
@@ -1055,7 +1069,11 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             replayed = 0
             for result in replay_selection(selection, targets, policy=args.policy):
                 replayed += 1
-                if result.passed:
+                if result.passed and result.unjudged:
+                    unjudged.append(result.fixture)
+                    print(f"keep {result.fixture.path}: {_not_judged(result.fixture.property)}",
+                          file=out)
+                elif result.passed:
                     chosen.append(result.fixture)
                 else:
                     kept.append(result.fixture)
@@ -1071,8 +1089,8 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             gone.append(fixture)
             print(f"{verb} {fixture.path}", file=out)
         others = len(listing.fixtures) - len(mine)
-        kept_for = [(len(kept), "still failing"),
-                    (len(mine) - len(chosen) - len(kept), "not replayed or not run"),
+        kept_for = [(len(kept), "still failing"), (len(unjudged), "not judged"),
+                    (len(mine) - len(chosen) - len(kept) - len(unjudged), "not replayed or not run"),
                     (others, "of other kernels"), (len(listing.unreadable), "unreadable")]
         why = ", ".join(f"{n} {what}" for n, what in kept_for if n)
         print(f"{verb} {len(gone)} of {_count(len(listing.paths), 'fixture', 'fixtures')} under "

@@ -419,6 +419,9 @@ class Replayed:
     fixture: Fixture
     judged: tuple[tuple[Case, tuple[Verdict, ...]], ...]
     stopped: str | None = None  # why the target cannot be called again (the replay stops here)
+    # The fixture's own property is one the target does not promise (--ignore, or an optional
+    # property not asked for): it was not judged, so passing says nothing about it.
+    unjudged: bool = False
 
     @property
     def dtype(self) -> str:
@@ -468,7 +471,7 @@ def replay_fixture(target: Target, fixture: Fixture, *, policy: str = "default")
             judged.append((case, (verdict,)))
             return Replayed(fixture, tuple(judged), stopped=str(exc))
         judged.append((case, tuple(found)))
-    return Replayed(fixture, tuple(judged))
+    return Replayed(fixture, tuple(judged), unjudged=fixture.property in target.unjudged)
 
 
 def replay_selection(selection: Selection, target_for: Callable[[str], Target], *,

@@ -95,10 +95,16 @@ def test_range_safety_is_judged_when_asked(here: Path) -> None:
     doc = json.loads((here / "r.json").read_text())
     assert [(f["family"], f["property"]) for f in doc["failures"]] == [("huge", "range_safety")]
     assert doc["information"] == [] and "squares overflow" in out
-    # The saved fixture fails replay only where range safety is asked for there too.
+    # The saved fixture fails replay only where range safety is asked for there too; elsewhere it
+    # is said to be not judged (not "pass"), and prune keeps it.
     replay = ["replay", "--op", "layernorm", "--impl", f"{MODULE}:layer_norm_two_pass"]
-    assert run(*replay)[0] == 0
+    code, out, _ = run(*replay)
+    assert code == 0 and "not judged huge-" in out and "--check range_safety judges it" in out
+    assert "pass huge-" not in out and "1 not judged" in out
     assert run(*replay, "--check", "range_safety")[0] == 1
+    code, out, _ = run("fixtures", "prune", "--op", "layernorm", "--impl", f"{MODULE}:layer_norm_two_pass")
+    assert code == 0 and "kept: 1 not judged" in out, out
+    assert list((here / "normprops-fixtures" / "layernorm").glob("huge-*.json"))
 
 
 def test_the_python_api_takes_the_promise() -> None:
