@@ -705,7 +705,7 @@ class Gate:
 
 def gates(rows: Sequence[BenchRow]) -> list[Gate]:
     """At every case: rmsNormRow time <= 1.05 x layerNormRowTwoPass time (the 5% gate), and
-    rmsNormRow ask GB/s >= layerNormRowTwoPass ask GB/s (the exercise's gate)."""
+    rmsNormRow ask GB/s >= layerNormRowTwoPass ask GB/s (the bandwidth gate)."""
     by = {(r.case, r.kernel): r for r in rows}
     out = []
     for case in dict.fromkeys(r.case for r in rows):

@@ -1,6 +1,6 @@
 """The single registry: ops, their semantics, and every kernel normprops knows how to hunt.
 
-Tests, the CLI and (later) the benchmark iterate over ``OPS`` and ``KERNELS``; nothing else keeps a
+Tests, the CLI and the benchmark iterate over ``OPS`` and ``KERNELS``; nothing else keeps a
 list of kernels. A kernel entry says what it computes (``op``), where it runs (``backend``), how many
 times it touches the row, how its reduction is shaped (which sets its error bound), which input
 families it claims to survive, and, for kept-bad kernels, the bug it demonstrates.

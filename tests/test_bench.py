@@ -71,7 +71,7 @@ def test_ask_bandwidth_and_percent_of_floors() -> None:
 
 @pytest.mark.parametrize("rms, two, time_ok, bandwidth_ok", [
     (0.062, 0.075, True, True),
-    (0.078, 0.075, True, False),   # 4% slower: the 5% gate holds, the exercise's does not
+    (0.078, 0.075, True, False),   # 4% slower: the 5% gate holds, the bandwidth gate does not
     (0.080, 0.075, False, False),  # 6.7% slower
 ])
 def test_gates(rms: float, two: float, time_ok: bool, bandwidth_ok: bool) -> None:

@@ -65,8 +65,8 @@ def test_nep50_cannot_demote_the_reference() -> None:
     assert np.allclose(reference(case).z, [[1.0, -1.0]])
 
 
-def test_seed_part0_rmsnorm_values() -> None:
-    # The lesson's part 0: eight values, RMS norm with eps 1e-5 (torch's formula, float64).
+def test_eight_values_rmsnorm() -> None:
+    # Eight values, RMS norm with eps 1e-5 (torch's formula, float64).
     x = np.array([[-1.25, -0.75, -0.25, 0.25, 0.75, 1.25, 1.75, 2.25]], F32)
     case = Case("rmsnorm", "ordinary", x, np.ones(8, F32), None, float(F32(1e-5)))
     ms = float(np.mean(x.astype(np.float64) ** 2))

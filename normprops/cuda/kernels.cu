@@ -9,7 +9,7 @@
 // contraction choices cannot make the two drift apart.
 //
 // Row offsets are size_t: rows x cols beyond 2^31 elements work. Touches count reads and writes of
-// the row (the seed prices every kernel at one read and one write: 8 bytes per element).
+// the row (the bandwidth table prices every kernel at one read and one write: 8 bytes per element).
 //
 // NVRTC has no <math.h> macros: -inf is spelled __int_as_float(0xff800000).
 
