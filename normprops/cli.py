@@ -315,7 +315,8 @@ def _parser() -> argparse.ArgumentParser:
                     "and settings. Otherwise each problem is one line and "
                     f"nothing is merged (exit {EXIT_UNREADABLE}); with --allow-incomplete the "
                     "merge goes on, its status is the cells' (0 or 1), and the merged report says "
-                    "\"complete\": false and why.")
+                    "\"complete\": false and why. A hunt cut short by its --time-budget finished: "
+                    "it merges, and the merged report says \"cut_short\": true and names it.")
     m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
     m.add_argument("--json", type=Path, metavar="PATH",
                    help="write the merged report here (into a directory that exists)")
@@ -1101,13 +1102,16 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(matrix_legend(cells), file=out)
     for problem in merged["problems"]:
         print(f"incomplete: {problem}", file=out)
+    for note in merged["notes"]:
+        print(note, file=out)
     surprising = [r for r in merged["results"]
                   if (r.get("expected") == "claim" and not r["passed"])
                   or (r.get("expected") == "bug" and r["passed"])
                   or (r.get("expected") is None and not r["passed"])]
     print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
           f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
-          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)"), file=out)
+          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)")
+          + ("; cut short" if merged["cut_short"] else ""), file=out)
     try:
         if args.json is not None:
             write_json_atomically(args.json, merged)
