@@ -524,7 +524,7 @@ def _count(n: int, one: str, many: str) -> str:
 
 def _family_line(result: HuntResult, note: str | None) -> str:
     status = "pass" if result.passed else "FAIL " + ",".join(result.properties)
-    if result.interrupted and result.passed:
+    if (result.interrupted or result.cut_short) and result.passed:
         status = "stopped"
     words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
     if words:
@@ -653,7 +653,15 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if hunted.interrupted:
             raise KeyboardInterrupt
         report.cut_short = hunted.cut_short
-        if hunted.stopped:
+        reached = len(report.results)
+        not_hunted = f"{len(families) - reached} of {len(families)} families not hunted"
+        if hunted.cut_short:
+            report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
+                                f"{not_hunted}")
+            print(f"  cut short: the time budget of {args.time_budget:g} s was spent after {reached} "
+                  f"of {len(families)} families ({sum(r.examples for r, _ in report.results)} "
+                  f"examples)", file=out)
+        elif hunted.stopped:
             report.notes.append(f"stopped: {hunted.stopped}")
             print(f"  stopped: {hunted.stopped}", file=out)
         summary()
@@ -664,10 +672,15 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                  oracle=config.oracle)
         for line in report.hints:
             print(line, file=out)
-        print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
-              f"{'s' * (findings != 1)})." if failed
-              else f"clean: {_count(len(report.results), 'family', 'families')}, no counterexample.",
-              file=out)
+        if failed:
+            print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
+                  f"{'s' * (findings != 1)})" + (f"; cut short: {not_hunted}." if hunted.cut_short
+                                                 else "."), file=out)
+        elif hunted.cut_short:
+            print(f"clean as far as it got: {reached} of {len(families)} families, no counterexample.",
+                  file=out)
+        else:
+            print(f"clean: {_count(reached, 'family', 'families')}, no counterexample.", file=out)
         return EXIT_FOUND if failed else EXIT_OK
 
     return _guarded(run, body)
