@@ -315,7 +315,8 @@ def _parser() -> argparse.ArgumentParser:
                     "and settings. Otherwise each problem is one line and "
                     f"nothing is merged (exit {EXIT_UNREADABLE}); with --allow-incomplete the "
                     "merge goes on, its status is the cells' (0 or 1), and the merged report says "
-                    "\"complete\": false and why.")
+                    "\"complete\": false and why. A hunt cut short by its --time-budget finished: "
+                    "it merges, and the merged report says \"cut_short\": true and names it.")
     m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
     m.add_argument("--json", type=Path, metavar="PATH",
                    help="write the merged report here (into a directory that exists)")
@@ -652,17 +653,21 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if hunted.interrupted:
             raise KeyboardInterrupt
         report.cut_short = hunted.cut_short
-        if hunted.stopped:
+        reached = len(report.results)
+        not_hunted = f"{len(families) - reached} of {len(families)} families not hunted"
+        if hunted.cut_short:
+            done = {r.family for r, _ in report.results}
+            report.extra["not_reached"] = [f for f in families if f not in done]
+            report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
+                                f"{not_hunted}")
+            print(f"  cut short: the time budget of {args.time_budget:g} s was spent after {reached} "
+                  f"of {len(families)} families ({sum(r.examples for r, _ in report.results)} "
+                  f"examples); not hunted: {', '.join(report.extra['not_reached']) or 'none'}.",
+                  file=out)
+        elif hunted.stopped:
             report.notes.append(f"stopped: {hunted.stopped}")
             print(f"  stopped: {hunted.stopped}", file=out)
         summary()
-        if hunted.cut_short:
-            reached = {r.family for r in hunted.results}
-            report.extra["not_reached"] = [f for f in families if f not in reached]
-            print(f"cut short: the time budget of {args.time_budget:g} s was spent after "
-                  f"{len(reached)} of {_count(len(families), 'family', 'families')} "
-                  f"({sum(r.examples for r in hunted.results)} examples); not hunted: "
-                  f"{', '.join(report.extra['not_reached']) or 'none'}.", file=out)
         failed = [r for r, _ in report.results if not r.passed]
         findings = sum(len(r.findings) for r in failed)
         if not any(r.fatal for r in hunted.results):  # a target that hung is not run again
@@ -670,10 +675,15 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                  oracle=config.oracle)
         for line in report.hints:
             print(line, file=out)
-        print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
-              f"{'s' * (findings != 1)})." if failed
-              else f"clean: {_count(len(report.results), 'family', 'families')}, no counterexample.",
-              file=out)
+        if failed:
+            print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
+                  f"{'s' * (findings != 1)})" + (f"; cut short: {not_hunted}." if hunted.cut_short
+                                                 else "."), file=out)
+        elif hunted.cut_short:
+            print(f"clean as far as it got: {reached} of {len(families)} families, no counterexample.",
+                  file=out)
+        else:
+            print(f"clean: {_count(reached, 'family', 'families')}, no counterexample.", file=out)
         return EXIT_FOUND if failed else EXIT_OK
 
     return _guarded(run, body)
@@ -1131,12 +1141,15 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(matrix_legend(cells), file=out)
     for problem in merged["problems"]:
         print(f"incomplete: {problem}", file=out)
+    for note in merged["notes"]:
+        print(note, file=out)
     # A registry's cells by its own rule; a user's kernel (which declares nothing) by what it found.
     surprising = [r for r in merged["results"]
                   if (not declared_json(r) if r.get("expected") is not None else not r["passed"])]
     print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
           f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
-          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)"), file=out)
+          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)")
+          + ("; cut short" if merged["cut_short"] else ""), file=out)
     try:
         if args.json is not None:
             write_json_atomically(args.json, merged)

@@ -537,8 +537,9 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
     N/N present once, all with the same seed and settings (:data:`SHARD_SETTINGS`). Reports of
     other kernels merge side by side. Otherwise :class:`IncompleteMerge` lists the problems,
     one line each, unless ``allow_incomplete``: the merged report then says ``"complete": false``
-    and lists them under ``"problems"`` (a file given twice is read once). ReportError names a
-    file that cannot be read."""
+    and lists them under ``"problems"`` (a file given twice is read once). A report cut short by
+    its time budget merges; the merged one says ``"cut_short": true``, with a note naming it.
+    ReportError names a file that cannot be read."""
     from normprops import __version__
 
     docs: list[tuple[Path, dict[str, Any]]] = []
@@ -591,6 +592,9 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
                         and (f.get("target"), f.get("family")) not in repeated - fresh]
     if problems and not allow_incomplete:
         raise IncompleteMerge(problems)
+    # A hunt cut short by its time budget finished cleanly, so it merges; but the whole is then
+    # short of the cells it never reached, and says so.
+    cut_short = [path for path, doc in docs if doc.get("cut_short") is True]
     shared = {}  # what every report agrees on: a merged hunt keeps its seed and settings
     for key in HUNT_KERNELS + SHARD_SETTINGS:
         values = [doc.get(key) for _, doc in docs]
@@ -599,9 +603,11 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
     return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge", **shared,
             "merged_from": [str(p) for p, _ in docs], "complete": not problems,
             "error": "; ".join(problems) or None, "problems": problems,
-            "cut_short": any(bool(doc.get("cut_short")) for _, doc in docs),
-            "notes": [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
-                      if isinstance(note, str)],
+            "cut_short": bool(cut_short),
+            "notes": [f"cut short: {path} spent its time budget; the cells it did not reach are missing"
+                      for path in cut_short]
+                     + [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
+                        if isinstance(note, str)],
             "results": [r for _, r in results.values()], "failures": failures,
             "information": information}
 

@@ -93,6 +93,29 @@ def test_buggy_impl_exits_1_and_saves_a_fixture(user_module: str, tmp_path: Path
     assert code == 0 and "the fixture passes" in out
 
 
+@pytest.mark.parametrize("func, last", [
+    pytest.param("softmax_good", "clean as far as it got: 1 of 3 families, no counterexample.", id="clean"),
+    pytest.param("softmax_bad", "1 of 1 families failed (", id="found"),
+])
+def test_a_time_budget_cuts_an_impl_hunt_short_and_says_how_far_it_got(
+        user_module: str, tmp_path: Path, func: str, last: str) -> None:
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:{func}", "--families",
+                       "overflow_logits,ordinary,ragged", "--max-examples", "100000", "--seed", "0",
+                       "--no-fixtures", "--time-budget", "1", "--json", "r.json")
+    assert code == (0 if func == "softmax_good" else 1), out
+    lines = out.splitlines()
+    family = next(line for line in lines if line.startswith("  overflow_logits"))
+    assert family.split()[1] == ("stopped" if func == "softmax_good" else "FAIL"), family
+    assert any(line.startswith("  cut short: the time budget of 1 s was spent after 1 of 3 families (")
+               for line in lines), out
+    assert lines[-1].startswith(last), lines[-1]
+    if func == "softmax_bad":
+        assert lines[-1].endswith("; cut short: 2 of 3 families not hunted."), lines[-1]
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["cut_short"] is True and doc["complete"] is True
+    assert doc["notes"] == ["cut short: the time budget of 1 s was spent; 2 of 3 families not hunted"]
+
+
 def test_no_fixtures_flag(user_module: str, tmp_path: Path) -> None:
     code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
                      "--families", "overflow_logits", "--max-examples", "20", "--no-fixtures")

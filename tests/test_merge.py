@@ -171,6 +171,23 @@ def test_sharded_hunts_of_other_kernels_merge_each_whole(tmp_path: Path) -> None
                                      "hold 1/3, 2/3)"]
 
 
+def test_a_shard_cut_short_by_its_time_budget_merges_and_the_merge_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A cut-short hunt finished cleanly, so it merges; its unreached cells are missing, which the
+    # merged report and the output must not hide.
+    monkeypatch.chdir(tmp_path)
+    s1 = _write(Path("s1.json"), _shard_doc(1, cut_short=True))
+    s2 = _write(Path("s2.json"), _shard_doc(2, cut_short=False))
+    code, out, err = run("report", "merge", s1, s2, "--json", "merged.json")
+    assert code == 0 and err == "", err
+    note = "cut short: s1.json spent its time budget; the cells it did not reach are missing"
+    assert note in out.splitlines()
+    assert out.rstrip().endswith("2 reports, 2 cells, 1 failure; cut short")
+    doc = json.loads(Path("merged.json").read_text())
+    assert doc["complete"] is True and doc["cut_short"] is True and doc["notes"] == [note]
+    assert merge_reports([Path(s2)] + [Path(_write(Path("s1b.json"), _shard_doc(1)))])["cut_short"] is False
+
+
 def test_a_cell_with_two_outcomes_is_a_problem(tmp_path: Path) -> None:
     a = _write(tmp_path / "a.json", _shard_doc(1, shard=None))
     flipped = _shard_doc(1, shard=None)
