@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -10,8 +9,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_harness import run
 
-from normprops.cli import main
 from normprops.errors import UsageError, a_or_an
 from normprops.launch import target_from_callable
 
@@ -48,11 +47,6 @@ USER_MODULE = textwrap.dedent('''
     NOT_CALLABLE = 3
 ''')
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ that lists every failing fixture, a run stopped early that says so, and `normpro
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -12,8 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-
-from normprops.cli import main
+from cli_harness import run
 
 USER_MODULE = textwrap.dedent('''
     import time
@@ -50,11 +48,6 @@ USER_MODULE = textwrap.dedent('''
 ''')
 MODULE = "rmskernels_fx"
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

@@ -4,16 +4,15 @@ the declaration means. ``--arithmetic bfloat16`` with float32 storage is a usage
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import ml_dtypes
 import numpy as np
 import pytest
+from cli_harness import run
 
 import normprops
 from normprops.case import Case
-from normprops.cli import main
 from normprops.hints import hints
 from normprops.hunt import Finding
 from normprops.launch import Target, target_from_callable
@@ -82,11 +81,6 @@ def softmax_up_to_64_columns(x):
 
 # --- helpers -------------------------------------------------------------------------------------
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

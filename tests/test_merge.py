@@ -4,16 +4,15 @@ of settings, finished runs of one normprops version; `--allow-incomplete` merges
 from __future__ import annotations
 
 import errno
-import io
 import json
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_harness import run
 
 from normprops import __version__
-from normprops.cli import main
 from normprops.report import IncompleteMerge, merge_reports
 
 USER_MODULE = textwrap.dedent('''
@@ -25,11 +24,6 @@ USER_MODULE = textwrap.dedent('''
         return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
 ''')
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

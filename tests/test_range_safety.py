@@ -5,16 +5,15 @@ scaled or shifted copies of the metamorphic properties."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from cli_harness import run
 
 import normprops
 from normprops.case import Case
-from normprops.cli import main
 from normprops.examples.planted import softmax_no_shift
 from normprops.launch import target_from_callable, target_from_spec
 from normprops.properties import evaluate
@@ -50,11 +49,6 @@ def layer_norm_float32_squares(x, gamma, beta, eps):
 
 # --- helpers -------------------------------------------------------------------------------------
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -6,13 +6,13 @@ An exemption made for the claims must never hide the bug."""
 
 from __future__ import annotations
 
-import io
 import json
 import textwrap
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from cli_harness import run
 
 from normprops import cli
 from normprops.case import ShapeConstraints
@@ -47,11 +47,6 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KernelSpec:
     monkeypatch.setattr(cli, "KERNELS", (*KERNELS, spec))
     return spec
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = cli.main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 def test_a_claim_keeps_its_exemptions_and_widths(standin: KernelSpec) -> None:

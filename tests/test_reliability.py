@@ -4,7 +4,6 @@ bad input, faults and interruption."""
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
 import signal
@@ -19,9 +18,9 @@ from typing import Callable, Iterator
 
 import numpy as np
 import pytest
+from cli_harness import run
 
 from normprops.api import hunt_families
-from normprops.cli import main
 from normprops.hunt import HuntConfig
 from normprops.judge import Verdict
 from normprops.launch import target_from_callable
@@ -84,11 +83,6 @@ USER_MODULE = textwrap.dedent('''
         return _softmax64(x)
 ''')
 
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), out=out, err=err)
-    return code, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
