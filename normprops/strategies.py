@@ -52,6 +52,15 @@ EDGE_COLS: tuple[int, ...] = (
 
 EPS_CHOICES: tuple[float, ...] = (1e-5, 1e-6, FLOAT32_EPS, 1e-12, 1e-3)
 
+#: The widths ``long_rows`` draws: rows too long for one block's registers or shared memory, which
+#: kernels stream, split over several blocks (clusters) or hand to another code path.
+LONG_COLS: tuple[int, int] = (2**15 - 1, 2**18 + 1)
+#: Its edge widths: around each power of two, and model vocabularies (GPT-2, Llama 3, Qwen 2, Gemma).
+LONG_EDGE_COLS: tuple[int, ...] = (
+    32767, 32768, 32769, 50257, 65535, 65536, 65537, 128256, 131071, 131072, 131073, 151936,
+    256000, 262143, 262144, 262145,
+)
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -77,6 +86,11 @@ class Family:
     min_rows: int = 1
     # What the parameters drew, in words, shown beside them in reports (e.g. each row's mask).
     describe: Callable[[Shape, dict[str, Any]], dict[str, Any]] | None = None
+    # Its own widths, drawn when the caller names no max_cols (None: up to MAX_COLS), their edge
+    # widths besides EDGE_COLS, and the most rows it draws (None: as many as the caller allows).
+    cols: tuple[int, int] | None = None
+    edges: tuple[int, ...] = ()
+    max_rows: int | None = None
 
 
 def _f32(values: np.ndarray) -> np.ndarray:
@@ -498,6 +512,10 @@ def _masked_promise(case: Case) -> bool:
     return bool(np.any(np.isneginf(case.x)) and not np.any(np.isnan(case.x) | np.isposinf(case.x)))
 
 
+def _long_rows_promise(case: Case) -> bool:
+    return case.cols >= LONG_COLS[0] and _all_finite_moderate(case)
+
+
 NONFINITE_VALUES = (float("nan"), float("inf"), float("-inf"))
 
 
@@ -554,6 +572,9 @@ FAMILIES: dict[str, Family] = {
                describe=_masked_describe),
         Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)", _ALL,
                _nonfinite_params, _nonfinite_build, _nonfinite_promise, min_rows=2),
+        Family("long_rows", "1 or 2 rows of 2^15 - 1 to 2^18 + 1 columns, ordinary values", _ALL,
+               _ordinary_params, _ordinary_build, _long_rows_promise, cols=LONG_COLS,
+               edges=LONG_EDGE_COLS, max_rows=2),
     )
 }
 
@@ -647,9 +668,14 @@ def edge_cols(*, min_cols: int = 1, max_cols: int = MAX_COLS, multiple_of: int =
     (K-element vectors) still has edges, counted in vectors: K times each edge count (one vector
     past a power of two, a last vector alone, a prime number of vectors), and a power of two plus
     or minus one vector."""
+    return _edges(EDGE_COLS, min_cols=min_cols, max_cols=max_cols, multiple_of=multiple_of)
+
+
+def _edges(counts: tuple[int, ...], *, min_cols: int, max_cols: int,
+           multiple_of: int) -> tuple[int, ...]:
     _check_positive("multiple_of", multiple_of)
     k = multiple_of
-    found = {k * c for c in EDGE_COLS}
+    found = {k * c for c in counts}
     if k > 1:
         p = 1
         while p <= max_cols + k:
@@ -658,15 +684,30 @@ def edge_cols(*, min_cols: int = 1, max_cols: int = MAX_COLS, multiple_of: int =
     return tuple(sorted(c for c in found if min_cols <= c <= max_cols))
 
 
+def _family_cols(fam: Family, min_cols: int, max_cols: int, multiple_of: int) -> tuple[int, int]:
+    """The part of ``[min_cols, max_cols]`` that ``fam`` draws from: all of it, or the family's own
+    widths where some multiple of ``multiple_of`` lies in both, else the upper half (the widest
+    rows the caller takes)."""
+    if fam.cols is None:
+        return min_cols, max_cols
+    low, high = max(min_cols, fam.cols[0]), min(max_cols, max(fam.cols[1], 2 * min_cols))
+    if -(-low // multiple_of) * multiple_of <= high:
+        return low, high
+    return max(min_cols, max_cols // 2), max_cols
+
+
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
-          max_cols: int = MAX_COLS, cols_multiple_of: int = 1,
+          max_cols: int | None = None, cols_multiple_of: int = 1,
           dtype: str = "float32") -> st.SearchStrategy[Case]:
     """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
 
     ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
-    row beside a poisoned one). Column counts are multiples of ``cols_multiple_of`` in
-    ``[min_cols, max_cols]``, drawn from the edge widths (:func:`edge_cols`) or anywhere in the
-    range; ``ragged`` draws only edge widths.
+    row beside a poisoned one); ``long_rows`` draws at most 2 rows (at least ``min_rows``). Column
+    counts are multiples of ``cols_multiple_of`` in ``[min_cols, max_cols]``, drawn from the edge
+    widths (:func:`edge_cols`) or anywhere in the range; ``ragged`` draws only edge widths.
+    ``max_cols`` None is the family's own widest: :data:`MAX_COLS` (twice ``min_cols`` where that
+    is more), for ``long_rows`` 2^18 + 1. ``long_rows`` draws from :data:`LONG_COLS` inside the
+    range, or, when no width there lies in it, from its upper half.
     """
     spec = get_op(op)
     get_dtype(dtype)
@@ -677,6 +718,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     _check_positive("min_rows", min_rows)
     _check_positive("max_rows", max_rows)
     _check_positive("min_cols", min_cols)
+    if max_cols is None:
+        max_cols = max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols)
     _check_positive("max_cols", max_cols)
     _check_positive("cols_multiple_of", cols_multiple_of)
     if max_cols < min_cols:
@@ -691,7 +734,11 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     if max_rows < low_rows:
         raise ValueError(f"family {family!r} needs at least {fam.min_rows} rows but max_rows was "
                          f"{max_rows}")
-    edges = list(edge_cols(min_cols=min_cols, max_cols=max_cols, multiple_of=cols_multiple_of))
+    min_cols, max_cols = _family_cols(fam, min_cols, max_cols, cols_multiple_of)
+    lowest, highest = -(-min_cols // cols_multiple_of), max_cols // cols_multiple_of
+    edges = sorted(set(edge_cols(min_cols=min_cols, max_cols=max_cols, multiple_of=cols_multiple_of))
+                   | set(_edges(fam.edges, min_cols=min_cols, max_cols=max_cols,
+                                multiple_of=cols_multiple_of)))
     if fam.edge_cols_only and not edges:
         raise ValueError(f"family {family!r} draws edge column counts only, and none lies in "
                          f"[{min_cols}, {max_cols}]")
@@ -704,7 +751,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     if "eps" in spec.params:
         eps_strategy = st.sampled_from((spec.default_eps,) + EPS_CHOICES)
     # Built once: constructing and validating strategies on every draw cost more than judging.
-    rows_strategy = st.integers(low_rows, max_rows)
+    high_rows = max_rows if fam.max_rows is None else max(low_rows, min(max_rows, fam.max_rows))
+    rows_strategy = st.integers(low_rows, high_rows)
     seed_strategy = st.integers(0, 2**32 - 1)
     params_strategy = fam.params(op)
     gamma_strategy = st.sampled_from(GAMMA_KINDS)

@@ -16,7 +16,10 @@ from normprops.oracles import reference
 from normprops.strategies import (
     EDGE_COLS,
     FAMILIES,
+    LONG_COLS,
+    LONG_EDGE_COLS,
     MASK_PATTERNS,
+    MAX_COLS,
     Case,
     cases,
     families_for,
@@ -210,7 +213,48 @@ def test_the_edge_coverage_check_fails_on_a_cut_edge_list() -> None:
     assert not _covers_the_edges(_widths_drawn(300, edges=(1,)), 300)
 
 
+def _drawn(examples: int = 40, **kwargs) -> list[Case]:
+    seen: list[Case] = []
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True)
+    @given(cases(**kwargs))
+    def check(case: Case) -> None:
+        seen.append(case)
+
+    check()
+    return seen
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
+def test_long_rows_draws_one_or_two_rows_wider_than_any_other_family(op: str) -> None:
+    drawn = _drawn(op=op, family="long_rows", min_rows=1)
+    assert all(LONG_COLS[0] <= c.cols <= LONG_COLS[1] for c in drawn)
+    assert {c.rows for c in drawn} == {1, 2}
+    assert max(c.cols for c in drawn) > 2**17
+    assert {c.cols for c in drawn} & set(LONG_EDGE_COLS)  # edges around powers of two
+    assert all(FAMILIES["long_rows"].promise(c) for c in drawn)
+    # The hunt asks for at least 2 rows: it gets 2.
+    assert {c.rows for c in _drawn(10, op=op, family="long_rows")} == {2}
+
+
+def test_long_rows_stays_inside_a_kernels_widths() -> None:
+    vec8 = _drawn(op="softmax", family="long_rows", max_cols=65536, cols_multiple_of=8)
+    assert all(32768 <= c.cols <= 65536 and c.cols % 8 == 0 for c in vec8)
+    # A kernel that takes no row of 2^15 - 1 columns or more gets the widest rows it takes.
+    narrow = _drawn(op="rmsnorm", family="long_rows", max_cols=16385)
+    assert all(8192 <= c.cols <= 16385 for c in narrow)
+    assert {c.cols for c in _drawn(op="softmax", family="long_rows", max_cols=2)} <= {1, 2}
+
+
+def test_the_other_families_keep_their_widths() -> None:
+    assert max(c.cols for c in _drawn(100, op="softmax", family="ordinary")) <= MAX_COLS
+    # Rows wider than MAX_COLS only: up to twice the narrowest, as the hunt draws them.
+    wide = _drawn(op="rmsnorm", family="ordinary", min_cols=20000)
+    assert all(20000 <= c.cols <= 40000 for c in wide)
+
+
 def test_families_for_each_op() -> None:
+    assert "long_rows" in families_for("softmax") and "long_rows" in families_for("rmsnorm")
     assert "overflow_logits" in families_for("softmax")
     assert "eps_scale" not in families_for("softmax")
     assert "masked" not in families_for("rmsnorm")

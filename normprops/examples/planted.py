@@ -10,7 +10,7 @@ one property shows it, that property; other families may catch the same bug.
 
 Families: ``ordinary``, ``overflow_logits``, ``wide_span``, ``large_mean``,
 ``huge``, ``tiny``, ``eps_scale``, ``constant``, ``ragged``, ``masked``,
-``nonfinite``.
+``nonfinite``, ``long_rows``.
 """
 
 from __future__ import annotations
