@@ -52,6 +52,15 @@ EDGE_COLS: tuple[int, ...] = (
 
 EPS_CHOICES: tuple[float, ...] = (1e-5, 1e-6, FLOAT32_EPS, 1e-12, 1e-3)
 
+#: The widths ``long_rows`` draws: rows too long for one block's registers or shared memory, which
+#: kernels stream, split over several blocks (clusters) or hand to another code path.
+LONG_COLS: tuple[int, int] = (2**15 - 1, 2**18 + 1)
+#: Its edge widths: around each power of two, and model vocabularies (GPT-2, Llama 3, Qwen 2, Gemma).
+LONG_EDGE_COLS: tuple[int, ...] = (
+    32767, 32768, 32769, 50257, 65535, 65536, 65537, 128256, 131071, 131072, 131073, 151936,
+    256000, 262143, 262144, 262145,
+)
+
 
 @dataclass(frozen=True)
 class Shape:
@@ -75,6 +84,13 @@ class Family:
     promise: Callable[[Case], bool]
     edge_cols_only: bool = False
     min_rows: int = 1
+    # What the parameters drew, in words, shown beside them in reports (e.g. each row's mask).
+    describe: Callable[[Shape, dict[str, Any]], dict[str, Any]] | None = None
+    # Its own widths, drawn when the caller names no max_cols (None: up to MAX_COLS), their edge
+    # widths besides EDGE_COLS, and the most rows it draws (None: as many as the caller allows).
+    cols: tuple[int, int] | None = None
+    edges: tuple[int, ...] = ()
+    max_rows: int | None = None
 
 
 def _f32(values: np.ndarray) -> np.ndarray:
@@ -327,50 +343,177 @@ def _ragged_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> 
     return _f32(p["scale"] * rng.standard_normal((rows, cols)))
 
 
-MASK_PATTERNS = ("random", "full", "thread_share", "lane_share", "chunk", "all_but_one", "none")
+MASK_PATTERNS = ("random", "full", "thread_share", "lane_share", "chunk", "all_but_one", "left_pad",
+                 "right_pad", "causal", "padded_causal", "sliding_window", "block_sparse", "none")
+
+
+def _edge_length(cols: int, edge: tuple[int, int]) -> int:
+    """``2^power + delta`` (``edge`` = (power, delta), delta -1, 0 or 1), clamped to [1, cols - 1]
+    (1 for a row of one column): lengths just around the block sizes kernels split rows into, and
+    all of the row but one column once ``2^power`` reaches its width."""
+    power, delta = edge
+    return min(max(2**power + delta, 1), max(cols - 1, 1))
+
+
+def _causal_keep(r: int, cols: int, p: dict[str, Any]) -> int:
+    """Columns row ``r`` keeps under a causal mask: its first ``k + r`` (none when that is not
+    positive), ``k = offset`` for a negative offset (fully masked rows on top), else ``offset``
+    modulo the width, so row 0 masks at least one column."""
+    first = p["offset"] if p["offset"] < 0 else p["offset"] % cols
+    return min(max(first + r, 0), cols)
+
+
+def _window(r: int, rows: int, cols: int, p: dict[str, Any]) -> tuple[int, int]:
+    """Columns ``[lo, hi)`` row ``r`` keeps under a sliding window aligned to the end of the row, as
+    the last ``rows`` queries of a sequence see it: the last row's window ends ``|offset|`` columns
+    (modulo the width) before the end, each row above it one column earlier."""
+    hi = max(cols - abs(p["offset"]) % cols - (rows - 1 - r), 0)
+    return max(hi - _edge_length(cols, p["window"]), 0), hi
+
+
+def _blocks(cols: int, p: dict[str, Any]) -> tuple[int, int, int]:
+    """Block size, period and phase of a block-sparse mask: block ``j`` is kept when
+    ``j % period == phase`` (the last block when none is). The size is at most the largest power of
+    two below the width, so a row has two blocks or more and one of them is masked. The phase counts
+    back from the end of a period: ``thread`` 0 keeps the last block of each, so rows start with
+    masked blocks."""
+    size = 2 ** min(p["block"], max((cols - 1).bit_length() - 1, 0))
+    period = p["period"]
+    return size, period, period - 1 - p["thread"] % period
+
+
+def _chunk(cols: int, p: dict[str, Any]) -> tuple[int, int]:
+    length = max(1, int(p["fraction"] * cols))
+    start = p["thread"] % max(1, cols - length + 1)
+    return start, start + length
+
+
+def _row_mask(pattern: str, r: int, shape: Shape, p: dict[str, Any],
+              rng: np.random.Generator) -> np.ndarray:
+    """The columns of row ``r`` that ``pattern`` masks; every pattern but ``none`` masks at least
+    one column of row 0 (the whole row when it has one column)."""
+    cols = shape.cols
+    col = np.arange(cols)
+    if pattern == "random":
+        mask = rng.random(cols) < p["fraction"]
+        mask[rng.integers(cols)] = True
+        return mask
+    if pattern == "full":
+        return np.ones(cols, dtype=bool)
+    if pattern == "thread_share":  # all of one thread's columns in a 256-thread block
+        return col % 256 == p["thread"] % min(cols, 256)
+    if pattern == "lane_share":  # one lane's columns when a warp of 32 owns the row
+        return col % 32 == p["thread"] % min(cols, 32)
+    if pattern == "chunk":  # a contiguous chunk, for kernels that split rows into blocks
+        start, stop = _chunk(cols, p)
+        return (col >= start) & (col < stop)
+    if pattern == "all_but_one":  # with one column: that column (a fully masked row)
+        return (col != p["thread"] % cols) if cols > 1 else np.ones(cols, dtype=bool)
+    if pattern == "left_pad":  # a masked prefix, often longer than a kernel's block
+        return col < _edge_length(cols, p["pad"])
+    if pattern == "right_pad":
+        return col >= cols - _edge_length(cols, p["pad"])
+    if pattern == "causal":  # row r attends to its first k + r columns
+        return col >= _causal_keep(r, cols, p)
+    if pattern == "padded_causal":  # a left-padded sequence's causal mask, as its prefill sees it
+        pad = _edge_length(cols, p["pad"])
+        return (col < pad) | (col >= pad + _causal_keep(r, max(cols - pad, 1), p))
+    if pattern == "sliding_window":
+        lo, hi = _window(r, shape.rows, cols, p)
+        return (col < lo) | (col >= hi)
+    if pattern == "block_sparse":
+        if cols == 1:
+            return np.ones(cols, dtype=bool)
+        size, period, phase = _blocks(cols, p)
+        block = col // size
+        kept = block % period == phase
+        return ~kept if kept.any() else block != block[-1]
+    return np.zeros(cols, dtype=bool)
+
+
+def _row_mask_text(pattern: str, r: int, shape: Shape, p: dict[str, Any]) -> str:
+    """What :func:`_row_mask` masks, in words, for reports."""
+    cols = shape.cols
+    if pattern in ("none", "full") or (cols == 1 and pattern in ("all_but_one", "block_sparse")):
+        return "full" if pattern != "none" else "none"
+    if pattern == "random":
+        return f"random masks {p['fraction']:.0%}"
+    if pattern == "thread_share":
+        return f"thread_share masks col % 256 == {p['thread'] % min(cols, 256)}"
+    if pattern == "lane_share":
+        return f"lane_share masks col % 32 == {p['thread'] % min(cols, 32)}"
+    if pattern == "chunk":
+        return "chunk masks [{}, {})".format(*_chunk(cols, p))
+    if pattern == "all_but_one":
+        return f"all_but_one keeps col {p['thread'] % cols}"
+    if pattern == "left_pad":
+        return f"left_pad masks [0, {_edge_length(cols, p['pad'])})"
+    if pattern == "right_pad":
+        return f"right_pad masks [{cols - _edge_length(cols, p['pad'])}, {cols})"
+    if pattern == "causal":
+        return f"causal keeps [0, {_causal_keep(r, cols, p)})"
+    if pattern == "padded_causal":
+        pad = _edge_length(cols, p["pad"])
+        return f"padded_causal keeps [{pad}, {pad + _causal_keep(r, max(cols - pad, 1), p)})"
+    if pattern == "sliding_window":
+        return "sliding_window keeps [{}, {})".format(*_window(r, shape.rows, cols, p))
+    size, period, phase = _blocks(cols, p)
+    return f"block_sparse of {size} keeps blocks j % {period} == {phase}"
+
+
+#: The layouts attention puts on a row: what a second layout of a row is drawn from.
+ATTENTION_LAYOUTS = MASK_PATTERNS[MASK_PATTERNS.index("left_pad") : -1]
+_any_layout = st.sampled_from(MASK_PATTERNS[-1:] + MASK_PATTERNS[:-1])  # shrinks to "none"
+_attention_layout = st.sampled_from(("none", *ATTENTION_LAYOUTS))
+
+
+def _union(*layouts: str) -> str:
+    return "+".join(dict.fromkeys(n for n in layouts if n != "none")) or "none"
 
 
 def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
+    delta = st.sampled_from((0, 1, -1))
     return st.fixed_dictionaries({
-        # The first row always carries a mask; the others may be clean.
-        "patterns": st.tuples(st.sampled_from(MASK_PATTERNS[:-1]),
-                              _up_to(st.sampled_from(MASK_PATTERNS)))
-        .map(lambda t: [t[0], *t[1]]),
+        # A pattern for each of the first four rows (row r takes pattern r % 4): a layout, or a
+        # layout and an attention layout on top ("chunk+causal", "left_pad+sliding_window"), as
+        # attention combines key padding with causal or window masks. The first row always masks;
+        # the rest shrinks to "none".
+        "patterns": st.tuples(st.tuples(st.sampled_from(MASK_PATTERNS[:-1]), _attention_layout),
+                              *[st.tuples(_any_layout, _attention_layout)] * 3)
+        .map(lambda rows: [_union(*layouts) for layouts in rows]),
         "thread": st.integers(0, 255),
         "fraction": st.floats(0.05, 0.95),
         "scale": st.sampled_from([1.0, 10.0]),
+        # (power, delta): 2^power + delta columns (_edge_length). Paddings shrink towards all of
+        # the row but one column, windows towards one column, blocks towards the largest.
+        "pad": st.tuples(st.integers(0, 18).map(lambda i: 18 - i), delta),
+        "window": st.tuples(st.integers(0, 18), delta),
+        "offset": st.integers(-4, 2**18),
+        "block": st.integers(0, 9).map(lambda i: 13 - i),  # blocks of 8192 down to 16 columns
+        "period": st.integers(2, 64),
     })
 
 
 def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    x = _f32(p["scale"] * rng.standard_normal((rows, cols)))
-    col = np.arange(cols)
-    for r in range(rows):
-        pattern = p["patterns"][r % len(p["patterns"])]
-        if pattern == "random":
-            mask = rng.random(cols) < p["fraction"]
-            mask[rng.integers(cols)] = True
-        elif pattern == "full":
-            mask = np.ones(cols, dtype=bool)
-        elif pattern == "thread_share":  # all of one thread's columns in a 256-thread block
-            mask = col % 256 == p["thread"] % min(cols, 256)
-        elif pattern == "lane_share":  # one lane's columns when a warp of 32 owns the row
-            mask = col % 32 == p["thread"] % min(cols, 32)
-        elif pattern == "chunk":  # a contiguous chunk, for kernels that split rows into blocks
-            length = max(1, int(p["fraction"] * cols))
-            start = p["thread"] % max(1, cols - length + 1)
-            mask = (col >= start) & (col < start + length)
-        elif pattern == "all_but_one":  # with one column: that column (a fully masked row)
-            mask = (col != p["thread"] % cols) if cols > 1 else np.ones(cols, dtype=bool)
-        else:
-            mask = np.zeros(cols, dtype=bool)
-        x[r, mask] = -np.inf
+    x = _f32(p["scale"] * rng.standard_normal((shape.rows, shape.cols)))
+    for r in range(shape.rows):
+        for layout in p["patterns"][r % len(p["patterns"])].split("+"):
+            x[r, _row_mask(layout, r, shape, p, rng)] = -np.inf
     return x
+
+
+def _masked_describe(shape: Shape, p: dict[str, Any]) -> dict[str, Any]:
+    return {"masks": [" + ".join(_row_mask_text(layout, r, shape, p)
+                                 for layout in p["patterns"][r % len(p["patterns"])].split("+"))
+                      for r in range(shape.rows)]}
 
 
 def _masked_promise(case: Case) -> bool:
     return bool(np.any(np.isneginf(case.x)) and not np.any(np.isnan(case.x) | np.isposinf(case.x)))
+
+
+def _long_rows_promise(case: Case) -> bool:
+    return case.cols >= LONG_COLS[0] and _all_finite_moderate(case)
 
 
 NONFINITE_VALUES = (float("nan"), float("inf"), float("-inf"))
@@ -424,10 +567,14 @@ FAMILIES: dict[str, Family] = {
                _constant_params, _constant_build, _constant_promise),
         Family("ragged", "shape edge cases with ordinary values", _ALL, _ragged_params,
                _ragged_build, lambda c: c.cols in EDGE_COLS, edge_cols_only=True),
-        Family("masked", "-inf entries: fully masked rows, one thread's share masked",
-               frozenset({"softmax"}), _masked_params, _masked_build, _masked_promise, min_rows=2),
+        Family("masked", "-inf entries: attention masks, thread shares, fully masked rows",
+               frozenset({"softmax"}), _masked_params, _masked_build, _masked_promise, min_rows=2,
+               describe=_masked_describe),
         Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)", _ALL,
                _nonfinite_params, _nonfinite_build, _nonfinite_promise, min_rows=2),
+        Family("long_rows", "1 or 2 rows of 2^15 - 1 to 2^18 + 1 columns, ordinary values", _ALL,
+               _ordinary_params, _ordinary_build, _long_rows_promise, cols=LONG_COLS,
+               edges=LONG_EDGE_COLS, max_rows=2),
     )
 }
 
@@ -489,11 +636,14 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
         if not eps_value > 0:
             raise ValueError(f"eps must be a positive float32 but was {eps!r}")
     rng = np.random.default_rng(seed)
-    x = fam.build(rng, Shape(rows, cols, op, eps_value), params)
+    shape = Shape(rows, cols, op, eps_value)
+    x = fam.build(rng, shape, params)
     x = to_dtype(x, dtype)
     gamma = to_dtype(_gamma(rng, gamma_kind, cols, kind.large_weight), dtype) if spec.has_gamma else None
     beta = to_dtype(_beta(rng, beta_kind, cols, kind.large_weight), dtype) if spec.has_beta else None
     shown = dict(params)
+    if fam.describe is not None:
+        shown.update(fam.describe(shape, params))
     shown["seed"] = seed
     if spec.has_gamma:
         shown["gamma"] = gamma_kind
@@ -518,9 +668,14 @@ def edge_cols(*, min_cols: int = 1, max_cols: int = MAX_COLS, multiple_of: int =
     (K-element vectors) still has edges, counted in vectors: K times each edge count (one vector
     past a power of two, a last vector alone, a prime number of vectors), and a power of two plus
     or minus one vector."""
+    return _edges(EDGE_COLS, min_cols=min_cols, max_cols=max_cols, multiple_of=multiple_of)
+
+
+def _edges(counts: tuple[int, ...], *, min_cols: int, max_cols: int,
+           multiple_of: int) -> tuple[int, ...]:
     _check_positive("multiple_of", multiple_of)
     k = multiple_of
-    found = {k * c for c in EDGE_COLS}
+    found = {k * c for c in counts}
     if k > 1:
         p = 1
         while p <= max_cols + k:
@@ -529,15 +684,30 @@ def edge_cols(*, min_cols: int = 1, max_cols: int = MAX_COLS, multiple_of: int =
     return tuple(sorted(c for c in found if min_cols <= c <= max_cols))
 
 
+def _family_cols(fam: Family, min_cols: int, max_cols: int, multiple_of: int) -> tuple[int, int]:
+    """The part of ``[min_cols, max_cols]`` that ``fam`` draws from: all of it, or the family's own
+    widths where some multiple of ``multiple_of`` lies in both, else the upper half (the widest
+    rows the caller takes)."""
+    if fam.cols is None:
+        return min_cols, max_cols
+    low, high = max(min_cols, fam.cols[0]), min(max_cols, max(fam.cols[1], 2 * min_cols))
+    if -(-low // multiple_of) * multiple_of <= high:
+        return low, high
+    return max(min_cols, max_cols // 2), max_cols
+
+
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
-          max_cols: int = MAX_COLS, cols_multiple_of: int = 1,
+          max_cols: int | None = None, cols_multiple_of: int = 1,
           dtype: str = "float32") -> st.SearchStrategy[Case]:
     """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
 
     ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
-    row beside a poisoned one). Column counts are multiples of ``cols_multiple_of`` in
-    ``[min_cols, max_cols]``, drawn from the edge widths (:func:`edge_cols`) or anywhere in the
-    range; ``ragged`` draws only edge widths.
+    row beside a poisoned one); ``long_rows`` draws at most 2 rows (at least ``min_rows``). Column
+    counts are multiples of ``cols_multiple_of`` in ``[min_cols, max_cols]``, drawn from the edge
+    widths (:func:`edge_cols`) or anywhere in the range; ``ragged`` draws only edge widths.
+    ``max_cols`` None is the family's own widest: :data:`MAX_COLS` (twice ``min_cols`` where that
+    is more), for ``long_rows`` 2^18 + 1. ``long_rows`` draws from :data:`LONG_COLS` inside the
+    range, or, when no width there lies in it, from its upper half.
     """
     spec = get_op(op)
     get_dtype(dtype)
@@ -548,6 +718,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     _check_positive("min_rows", min_rows)
     _check_positive("max_rows", max_rows)
     _check_positive("min_cols", min_cols)
+    if max_cols is None:
+        max_cols = max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols)
     _check_positive("max_cols", max_cols)
     _check_positive("cols_multiple_of", cols_multiple_of)
     if max_cols < min_cols:
@@ -562,7 +734,11 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     if max_rows < low_rows:
         raise ValueError(f"family {family!r} needs at least {fam.min_rows} rows but max_rows was "
                          f"{max_rows}")
-    edges = list(edge_cols(min_cols=min_cols, max_cols=max_cols, multiple_of=cols_multiple_of))
+    min_cols, max_cols = _family_cols(fam, min_cols, max_cols, cols_multiple_of)
+    lowest, highest = -(-min_cols // cols_multiple_of), max_cols // cols_multiple_of
+    edges = sorted(set(edge_cols(min_cols=min_cols, max_cols=max_cols, multiple_of=cols_multiple_of))
+                   | set(_edges(fam.edges, min_cols=min_cols, max_cols=max_cols,
+                                multiple_of=cols_multiple_of)))
     if fam.edge_cols_only and not edges:
         raise ValueError(f"family {family!r} draws edge column counts only, and none lies in "
                          f"[{min_cols}, {max_cols}]")
@@ -575,7 +751,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     if "eps" in spec.params:
         eps_strategy = st.sampled_from((spec.default_eps,) + EPS_CHOICES)
     # Built once: constructing and validating strategies on every draw cost more than judging.
-    rows_strategy = st.integers(low_rows, max_rows)
+    high_rows = max_rows if fam.max_rows is None else max(low_rows, min(max_rows, fam.max_rows))
+    rows_strategy = st.integers(low_rows, high_rows)
     seed_strategy = st.integers(0, 2**32 - 1)
     params_strategy = fam.params(op)
     gamma_strategy = st.sampled_from(GAMMA_KINDS)

@@ -4,14 +4,17 @@ reference to float32, and the tolerances behave as the error analysis says."""
 from __future__ import annotations
 
 import math
+import time
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from normprops.examples import correct, planted
+from normprops.judge import judge_output
 from normprops.oracles import U, mp_reference, reference, row_sum, tolerance
 from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel
-from normprops.strategies import Case, cases
+from normprops.strategies import LONG_COLS, Case, cases, make_case
 
 F32 = np.float32
 
@@ -177,3 +180,22 @@ def test_ratio_bound_skips_what_a_correct_kernel_may_flush() -> None:
     tol = tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL)
     assert np.isfinite(tol.ratio_tol[0, :2]).all() and np.isnan(tol.ratio_tol[0, 2:]).all()
     assert tolerance(case, reference(case), model=FOREIGN_ERROR_MODEL, policy="table").ratio_tol is None
+
+
+@pytest.mark.parametrize("op, fn", [
+    pytest.param("softmax", correct.softmax_f32, id="softmax"),
+    pytest.param("softmax", planted.softmax_coarse_exp, id="softmax-failing-ratios"),
+    pytest.param("layernorm", correct.layernorm_f32, id="layernorm"),
+    pytest.param("rmsnorm", planted.rmsnorm_fp16_accum, id="rmsnorm-failing"),
+])
+def test_reference_and_judge_of_the_longest_rows_cost_well_under_a_second(op: str, fn) -> None:
+    # loc 0: layer norm's mean cancels, so its row sum is taken exactly (math.fsum).
+    case = make_case(op=op, family="long_rows", rows=2, cols=LONG_COLS[1], seed=0,
+                     params={"loc": 0.0, "scale": 1.0, "spikes": [(5, 50.0)]},
+                     gamma_kind="random", beta_kind="random")
+    out = fn(*case.args())
+    start = time.perf_counter()
+    ref = reference(case)
+    judge_output(case, out, ref, tolerance(case, ref, model=FOREIGN_ERROR_MODEL), label=op)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 1.0, f"{op}: {elapsed:.2f} s for 2 rows of {case.cols} columns"

@@ -11,7 +11,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-from normprops.strategies import EDGE_COLS, FAMILIES, Case, cases, families_for, make_case
+from normprops.dtypes import to_dtype
+from normprops.oracles import reference
+from normprops.strategies import (
+    EDGE_COLS,
+    FAMILIES,
+    LONG_COLS,
+    LONG_EDGE_COLS,
+    MASK_PATTERNS,
+    MAX_COLS,
+    Case,
+    cases,
+    families_for,
+    make_case,
+)
 
 FAMILY_OPS = [
     pytest.param(family, op, id=f"{family}-{op}")
@@ -54,6 +67,88 @@ def test_masked_family_masks_one_threads_share() -> None:
                      params={"patterns": ["thread_share"], "thread": 5, "fraction": 0.5, "scale": 1.0})
     masked = np.isneginf(case.x[0])
     assert np.array_equal(np.nonzero(masked)[0], np.arange(5, 1000, 256))
+
+
+def _masked(patterns: list[str], *, cols: int, rows: int = 5, dtype: str = "float32",
+            **params) -> Case:
+    drawn = {"patterns": patterns, "thread": 0, "fraction": 0.5, "scale": 1.0, "pad": (18, 0),
+             "window": (0, 0), "offset": 0, "block": 13, "period": 2, **params}
+    return make_case(op="softmax", family="masked", rows=rows, cols=cols, seed=3, params=drawn,
+                     dtype=dtype)
+
+
+def _kept(case: Case, r: int) -> list[int]:
+    return np.nonzero(~np.isneginf(case.x[r]))[0].tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+@pytest.mark.parametrize("layout", MASK_PATTERNS[:-1])
+def test_every_mask_layout_masks_the_first_row_at_any_width(layout: str, dtype: str) -> None:
+    for cols in (1, 2, 3, 5, 1023, 1024, 1025, 4097):
+        for offset, thread in ((-4, 0), (0, 0), (1, 7), (70001, 255)):
+            case = _masked([layout], cols=cols, dtype=dtype, offset=offset, thread=thread)
+            where = f"{layout} at {cols} columns, offset {offset}: {case.params['masks']}"
+            assert np.isneginf(case.x[0]).any(), where
+            assert FAMILIES["masked"].promise(case), where
+            assert np.array_equal(to_dtype(case.x, dtype), case.x), where  # -inf is exact anywhere
+            assert len(case.params["masks"]) == case.rows
+
+
+@pytest.mark.parametrize("pad, length", [
+    pytest.param((10, -1), 1023, id="2^10-1"),
+    pytest.param((10, 0), 1024, id="2^10"),
+    pytest.param((10, 1), 1025, id="2^10+1"),
+    pytest.param((12, 0), 4096, id="2^12"),
+    pytest.param((13, 0), 4999, id="all-but-one"),  # 2^13 is past the row
+    pytest.param((0, -1), 1, id="at-least-one"),
+])
+def test_paddings_land_around_powers_of_two(pad: tuple[int, int], length: int) -> None:
+    left = _masked(["left_pad"], cols=5000, pad=pad)
+    assert _kept(left, 0) == list(range(length, 5000))
+    assert left.params["masks"][0] == f"left_pad masks [0, {length})"
+    right = _masked(["right_pad"], cols=5000, pad=pad)
+    assert _kept(right, 0) == list(range(5000 - length))
+
+
+def test_causal_rows_keep_one_column_more_each_and_rows_above_keep_none() -> None:
+    case = _masked(["causal"], cols=64, offset=1)
+    assert [_kept(case, r) for r in range(5)] == [list(range(k)) for k in (1, 2, 3, 4, 5)]
+    above = _masked(["causal"], cols=64, offset=-2)
+    assert [len(_kept(above, r)) for r in range(5)] == [0, 0, 0, 1, 2]
+    assert reference(above).masked_rows.tolist() == [True, True, True, False, False]
+
+
+def test_sliding_windows_end_at_the_row_end_one_column_apart() -> None:
+    case = _masked(["sliding_window"], cols=4096, rows=3, window=(4, 0))
+    assert [_kept(case, r) for r in range(3)] == [list(range(4078 + r, 4094 + r)) for r in range(3)]
+    assert case.params["masks"][2] == "sliding_window keeps [4080, 4096)"
+
+
+def test_block_sparse_masks_whole_blocks_and_keeps_one() -> None:
+    case = _masked(["block_sparse"], cols=5000, block=10, period=3)
+    assert _kept(case, 0) == list(range(2048, 3072))  # blocks of 1024: j % 3 == 2 kept
+    capped = _masked(["block_sparse"], cols=100, block=13, period=2)  # blocks of 64: two in the row
+    assert _kept(capped, 0) == list(range(64, 100))
+    one = _masked(["block_sparse"], cols=100, block=5, period=8)  # no block 7: the last is kept
+    assert _kept(one, 0) == list(range(96, 100))
+
+
+def test_a_row_takes_the_union_of_its_layouts() -> None:
+    case = _masked(["left_pad+causal", "none"], cols=40, pad=(3, 0), offset=20)
+    assert _kept(case, 0) == list(range(8, 20))
+    assert case.params["masks"][:2] == ["left_pad masks [0, 8) + causal keeps [0, 20)", "none"]
+    assert _kept(case, 1) == list(range(40))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_masked_keeps_its_promise_in_narrow_types(dtype: str) -> None:
+    @settings(max_examples=30, deadline=None, database=None)
+    @given(cases(op="softmax", family="masked", dtype=dtype))
+    def check(case: Case) -> None:
+        assert FAMILIES["masked"].promise(case), case
+        assert np.array_equal(to_dtype(case.x, dtype), case.x)
+
+    check()
 
 
 def test_ragged_draws_edge_column_counts_only() -> None:
@@ -118,7 +213,48 @@ def test_the_edge_coverage_check_fails_on_a_cut_edge_list() -> None:
     assert not _covers_the_edges(_widths_drawn(300, edges=(1,)), 300)
 
 
+def _drawn(examples: int = 40, **kwargs) -> list[Case]:
+    seen: list[Case] = []
+
+    @settings(max_examples=examples, deadline=None, database=None, derandomize=True)
+    @given(cases(**kwargs))
+    def check(case: Case) -> None:
+        seen.append(case)
+
+    check()
+    return seen
+
+
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm"])
+def test_long_rows_draws_one_or_two_rows_wider_than_any_other_family(op: str) -> None:
+    drawn = _drawn(op=op, family="long_rows", min_rows=1)
+    assert all(LONG_COLS[0] <= c.cols <= LONG_COLS[1] for c in drawn)
+    assert {c.rows for c in drawn} == {1, 2}
+    assert max(c.cols for c in drawn) > 2**17
+    assert {c.cols for c in drawn} & set(LONG_EDGE_COLS)  # edges around powers of two
+    assert all(FAMILIES["long_rows"].promise(c) for c in drawn)
+    # The hunt asks for at least 2 rows: it gets 2.
+    assert {c.rows for c in _drawn(10, op=op, family="long_rows")} == {2}
+
+
+def test_long_rows_stays_inside_a_kernels_widths() -> None:
+    vec8 = _drawn(op="softmax", family="long_rows", max_cols=65536, cols_multiple_of=8)
+    assert all(32768 <= c.cols <= 65536 and c.cols % 8 == 0 for c in vec8)
+    # A kernel that takes no row of 2^15 - 1 columns or more gets the widest rows it takes.
+    narrow = _drawn(op="rmsnorm", family="long_rows", max_cols=16385)
+    assert all(8192 <= c.cols <= 16385 for c in narrow)
+    assert {c.cols for c in _drawn(op="softmax", family="long_rows", max_cols=2)} <= {1, 2}
+
+
+def test_the_other_families_keep_their_widths() -> None:
+    assert max(c.cols for c in _drawn(100, op="softmax", family="ordinary")) <= MAX_COLS
+    # Rows wider than MAX_COLS only: up to twice the narrowest, as the hunt draws them.
+    wide = _drawn(op="rmsnorm", family="ordinary", min_cols=20000)
+    assert all(20000 <= c.cols <= 40000 for c in wide)
+
+
 def test_families_for_each_op() -> None:
+    assert "long_rows" in families_for("softmax") and "long_rows" in families_for("rmsnorm")
     assert "overflow_logits" in families_for("softmax")
     assert "eps_scale" not in families_for("softmax")
     assert "masked" not in families_for("rmsnorm")

@@ -37,6 +37,7 @@ __all__ = [
     "rmsnorm_pairwise",
     "softmax_exp2",
     "softmax_f32",
+    "softmax_blocks",
     "softmax_f64",
     "softmax_logsumexp",
     "softmax_online",
@@ -267,6 +268,8 @@ _LOG2E = _F32(1.4426950408889634)
 LANES = 32
 #: Columns per chunk of the online softmax (one block's tile).
 CHUNK = 256
+#: Columns per block of the split-row softmax (one thread block's share of a long row).
+BLOCK = 1024
 
 
 def _lanes(v: np.ndarray, lanes: int, fill: float) -> np.ndarray:
@@ -316,6 +319,27 @@ def softmax_online(x: np.ndarray) -> np.ndarray:
             s = np.where(live, merged, s).astype(_F32)
             m = np.where(live | np.isnan(m_new), m_new, m).astype(_F32)
         return (np.exp(x - m) / s).astype(np.float32)
+
+
+def _block_stats(x: np.ndarray, block: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per block of ``block`` columns: its max and its sum of ``exp(x - max)``, each (rows, blocks).
+    A block that is entirely -inf has max -inf and sum 0 (``exp(-inf - -inf)`` would be NaN)."""
+    starts = range(0, x.shape[-1], block)
+    m = np.concatenate([np.max(x[:, s : s + block], axis=-1, keepdims=True) for s in starts], axis=-1)
+    sums = [_row_sum(np.exp(x[:, s : s + block] - m[:, j : j + 1])) for j, s in enumerate(starts)]
+    s = np.concatenate(sums, axis=-1)
+    return m, np.where(m > -np.inf, s, _F32(0))
+
+
+def softmax_blocks(x: np.ndarray) -> np.ndarray:
+    """Split-row softmax, as a kernel that gives each block of 1024 columns of a long row to its own
+    thread block: every block's max and sum, then one merge ``sum_b s_b exp(m_b - max_b m_b)``.
+    Blocks that are entirely -inf add nothing; a fully masked row gives NaN."""
+    with np.errstate(all="ignore"):
+        m_b, s_b = _block_stats(x, BLOCK)
+        m = np.max(m_b, axis=-1, keepdims=True)
+        s = _row_sum(np.where(m_b > -np.inf, s_b * np.exp(m_b - m), _F32(0)))
+        return (_shifted_exp(x, m) / s).astype(np.float32)
 
 
 def softmax_logsumexp(x: np.ndarray) -> np.ndarray:
@@ -443,6 +467,7 @@ CORRECT: tuple[Impl, ...] = (
     Impl("softmax", "softmax_exp2", "float32 softmax, exp as exp2((x - max) * log2 e)"),
     Impl("softmax", "softmax_reciprocal", "float32 softmax, multiply by 1 / sum"),
     Impl("softmax", "softmax_online", "float32 chunked online softmax (running max and rescaled sum)"),
+    Impl("softmax", "softmax_blocks", "float32 split-row softmax, per-block max and sum merged once"),
     Impl("softmax", "softmax_logsumexp", "float32 softmax as exp(x - max - log sum)"),
     Impl("layernorm", "layernorm_welford", "float32 layer norm, 32-lane Welford with Chan merges"),
     Impl("layernorm", "layernorm_kahan", "float32 two-pass layer norm with Kahan sums"),

@@ -10,7 +10,7 @@ one property shows it, that property; other families may catch the same bug.
 
 Families: ``ordinary``, ``overflow_logits``, ``wide_span``, ``large_mean``,
 ``huge``, ``tiny``, ``eps_scale``, ``constant``, ``ragged``, ``masked``,
-``nonfinite``.
+``nonfinite``, ``long_rows``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import numpy as np
 
 from .correct import (
     _EPS_DOMINATES,
+    BLOCK,
     _ln_apply,
     _rms_apply,
     _row_exponent,
@@ -52,6 +53,7 @@ __all__ = [
     "softmax_batch_dependent",
     "softmax_coarse_exp",
     "softmax_exp_error",
+    "softmax_leading_block_nan",
     "softmax_masked_chunk_nan",
     "softmax_mean_shift",
     "softmax_no_shift",
@@ -249,6 +251,31 @@ def softmax_masked_chunk_nan(x: np.ndarray) -> np.ndarray:
         big_m = np.max(m_t, axis=-1, keepdims=True)
         s = _row_sum(s_t * np.exp(m_t - big_m))
         return (_shifted_exp(x, big_m) / s).astype(np.float32)
+
+
+def softmax_leading_block_nan(x: np.ndarray) -> np.ndarray:
+    """Split-row softmax over blocks of 1024 columns whose merge starts from block 0's statistics.
+
+    The running (max, sum) starts as block 0's; each later block's max and sum are merged in with
+    ``s exp(m - m') + s_b exp(m_b - m')``, and a later block that is entirely -inf is skipped.
+    Block 0 is not checked: when it is entirely -inf (left padding of 1024 columns or more) its sum
+    is ``exp(-inf - -inf)`` = NaN and the whole row is NaN. Masked blocks anywhere else are fine.
+    """
+    with np.errstate(all="ignore"):
+        head = x[:, :BLOCK]
+        m = np.max(head, axis=-1, keepdims=True)
+        # BUG: block 0's sum is taken without the check the later blocks get
+        s = _row_sum(np.exp(head - m))
+        for start in range(BLOCK, x.shape[-1], BLOCK):
+            block = x[:, start : start + BLOCK]
+            m_b = np.max(block, axis=-1, keepdims=True)
+            s_b = _row_sum(np.exp(block - m_b))
+            live = m_b > -np.inf
+            m_new = np.maximum(m, m_b)
+            merged = s * np.exp(m - m_new) + s_b * np.exp(m_b - m_new)
+            s = np.where(live, merged, s).astype(_F32)
+            m = np.where(live, m_new, m).astype(_F32)
+        return (_shifted_exp(x, m) / s).astype(np.float32)
 
 
 # --------------------------------------------------------------------------
@@ -532,6 +559,8 @@ PLANTED: tuple[Planted, ...] = (
     # Random per call: shows as determinism or, by chance, as batch_invariance; no single property.
     Planted("layernorm", "layernorm_nondeterministic", "ordinary", "random reduction order per call"),
     Planted("softmax", "softmax_masked_chunk_nan", "masked", "fully masked thread share gives NaN merge"),
+    Planted("softmax", "softmax_leading_block_nan", "masked",
+            "split-row merge starts from block 0 unchecked: NaN when block 0 is all -inf", "finite"),
     Planted("rmsnorm", "rmsnorm_square_overflow", "huge", "x*x overflows without prescaling",
             "range_safety", opt_in=frozenset({"range_safety"})),
     Planted("rmsnorm", "rmsnorm_unscaled_eps", "eps_scale", "eps not rescaled with the prescaled row"),
