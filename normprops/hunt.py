@@ -29,7 +29,7 @@ from normprops.launch import Target
 from normprops.ops import PROPERTIES
 from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate
-from normprops.strategies import MAX_COLS, cases, families_for
+from normprops.strategies import cases, families_for
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
            "examples_to_catch"]
@@ -66,7 +66,7 @@ class HuntConfig:
     min_rows: int = 2
     max_rows: int = 5
     min_cols: int = 1
-    max_cols: int = MAX_COLS
+    max_cols: int | None = None  # the widest rows drawn; None: each family's own (MAX_COLS, long_rows')
     parent: settings | None = None  # a Hypothesis profile to start from (pytest's current one)
     # time.monotonic() past which no further example is run (a time budget): the hunt in progress
     # ends as it is, with what it found, marked cut short. None: no budget.
@@ -190,7 +190,7 @@ def _strategy(target: Target, family: str, config: HuntConfig):
     # wider than that range is hunted up to twice its minimum.
     c = target.constraints
     min_cols = max(config.min_cols, c.min_cols)
-    max_cols = c.max_cols if c.max_cols is not None else max(config.max_cols, 2 * min_cols)
+    max_cols = c.max_cols if c.max_cols is not None else config.max_cols
     return cases(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
                  min_cols=min_cols, max_cols=max_cols,
                  cols_multiple_of=c.cols_multiple_of, dtype=target.dtype)
