@@ -249,3 +249,25 @@ def test_a_time_budget_cuts_a_users_hunt_short_and_names_what_it_did_not_reach(
     assert len(doc["results"]) + len(doc["not_reached"]) == 10
     assert f"not hunted: {', '.join(doc['not_reached'])}." in out
     assert "stopped" in out
+
+
+def test_a_hunt_reaches_the_long_rows_own_widths() -> None:
+    """The hunt passes no width limit of its own: long_rows reaches past the other families'
+    16385 columns (a kernel wrong only on rows that long is caught), and a kernel's max_cols holds."""
+    import numpy as np
+
+    from normprops.hunt import examples_to_catch
+    from normprops.launch import target_from_callable
+
+    def softmax_wrong_past_16385(x):
+        e = np.exp(x - x.max(axis=1, keepdims=True))
+        y = (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+        if x.shape[1] > 16385:
+            y[:, 0] *= np.float32(1.01)
+        return y
+
+    target = target_from_callable(softmax_wrong_past_16385, op="softmax")
+    config = HuntConfig(max_examples=20, seed=0)
+    assert examples_to_catch(target, family="long_rows", config=config, property="accuracy") == 1
+    capped = replace(target, constraints=ShapeConstraints(max_cols=16385))
+    assert examples_to_catch(capped, family="long_rows", config=config, property="accuracy") is None
