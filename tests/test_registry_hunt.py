@@ -19,6 +19,7 @@ from normprops.case import ShapeConstraints
 from normprops.hunt import HuntConfig, hunt
 from normprops.registry_hunt import as_declared, caught, plan_cells, registry_cell_text, registry_target
 from normprops.specs import FOREIGN_ERROR_MODEL, KERNELS, KernelSpec, KnownBug
+from normprops.strategies import families_for
 
 STANDIN = textwrap.dedent('''
     import numpy as np
@@ -246,7 +247,7 @@ def test_a_time_budget_cuts_a_users_hunt_short_and_names_what_it_did_not_reach(
     assert code == 0, out
     doc = json.loads((tmp_path / "r.json").read_text())
     assert doc["cut_short"] is True and doc["not_reached"]
-    assert len(doc["results"]) + len(doc["not_reached"]) == 10
+    assert len(doc["results"]) + len(doc["not_reached"]) == len(families_for("softmax"))
     assert f"not hunted: {', '.join(doc['not_reached'])}." in out
     assert "stopped" in out
 
