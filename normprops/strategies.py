@@ -84,8 +84,9 @@ class Family:
     promise: Callable[[Case], bool]
     edge_cols_only: bool = False
     min_rows: int = 1
-    # What the parameters drew, in words, shown beside them in reports (e.g. each row's mask).
-    describe: Callable[[Shape, dict[str, Any]], dict[str, Any]] | None = None
+    # What the parameters drew (and built), in words, shown beside them in reports (e.g. each
+    # row's mask).
+    describe: Callable[[Shape, dict[str, Any], np.ndarray], dict[str, Any]] | None = None
     # Its own widths, drawn when the caller names no max_cols (None: up to MAX_COLS), their edge
     # widths besides EDGE_COLS, and the most rows it draws (None: as many as the caller allows).
     cols: tuple[int, int] | None = None
@@ -347,6 +348,12 @@ MASK_PATTERNS = ("random", "full", "thread_share", "lane_share", "chunk", "all_b
                  "right_pad", "causal", "padded_causal", "sliding_window", "block_sparse", "none")
 
 
+def _pad(r: int, cols: int, p: dict[str, Any]) -> int:
+    """Columns row ``r``'s padding masks: each of the first four rows has a length of its own, as
+    each sequence of a padded batch has."""
+    return _edge_length(cols, p["pad"][r % len(p["pad"])])
+
+
 def _edge_length(cols: int, edge: tuple[int, int]) -> int:
     """``2^power + delta`` (``edge`` = (power, delta), delta -1, 0 or 1), clamped to [1, cols - 1]
     (1 for a row of one column): lengths just around the block sizes kernels split rows into, and
@@ -355,12 +362,20 @@ def _edge_length(cols: int, edge: tuple[int, int]) -> int:
     return min(max(2**power + delta, 1), max(cols - 1, 1))
 
 
-def _causal_keep(r: int, cols: int, p: dict[str, Any]) -> int:
+def _causal_keep(r: int, cols: int, p: dict[str, Any], *, least: int = 0) -> int:
     """Columns row ``r`` keeps under a causal mask: its first ``k + r`` (none when that is not
-    positive), ``k = offset`` for a negative offset (fully masked rows on top), else ``offset``
-    modulo the width, so row 0 masks at least one column."""
-    first = p["offset"] if p["offset"] < 0 else p["offset"] % cols
-    return min(max(first + r, 0), cols)
+    positive), ``k = offset`` for a negative offset (fully masked rows on top), else ``least`` plus
+    ``offset`` modulo the rest of the width, so row 0 masks at least one column."""
+    k = p["offset"] if p["offset"] < 0 else least + p["offset"] % max(cols - least, 1)
+    return min(max(k + r, 0), cols)
+
+
+def _padded_causal(r: int, cols: int, p: dict[str, Any]) -> tuple[int, int]:
+    """Columns ``[pad, hi)`` row ``r`` keeps under a left-padded causal mask: the causal mask of the
+    columns after its padding, where row 0 keeps one column or more (unless the offset is
+    negative)."""
+    pad = _pad(r, cols, p)
+    return pad, min(pad + _causal_keep(r, max(cols - pad, 1), p, least=1), cols)
 
 
 def _window(r: int, rows: int, cols: int, p: dict[str, Any]) -> tuple[int, int]:
@@ -389,9 +404,10 @@ def _chunk(cols: int, p: dict[str, Any]) -> tuple[int, int]:
 
 
 def _row_mask(pattern: str, r: int, shape: Shape, p: dict[str, Any],
-              rng: np.random.Generator) -> np.ndarray:
+              rng: np.random.Generator | None) -> np.ndarray:
     """The columns of row ``r`` that ``pattern`` masks; every pattern but ``none`` masks at least
-    one column of row 0 (the whole row when it has one column)."""
+    one column of row 0 (the whole row when it has one column). Only ``random`` draws from
+    ``rng``."""
     cols = shape.cols
     col = np.arange(cols)
     if pattern == "random":
@@ -410,14 +426,14 @@ def _row_mask(pattern: str, r: int, shape: Shape, p: dict[str, Any],
     if pattern == "all_but_one":  # with one column: that column (a fully masked row)
         return (col != p["thread"] % cols) if cols > 1 else np.ones(cols, dtype=bool)
     if pattern == "left_pad":  # a masked prefix, often longer than a kernel's block
-        return col < _edge_length(cols, p["pad"])
+        return col < _pad(r, cols, p)
     if pattern == "right_pad":
-        return col >= cols - _edge_length(cols, p["pad"])
+        return col >= cols - _pad(r, cols, p)
     if pattern == "causal":  # row r attends to its first k + r columns
         return col >= _causal_keep(r, cols, p)
     if pattern == "padded_causal":  # a left-padded sequence's causal mask, as its prefill sees it
-        pad = _edge_length(cols, p["pad"])
-        return (col < pad) | (col >= pad + _causal_keep(r, max(cols - pad, 1), p))
+        lo, hi = _padded_causal(r, cols, p)
+        return (col < lo) | (col >= hi)
     if pattern == "sliding_window":
         lo, hi = _window(r, shape.rows, cols, p)
         return (col < lo) | (col >= hi)
@@ -447,14 +463,13 @@ def _row_mask_text(pattern: str, r: int, shape: Shape, p: dict[str, Any]) -> str
     if pattern == "all_but_one":
         return f"all_but_one keeps col {p['thread'] % cols}"
     if pattern == "left_pad":
-        return f"left_pad masks [0, {_edge_length(cols, p['pad'])})"
+        return f"left_pad masks [0, {_pad(r, cols, p)})"
     if pattern == "right_pad":
-        return f"right_pad masks [{cols - _edge_length(cols, p['pad'])}, {cols})"
+        return f"right_pad masks [{cols - _pad(r, cols, p)}, {cols})"
     if pattern == "causal":
         return f"causal keeps [0, {_causal_keep(r, cols, p)})"
     if pattern == "padded_causal":
-        pad = _edge_length(cols, p["pad"])
-        return f"padded_causal keeps [{pad}, {pad + _causal_keep(r, max(cols - pad, 1), p)})"
+        return "padded_causal keeps [{}, {})".format(*_padded_causal(r, cols, p))
     if pattern == "sliding_window":
         return "sliding_window keeps [{}, {})".format(*_window(r, shape.rows, cols, p))
     size, period, phase = _blocks(cols, p)
@@ -484,9 +499,10 @@ def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
         "thread": st.integers(0, 255),
         "fraction": st.floats(0.05, 0.95),
         "scale": st.sampled_from([1.0, 10.0]),
-        # (power, delta): 2^power + delta columns (_edge_length). Paddings shrink towards all of
-        # the row but one column, windows towards one column, blocks towards the largest.
-        "pad": st.tuples(st.integers(0, 18).map(lambda i: 18 - i), delta),
+        # (power, delta): 2^power + delta columns (_edge_length), a padding for each of the first
+        # four rows. Paddings shrink towards all of the row but one column, windows towards one
+        # column, blocks towards the largest.
+        "pad": st.tuples(*[st.tuples(st.integers(0, 18).map(lambda i: 18 - i), delta)] * 4),
         "window": st.tuples(st.integers(0, 18), delta),
         "offset": st.integers(-4, 2**18),
         "block": st.integers(0, 9).map(lambda i: 13 - i),  # blocks of 8192 down to 16 columns
@@ -497,15 +513,27 @@ def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
 def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
     x = _f32(p["scale"] * rng.standard_normal((shape.rows, shape.cols)))
     for r in range(shape.rows):
-        for layout in p["patterns"][r % len(p["patterns"])].split("+"):
-            x[r, _row_mask(layout, r, shape, p, rng)] = -np.inf
+        masks = [_row_mask(layout, r, shape, p, rng)
+                 for layout in p["patterns"][r % len(p["patterns"])].split("+")]
+        mask = np.logical_or.reduce(masks)
+        # Two layouts that together mask a row whole, as neither does alone, would hide the partial
+        # masks they were drawn for: the attention layout alone stays (fully masked rows are
+        # drawn as such: "full", negative causal offsets).
+        if mask.all() and not any(m.all() for m in masks):
+            mask = masks[-1]
+        x[r, mask] = -np.inf
     return x
 
 
-def _masked_describe(shape: Shape, p: dict[str, Any]) -> dict[str, Any]:
-    return {"masks": [" + ".join(_row_mask_text(layout, r, shape, p)
-                                 for layout in p["patterns"][r % len(p["patterns"])].split("+"))
-                      for r in range(shape.rows)]}
+def _masked_describe(shape: Shape, p: dict[str, Any], x: np.ndarray) -> dict[str, Any]:
+    described = []
+    for r in range(shape.rows):
+        layouts = p["patterns"][r % len(p["patterns"])].split("+")
+        if len(layouts) > 1 and np.array_equal(np.isneginf(x[r]),
+                                               _row_mask(layouts[-1], r, shape, p, rng=None)):
+            layouts = layouts[-1:]  # the row is its attention layout alone
+        described.append(" + ".join(_row_mask_text(layout, r, shape, p) for layout in layouts))
+    return {"masks": described}
 
 
 def _masked_promise(case: Case) -> bool:
@@ -643,7 +671,7 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
     beta = to_dtype(_beta(rng, beta_kind, cols, kind.large_weight), dtype) if spec.has_beta else None
     shown = dict(params)
     if fam.describe is not None:
-        shown.update(fam.describe(shape, params))
+        shown.update(fam.describe(shape, params, x))
     shown["seed"] = seed
     if spec.has_gamma:
         shown["gamma"] = gamma_kind

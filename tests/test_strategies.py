@@ -71,7 +71,7 @@ def test_masked_family_masks_one_threads_share() -> None:
 
 def _masked(patterns: list[str], *, cols: int, rows: int = 5, dtype: str = "float32",
             **params) -> Case:
-    drawn = {"patterns": patterns, "thread": 0, "fraction": 0.5, "scale": 1.0, "pad": (18, 0),
+    drawn = {"patterns": patterns, "thread": 0, "fraction": 0.5, "scale": 1.0, "pad": [(18, 0)],
              "window": (0, 0), "offset": 0, "block": 13, "period": 2, **params}
     return make_case(op="softmax", family="masked", rows=rows, cols=cols, seed=3, params=drawn,
                      dtype=dtype)
@@ -103,11 +103,24 @@ def test_every_mask_layout_masks_the_first_row_at_any_width(layout: str, dtype: 
     pytest.param((0, -1), 1, id="at-least-one"),
 ])
 def test_paddings_land_around_powers_of_two(pad: tuple[int, int], length: int) -> None:
-    left = _masked(["left_pad"], cols=5000, pad=pad)
+    left = _masked(["left_pad"], cols=5000, pad=[pad])
     assert _kept(left, 0) == list(range(length, 5000))
     assert left.params["masks"][0] == f"left_pad masks [0, {length})"
-    right = _masked(["right_pad"], cols=5000, pad=pad)
+    right = _masked(["right_pad"], cols=5000, pad=[pad])
     assert _kept(right, 0) == list(range(5000 - length))
+
+
+def test_each_row_of_a_padded_batch_has_a_padding_of_its_own() -> None:
+    case = _masked(["left_pad"], cols=5000, pad=[(10, 0), (12, -1), (0, 0), (18, 0)])
+    assert [_kept(case, r)[0] for r in range(5)] == [1024, 4095, 1, 4999, 1024]
+
+
+def test_left_padded_causal_rows_keep_a_column_more_each_after_their_padding() -> None:
+    case = _masked(["padded_causal"], cols=2048, rows=3, pad=[(10, 0)], offset=0)
+    assert [_kept(case, r) for r in range(3)] == [list(range(1024, 1025 + r)) for r in range(3)]
+    assert case.params["masks"][1] == "padded_causal keeps [1024, 1026)"
+    above = _masked(["padded_causal"], cols=2048, rows=3, pad=[(10, 0)], offset=-1)
+    assert [len(_kept(above, r)) for r in range(3)] == [0, 0, 1]
 
 
 def test_causal_rows_keep_one_column_more_each_and_rows_above_keep_none() -> None:
@@ -134,10 +147,19 @@ def test_block_sparse_masks_whole_blocks_and_keeps_one() -> None:
 
 
 def test_a_row_takes_the_union_of_its_layouts() -> None:
-    case = _masked(["left_pad+causal", "none"], cols=40, pad=(3, 0), offset=20)
+    case = _masked(["left_pad+causal", "none"], cols=40, pad=[(3, 0)], offset=20)
     assert _kept(case, 0) == list(range(8, 20))
     assert case.params["masks"][:2] == ["left_pad masks [0, 8) + causal keeps [0, 20)", "none"]
     assert _kept(case, 1) == list(range(40))
+
+
+def test_two_layouts_never_mask_a_row_whole_that_neither_masks_alone() -> None:
+    # All but one column twice, from either end: the attention layout alone stays.
+    case = _masked(["all_but_one+right_pad"], cols=4096, rows=2, thread=7)
+    assert _kept(case, 0) == [0]
+    assert case.params["masks"][0] == "right_pad masks [1, 4096)"
+    full = _masked(["full+left_pad"], cols=4096, rows=2)  # one of them masks it whole: so be it
+    assert not _kept(full, 0)
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
