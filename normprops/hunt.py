@@ -190,7 +190,9 @@ def _strategy(target: Target, family: str, config: HuntConfig):
     # wider than that range is hunted up to twice its minimum.
     c = target.constraints
     min_cols = max(config.min_cols, c.min_cols)
-    max_cols = c.max_cols if c.max_cols is not None else config.max_cols
+    max_cols = c.max_cols
+    if max_cols is None and config.max_cols is not None:
+        max_cols = max(config.max_cols, 2 * min_cols)
     return cases(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
                  min_cols=min_cols, max_cols=max_cols,
                  cols_multiple_of=c.cols_multiple_of, dtype=target.dtype)
