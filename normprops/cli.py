@@ -774,7 +774,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         def show(spec: KernelSpec, result: HuntResult) -> None:
             hunted.append((spec, result))
             bug = spec.bug_in(result.family)
-            if bug is not None and bug.property is not None:
+            if spec.expectation(result.family) == "bug" and bug.property is not None:
                 report.bug_properties[len(report.results)] = bug.property
             report.results.append((result, spec.expectation(result.family)))
             print(f"  [{len(hunted)}/{total}] {spec.name} x {result.family}: "

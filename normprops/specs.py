@@ -211,10 +211,12 @@ class KernelSpec:
 
     def expectation(self, family: str) -> str:
         """What the registry declares on ``family``: "bug" (a known bug lives there, and every hunt
-        of the family must catch it), "claim", or "unclaimed"."""
-        if self.bug_in(family) is not None:
+        of the family must catch it), "claim", or "unclaimed". A race found by compute-sanitizer
+        (``detector="racecheck"``) is no hunt's to catch: its family is hunted as unclaimed."""
+        bug = self.bug_in(family)
+        if bug is not None and bug.detector == "hunt":
             return "bug"
-        return "claim" if family in self.claims else "unclaimed"
+        return "claim" if family in self.claims and bug is None else "unclaimed"
 
     @property
     def known_bad(self) -> bool:
