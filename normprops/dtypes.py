@@ -92,10 +92,15 @@ def to_numpy_storage(a: np.ndarray, dtype: str, *, name: str = "array") -> np.nd
         back = out.astype(F32)
     bad = ~((back == a) | (np.isnan(a) & np.isnan(back)))
     if bad.any():
-        i = np.unravel_index(int(np.argmax(bad)), a.shape)
-        raise ValueError(f"{name}[{', '.join(map(str, i))}] = {a[i]!r} is not exactly representable "
-                         f"in {dtype}; round it first (normprops.dtypes.to_dtype)")
+        raise not_representable(a, int(np.argmax(bad)), dtype=dtype, name=name)
     return out
+
+
+def not_representable(a: np.ndarray, flat_index: int, *, dtype: str, name: str) -> ValueError:
+    """The error for ``a``'s element at ``flat_index``, which ``dtype`` cannot hold exactly."""
+    i = np.unravel_index(flat_index, a.shape)
+    return ValueError(f"{name}[{', '.join(map(str, i))}] = {a[i]!r} is not exactly representable "
+                      f"in {dtype}; round it first (normprops.dtypes.to_dtype)")
 
 
 def from_numpy_storage(a: np.ndarray) -> np.ndarray:

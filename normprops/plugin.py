@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,7 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "when they are spent ends with what it found, and later hunt tests skip")
     group.addoption("--normprops-stress-rows", type=int, default=None, metavar="N",
                     help="rows of the tiled batch GPU targets are also launched on (0: off; "
-                         "default 2048, capped at ~1M elements)")
+                         "default 2048, capped at 262144 elements)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -82,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         _pin_worker_gpu(worker)
+        _share_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     backends = config.getoption("--normprops-backend")
     budget = config.getoption("--normprops-time-budget")
     if budget is not None and not 0 < budget < math.inf:
@@ -106,6 +108,23 @@ def worker_device(worker_id: str, device_count: int) -> int | None:
     if device_count < 1 or not worker_id.startswith("gw") or not worker_id[2:].isdigit():
         return None
     return int(worker_id[2:]) % device_count
+
+
+def worker_threads(workers: int, cpus: int) -> int:
+    """Threads each of ``workers`` processes may use on ``cpus`` cores (at least 1)."""
+    return max(1, cpus // max(1, workers))
+
+
+def _share_cores(workers: int) -> None:
+    """Keep xdist workers' thread pools to their share of the cores: a torch CPU kernel otherwise
+    starts one OpenMP thread per core in every worker, and -n 15 on 16 cores runs 240 threads that
+    spin against each other. A thread count the user set in the environment is kept."""
+    threads = str(worker_threads(workers, os.cpu_count() or 1))
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, threads)
+    torch = sys.modules.get("torch")
+    if torch is not None:  # already imported (and its pool sized): resize it
+        torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
 def _pin_worker_gpu(worker_id: str) -> None:

@@ -448,13 +448,13 @@ _ECOSYSTEM_OPS: tuple[tuple[str, str, str, str, frozenset[str], str], ...] = (
      "QuACK's CuTe DSL RMS norm"),
     ("quack", "addrmsnorm", "rmsnorm", "quack.rmsnorm+residual", _NORM_ALL - {"huge"},
      "QuACK's rmsnorm with a residual, hunted as rms_norm(x) on an exact split x = a + b"),
-    ("jax", "softmax", "softmax", "jax.nn.softmax", _SOFTMAX_ALL, "jax.nn.softmax(x, axis=-1)"),
+    ("jax", "softmax", "softmax", "jax.nn.softmax", _SOFTMAX_ALL, "jax.jit of jax.nn.softmax(x, axis=-1)"),
     ("jax", "layernorm", "layernorm", "jax.nn.standardize", _NORM_ALL - _ONE_PASS_VARIANCE_LIMITS,
-     "jax.nn.standardize(x, epsilon=eps) * gamma + beta (variance as E[x^2] - E[x]^2)"),
+     "jax.jit of jax.nn.standardize(x, epsilon=eps) * gamma + beta (variance as E[x^2] - E[x]^2)"),
     ("flax", "layernorm", "layernorm", "flax.LayerNorm", _NORM_ALL - _ONE_PASS_VARIANCE_LIMITS,
-     "flax.linen.LayerNorm with its defaults (use_fast_variance=True)"),
+     "jax.jit of flax.linen.LayerNorm with its defaults (use_fast_variance=True)"),
     ("flax", "rmsnorm", "rmsnorm", "flax.RMSNorm", _NORM_ALL - {"huge"},
-     "flax.linen.RMSNorm with its defaults"),
+     "jax.jit of flax.linen.RMSNorm with its defaults"),
 )
 
 

@@ -27,7 +27,7 @@ import numpy as np
 from normprops.cuda.build import module
 from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
 from normprops.cuda.textbook import KernelFault, validate
-from normprops.dtypes import get_dtype, split_exact, to_dtype
+from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
 from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 
@@ -133,37 +133,58 @@ def launch_shape(cols: int, *, dtype: str, per_thread: int = PER_THREAD) -> Shap
     return shape_for(cols, vector_width=vector_width(dtype), per_thread=per_thread)
 
 
+# float32 -> 16-bit storage bits on the device, with a flag per value that does not survive: a stress
+# batch's values convert in microseconds there and in milliseconds in numpy, launch after launch.
+# Exactness is read from the bits (no float compare, which flush-to-zero builds would blur), and a
+# NaN stays a quiet NaN of the same sign.
+_TO_STORAGE = {
+    "bfloat16": ("uint32 u", "uint16 bits, bool bad", """
+        const bool nan = (u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0u;
+        bits = (unsigned short)(u >> 16) | (nan ? 0x0040 : 0);  // bfloat16 is a float32's top half
+        bad = !nan && (u & 0xFFFFu) != 0u;
+    """),
+    "float16": ("uint32 u", "uint16 bits, bool bad", """
+        const bool nan = (u & 0x7F800000u) == 0x7F800000u && (u & 0x007FFFFFu) != 0u;
+        const __half h = __float2half_rn(__uint_as_float(u));  // to nearest even; too big: inf
+        bits = nan ? (unsigned short)(((u >> 16) & 0x8000u) | 0x7E00u) : __half_as_ushort(h);
+        bad = !nan && __float_as_uint(__half2float(h)) != u;
+    """),
+}
+
+
+@functools.cache
+def _to_storage_kernel(dtype: str) -> Any:
+    import cupy
+
+    params, outputs, body = _TO_STORAGE[dtype]
+    return cupy.ElementwiseKernel(params, outputs, body, f"normprops_to_{dtype}",
+                                  preamble="#include <cuda_fp16.h>")
+
+
 def to_storage(a: np.ndarray, dtype: str, *, name: str) -> Any:
     """float32 values (exact in ``dtype``) -> a CuPy array of the storage type (uint16 bits for the
-    16-bit types)."""
+    16-bit types). Raises ValueError naming ``name`` and the first value ``dtype`` cannot hold."""
     import cupy
 
     a = np.ascontiguousarray(a, dtype=np.float32)
-    if dtype != "float32":
-        exact = to_dtype(a, dtype)
-        bad = ~((exact == a) | np.isnan(a))
-        if bad.any():
-            i = np.unravel_index(int(np.argmax(bad)), a.shape)
-            raise ValueError(f"{name}[{', '.join(map(str, i))}] = {a[i]!r} is not exactly representable "
-                             f"in {dtype}; round it first (normprops.strategies.to_dtype)")
+    dev = cupy.asarray(a)
     if dtype == "float32":
-        bits = a
-    elif dtype == "bfloat16":
-        bits = (a.view(np.uint32) >> 16).astype(np.uint16)
-    else:
-        bits = a.astype(np.float16).view(np.uint16)
-    return cupy.asarray(bits)
+        return dev
+    bits, bad = _to_storage_kernel(dtype)(dev.view(cupy.uint32))
+    if bool(bad.any()):
+        raise not_representable(a, int(cupy.argmax(bad)), dtype=dtype, name=name)
+    return bits
 
 
 def from_storage(dev: Any, dtype: str) -> np.ndarray:
+    """A CuPy array of the storage type -> float32 numpy (exact: every value widens on the device)."""
     import cupy
 
-    host = cupy.asnumpy(dev)
-    if dtype == "float32":
-        return host
     if dtype == "bfloat16":
-        return (host.astype(np.uint32) << 16).view(np.float32)
-    return host.view(np.float16).astype(np.float32)
+        dev = (dev.astype(cupy.uint32) << 16).view(cupy.float32)
+    elif dtype == "float16":
+        dev = dev.view(cupy.float16).astype(cupy.float32)
+    return cupy.asnumpy(dev)
 
 
 class ProdKernel:
