@@ -21,7 +21,7 @@ import sys
 import cupy
 from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
 
-from normprops.bench import device_storage
+from normprops.bench.launchers import device_storage
 from normprops.cuda.prod import DTYPE_CODES, ProdKernel
 
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")

@@ -12,7 +12,7 @@ import sys
 import cupy
 from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
 
-from normprops.bench import random_storage
+from normprops.bench.launchers import random_storage
 from normprops.cuda.prod import OPS
 from normprops.strategies import get_dtype
 

@@ -21,7 +21,8 @@ import sys
 
 import cupy
 
-from normprops.bench import SPIN_CYCLES, event_ms, random_storage, spin_wait
+from normprops.bench.launchers import random_storage
+from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, source_text
 from normprops.cuda.prod import ProdKernel, largest_cluster, vector_width
 from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape

@@ -296,7 +296,7 @@ def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]
     kernel's updated residual) must have the bits of that row launched alone, every array aligned."""
     import cupy
 
-    from normprops.bench import device_storage
+    from normprops.bench.launchers import device_storage
     from normprops.cuda.prod import ProdKernel
 
     rows = 19
