@@ -23,18 +23,19 @@ import cupy
 
 from normprops.bench.launchers import random_storage
 from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
-from normprops.cuda.build import BUILDS, compile_source, source_text
-from normprops.cuda.prod import ProdKernel, largest_cluster, vector_width
+from normprops.cuda.build import BUILDS, compile_source, unit_text
+from normprops.cuda.prod import KEPT_BAD_SOURCE, SOURCE, ProdKernel, largest_cluster, vector_width
 from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape
 from normprops.strategies import get_dtype
 
 
 @functools.cache
-def _variant_module(defines: tuple[str, ...]):
+def _variant_module(defines: tuple[str, ...], source: str = SOURCE):
+    """``source`` (prod.cu, or prod_kept_bad.cu on top of it) or the "src=" copy, with the -D macros."""
     paths = [d[4:] for d in defines if d.startswith("src=")]
-    code = open(paths[0]).read() if paths else source_text("prod.cu")
+    code = open(paths[0]).read() if paths else unit_text(source)
     options = BUILDS["default"] + tuple(f"-D{d}" for d in defines if not d.startswith(("src=", "tpr=")))
-    return compile_source(code, filename="prod.cu", options=options)
+    return compile_source(code, filename=SOURCE if paths else source, options=options)
 
 
 class SweepKernel(ProdKernel):
@@ -47,7 +48,9 @@ class SweepKernel(ProdKernel):
 
     def _module(self):
         compiled = tuple(d for d in self.defines if not d.startswith("tpr="))
-        return _variant_module(compiled) if compiled else super()._module()
+        if not compiled:
+            return super()._module()
+        return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
     #: there (scripts/ab_bits.py --src-clusters says it has)

@@ -84,10 +84,10 @@ def rows_for(case: BenchCase, times: dict[str, list[float]], touches: dict[str, 
 
 
 def spin_wait(cycles: int) -> Callable[[], None]:
-    """A launch of prod.cu's ``spinWait`` kernel (one thread busy for ``cycles`` clock cycles)."""
+    """A launch of spin_wait.cu's ``spinWait`` kernel (one thread busy for ``cycles`` clock cycles)."""
     from normprops.cuda.build import module
 
-    fn = module("default", source="prod.cu").get_function("spinWait")
+    fn = module("default", source="spin_wait.cu").get_function("spinWait")
     return lambda: fn((1,), (1,), (np.int64(cycles),))
 
 

@@ -39,6 +39,7 @@ OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
 PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 SOURCE = "prod.cu"
+KEPT_BAD_SOURCE = "prod_kept_bad.cu"  # rmsnormbf16acc's entry points
 
 
 def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1) -> str:
@@ -199,8 +200,9 @@ class ProdKernel:
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     def _module(self) -> Any:
-        """The compiled prod.cu (scripts/sweep_prod.py's variants override this)."""
-        return module(self.build, source=SOURCE)
+        """The compiled prod.cu, or prod_kept_bad.cu for the kept-bad op (the sweep's variants
+        override this)."""
+        return module(self.build, source=KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     def _function(self, vpt: int, cluster: int = 1) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
