@@ -422,7 +422,7 @@ struct Regs {
     // vector lies wholly in the row or wholly past its end. Otherwise a packed 16-bit row (4 or 8
     // vectors a thread) takes kShifted, whose lanes exchange words: the mode is then the same for
     // every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
-    // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted; docs/results.md) and
+    // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted) and
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
     static constexpr bool kShifts = Storage::W == 8 && kPacked;
     __device__ static int copy(int cols, bool vec) {
@@ -488,7 +488,7 @@ struct Regs {
     // kReadOnly: memory no thread writes during the kernel, read through the non-coherent path with
     // an explicit ldgV. Left to infer it from __restrict__, the compiler made most loads coherent
     // once the loops moved into helpers, and then issued gamma's loads only after the previous
-    // vector's store to out (SASS, docs/results.md).
+    // vector's store to out (seen in the SASS).
     template <int kCopy, bool kReadOnly = true>
     __device__ static void loadVec(const typename Storage::T* __restrict__ row, int j, int cols, bool vec,
                                    float fill, float* dst, Reach reach = Reach::none()) {
@@ -1159,7 +1159,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     // The copy is chosen per vector, not once around the loop as in softmaxWrite: the branch keeps each
     // vector's stores between its exps. With one loop per copy, ptxas moved every store after the
     // last exp, and the SM's warps, in step after the cluster barrier, computed and then wrote in
-    // bursts: 67% of memcpy against 76% (float32, 65536 columns; docs/results.md).
+    // bursts: 67% of memcpy against 76% (float32, 65536 columns).
     const int mode = Share::copy(c, vec);
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {

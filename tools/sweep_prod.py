@@ -1,6 +1,6 @@
 """Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
-for several elements-per-thread settings (which set threads per row). Usage on the device:
-    python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
+for several elements-per-thread settings (which set threads per row). Usage on a GPU machine:
+    python3 tools/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
         [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH] [--widths 4097,5121]
         [--rows 1,8,64,256,gib]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
@@ -18,8 +18,6 @@ import itertools
 import json
 import statistics
 import sys
-
-import cupy
 
 from normprops.bench.launchers import random_storage
 from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
@@ -40,7 +38,7 @@ def _variant_module(defines: tuple[str, ...], source: str = SOURCE):
 
 class SweepKernel(ProdKernel):
     """A ProdKernel whose entry points come from a variant's module (defines: -D macros and at most
-    one "src=PATH"; empty: the packaged prod.cu). Also used by scripts/ab_bits.py."""
+    one "src=PATH"; empty: the packaged prod.cu). Also used by tools/ab_bits.py."""
 
     def __init__(self, op: str, *, defines: tuple[str, ...], **kwargs) -> None:
         super().__init__(op, **kwargs)
@@ -53,7 +51,7 @@ class SweepKernel(ProdKernel):
         return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
-    #: there (scripts/ab_bits.py --src-clusters says it has)
+    #: there (tools/ab_bits.py --src-clusters says it has)
     src_clusters = False
 
     def _cluster_shape(self, cols: int, blocks: int | None = None):
@@ -86,6 +84,7 @@ def main() -> int:
     ap.add_argument("--src-clusters", action="store_true",
                     help="the src= copies have the cluster path (of at most 8 blocks)")
     args = ap.parse_args()
+    import cupy  # after parsing: --help needs no GPU
     SweepKernel.src_clusters = args.src_clusters
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
