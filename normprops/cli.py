@@ -1195,9 +1195,7 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.list_cases:
         l2_bytes, source = bench.l2_bytes_here()
         cases = chosen(bench.bench_cases(l2_bytes=l2_bytes, sets=sets))
-        print(f"L2 {l2_bytes / 2**20:.0f} MiB ({source}); {len(cases)} cases; regime dram: at least "
-              f"{bench.L2_MULTIPLE}x the L2 each way", file=out)
-        print(bench.format_cases(cases, l2_bytes=l2_bytes), file=out)
+        print(bench.format_case_list(cases, l2_bytes=l2_bytes, source=source), file=out)
         return 0
     ok, why = backend_status("cuda")
     if not ok:
@@ -1207,10 +1205,8 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     cases = chosen(bench.bench_cases(l2_bytes=int(props["l2CacheSize"]), sets=sets))
     status = {lib: peers.peer_status(lib) for lib in wanted}
-    print(f"normprops bench on {why}; L2 {props['l2CacheSize'] / 2**20:.0f} MiB; "
-          f"{args.rounds} interleaved rounds of {args.reps} launches, CUDA events", file=out)
-    for lib, (lib_ok, lib_why) in status.items():
-        print(f"peer {lib}: {'available' if lib_ok else 'unavailable'} ({lib_why})", file=out)
+    print(bench.format_run_header(device=why, l2_bytes=props["l2CacheSize"], rounds=args.rounds,
+                                  reps=args.reps, peers=status), file=out)
     try:
         result = bench.run_bench(cases, rounds=args.rounds, reps=args.reps, peers=wanted, graphs=args.graphs,
                                  progress=err)
@@ -1218,30 +1214,7 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"normprops bench: error: {exc}", file=err)
         return 2
     rows = result.rows
-    print(bench.format_table(rows), file=out)
-    results = bench.gates(rows)
-    if any(r.set == "seed" for r in rows):
-        print("\npredictions (seed cases):", file=out)
-        for p in bench.predictions(rows):
-            print(f"  {'held' if p.held else 'refuted'}: {p.text} ({p.numbers})", file=out)
-    if results:
-        print("\ngates:", file=out)
-        for g in results:
-            print(f"  {g.text()}", file=out)
-    for title, found in (("production kernels' targets (90% of memcpy at the L2 cases, no slower than "
-                          "PyTorch)", bench.targets(rows)),
-                         (f"the lead ({bench.LEAD_MEMCPY_TARGET:g}% of memcpy where DRAM-bound, no slower "
-                          "than the fastest peer)", bench.lead_targets(rows))):
-        if found:
-            missed = [t for t in found if not t.passed]
-            print(f"\n{title}: {len(found) - len(missed)} of {len(found)} met", file=out)
-            for t in found:
-                print(f"  {'met   ' if t.passed else 'MISSED'} {t.case}: {t.name} {t.value:.3f} "
-                      f"(limit {t.limit:g})", file=out)
-    lead = bench.lead_table(rows)
-    if lead or result.notes or result.launch:
-        print("\nlead table (us; ratio: ours / the fastest peer):", file=out)
-        print(bench.format_lead_table(lead, notes=result.notes, launch=result.launch), file=out)
+    print(bench.format_report(result), file=out)
     meta = {"device": why, "rounds": args.rounds, "reps": args.reps, "graphs": args.graphs,
             "peers": {lib: {"available": lib_ok, "status": lib_why}
                       for lib, (lib_ok, lib_why) in status.items()}}
@@ -1256,7 +1229,7 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"normprops bench: error: cannot write {exc.filename}: {exc.strerror or exc}; the "
               f"table above is not saved", file=err)
         return EXIT_INTERNAL
-    return 0 if all(g.passed for g in results) else 1
+    return 0 if all(g.passed for g in bench.gates(rows)) else 1
 
 
 def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:

@@ -15,10 +15,6 @@ import pytest
 
 from normprops import bench
 from normprops.bench import (
-    MODEL_DECODE_ROWS,
-    MODEL_HIDDEN,
-    MODEL_ODD_HIDDEN,
-    MODEL_VOCAB,
     BenchCase,
     LaunchRow,
     Note,
@@ -29,9 +25,12 @@ from normprops.bench import (
     lead_table,
     lead_targets,
     predictions,
-    rows_for,
     write_outputs,
 )
+from normprops.bench import launchers as bench_launchers
+from normprops.bench import timing as bench_timing
+from normprops.bench.cases import MODEL_DECODE_ROWS, MODEL_HIDDEN, MODEL_ODD_HIDDEN, MODEL_VOCAB
+from normprops.bench.timing import rows_for
 
 H200_L2 = 62914560  # 60 MiB
 
@@ -353,7 +352,7 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
         return total / reps
 
     def fake_launchers(case, progress=None, *, peers=()):
-        launchers = bench._Launchers({}, {}, {})
+        launchers = bench_launchers.Launchers({}, {}, {})
         launchers.add("memcpy", launcher("memcpy"), op="", library="")
         launchers.add("layerNormFastBf16", launcher("layerNormFastBf16", fails=case_fail.get("ours", "")),
                       op="layernorm", library="normprops")
@@ -365,7 +364,7 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
         return launchers
 
     case_fail: dict[str, str] = {}
-    real_capture = bench._capture
+    real_capture = bench_timing._capture
 
     def capture(stream, launch, reps):
         _Stream.capturing_now = True
@@ -374,7 +373,7 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
         finally:
             _Stream.capturing_now = False
 
-    real_on_stream = bench._on_stream
+    real_on_stream = bench_timing._on_stream
 
     @contextlib.contextmanager
     def on_stream(stream):
@@ -386,14 +385,14 @@ def stand_in_gpu(monkeypatch: pytest.MonkeyPatch):
             _Stream.on_side = False
 
     _Stream.capturing_now = _Stream.on_side = False
-    monkeypatch.setattr(bench, "_on_stream", on_stream)
-    monkeypatch.setattr(bench, "_launchers", fake_launchers)
-    monkeypatch.setattr(bench, "spin_wait", lambda cycles: (lambda: None))
-    monkeypatch.setattr(bench, "event_ms", fake_event_ms)
-    monkeypatch.setattr(bench, "_host_paced_ms", lambda launch, reps: (launch(), 0.02)[1])
-    monkeypatch.setattr(bench, "_healthy", lambda: None)
-    monkeypatch.setattr(bench, "_free_device_memory", lambda: None)
-    monkeypatch.setattr(bench, "_capture", capture)
+    monkeypatch.setattr(bench_timing, "_on_stream", on_stream)
+    monkeypatch.setattr(bench_timing, "launchers_for", fake_launchers)
+    monkeypatch.setattr(bench_timing, "spin_wait", lambda cycles: (lambda: None))
+    monkeypatch.setattr(bench_timing, "event_ms", fake_event_ms)
+    monkeypatch.setattr(bench_timing, "_host_paced_ms", lambda launch, reps: (launch(), 0.02)[1])
+    monkeypatch.setattr(bench_timing, "_healthy", lambda: None)
+    monkeypatch.setattr(bench_timing, "_free_device_memory", lambda: None)
+    monkeypatch.setattr(bench_timing, "_capture", capture)
     return case_fail
 
 
@@ -451,3 +450,18 @@ def test_a_contender_failing_on_the_side_stream_gets_a_note_not_a_row(stand_in_g
     assert any(n.kernel == "liger.layer_norm"
                and n.text.startswith("no launch-cost row: it raised on a side stream RuntimeError")
                for n in result.notes)
+
+
+def test_the_report_holds_the_table_and_every_verdict() -> None:
+    rows = _rows(0.062, 0.075) + _lead_rows(0.52, 0.80, None, 0.50)
+    notes = [Note("262144x2048 bf16", "liger.layer_norm", "not run: too wide")]
+    text = bench.format_report(bench.Measurement(rows, notes, []))
+    assert text.startswith(format_table(rows) + "\n\npredictions (seed cases):\n  refuted: every kernel")
+    assert "\n\ngates:\n  PASS 16384x1024: time rmsNormRow / layerNormRowTwoPass 0.827 (limit 1.050)" in text
+    assert "\n\nthe lead (96% of memcpy where DRAM-bound, no slower than the fastest peer): 1 of 2" in text
+    assert "  MISSED 262144x2048 bf16: layerNormFastBf16 time / quack.layernorm 1.040 (limit 1)" in text
+    assert text.endswith("notes:\n  262144x2048 bf16: liger.layer_norm: not run: too wide")
+    header = bench.format_run_header(device="NVIDIA H200, sm_90", l2_bytes=H200_L2, rounds=7, reps=10,
+                                     peers={"liger": (False, "not installed")})
+    assert header.splitlines() == ["normprops bench on NVIDIA H200, sm_90; L2 60 MiB; 7 interleaved rounds "
+                                   "of 10 launches, CUDA events", "peer liger: unavailable (not installed)"]

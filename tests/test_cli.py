@@ -14,6 +14,7 @@ from cli_harness import run
 from normprops.errors import UsageError, a_or_an
 from normprops.launch import target_from_callable
 
+USER_MODULE_NAME = "userkernels_cli"  # written by the user_module fixture (conftest.py)
 USER_MODULE = textwrap.dedent('''
     import numpy as np
 
@@ -47,14 +48,6 @@ USER_MODULE = textwrap.dedent('''
     NOT_CALLABLE = 3
 ''')
 
-
-
-@pytest.fixture
-def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "userkernels_cli.py").write_text(USER_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "userkernels_cli"
 
 
 def test_clean_impl_exits_0_with_empty_failures(user_module: str, tmp_path: Path) -> None:

@@ -3,25 +3,19 @@ hunts spread over shards whose reports merge into one matrix."""
 
 from __future__ import annotations
 
-import io
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from cli_harness import run
 
-from normprops.cli import main
 from normprops.dtypes import split_exact, to_dtype
 from normprops.report import Cell, cell_text
 from normprops.specs import KERNELS, backend_status
 
 ECOSYSTEM = ("torch-compile", "liger", "quack", "jax", "flax")
-
-
-def run(*argv: str) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    return main(list(argv), out=out, err=err), out.getvalue(), err.getvalue()
 
 
 def test_kernels_lists_every_ecosystem_backend_with_its_status() -> None:

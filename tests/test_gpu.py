@@ -67,7 +67,7 @@ def test_gpu_agrees_with_numpy_emulation(spec) -> None:
     from normprops.crosscheck import max_ulp_difference
 
     ulps = max_ulp_difference(spec.name)
-    # Measured on the H200: softmax 4-5 ULP (expf), the norms 2 (rsqrtf). docs/results.md
+    # Measured: softmax 4-5 ULP (expf), the norms 2 (rsqrtf); docs/performance.md.
     assert ulps <= 8, f"{spec.name}: GPU and numpy emulation differ by {ulps} ULP"
 
 
@@ -135,7 +135,7 @@ def test_racecheck_flags_only_the_missing_barrier(name: str, hazards: bool) -> N
     tool = shutil.which("compute-sanitizer")
     if tool is None:
         pytest.skip("compute-sanitizer not on PATH")
-    script = Path(__file__).parents[1] / "scripts" / "sanitize.py"
+    script = Path(__file__).parents[1] / "tools" / "sanitize.py"
     proc = subprocess.run([tool, "--tool", "racecheck", sys.executable, str(script), "--launch", name],
                           capture_output=True, text=True, timeout=600)
     found = re.search(r"(\d+) hazards? displayed", proc.stdout + proc.stderr)

@@ -15,6 +15,7 @@ from cli_harness import run
 from normprops import __version__
 from normprops.report import IncompleteMerge, merge_reports
 
+USER_MODULE_NAME = "userkernels_merge"  # written by the user_module fixture (conftest.py)
 USER_MODULE = textwrap.dedent('''
     import numpy as np
 
@@ -24,14 +25,6 @@ USER_MODULE = textwrap.dedent('''
         return (z / z.sum(axis=1, keepdims=True)).astype(np.float32)
 ''')
 
-
-
-@pytest.fixture
-def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "userkernels_merge.py").write_text(USER_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "userkernels_merge"
 
 
 def _shard_doc(k: int, n: int = 2, **changes: Any) -> dict[str, Any]:

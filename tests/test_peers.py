@@ -195,7 +195,7 @@ def test_status_when_not_installed() -> None:
         if peers.importlib.util.find_spec(lib.module) is not None:
             pytest.skip(f"{lib.distribution} is installed here")
         ok, why = peer_status(library)
-        assert not ok and f"{lib.distribution} is not installed" in why and "peers_install.sh" in why
+        assert not ok and f"{lib.distribution} is not installed" in why and "docs/peers.md" in why
         with pytest.raises(PeerUnavailable, match=f"^{library}: .*not installed"):
             adapter(library, "rmsnorm")
 

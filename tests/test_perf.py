@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from normprops.bench import GATE_RATIO, bench_cases, gates, measure
@@ -59,3 +60,11 @@ def test_benchmark_entries(benchmark, kernel, cases) -> None:
         stream.synchronize()
 
     benchmark.pedantic(launch_and_sync, rounds=20, warmup_rounds=3, iterations=1)
+    # The entry is of a kernel that ran: 20 timed rounds, and an output that is the op's.
+    assert benchmark.stats.stats.rounds == 20 and benchmark.stats.stats.min > 0
+    host = cupy.asnumpy(out)
+    assert np.isfinite(host).all()
+    if kernel.startswith("layer"):  # gamma 1, beta 1: a normalized row plus one has mean 1
+        assert np.allclose(host.mean(axis=1), 1.0, atol=1e-3)
+    else:  # gamma 1: a row of mean square 1
+        assert np.allclose((host.astype(np.float64) ** 2).mean(axis=1), 1.0, atol=1e-3)

@@ -296,7 +296,7 @@ def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]
     kernel's updated residual) must have the bits of that row launched alone, every array aligned."""
     import cupy
 
-    from normprops.bench import device_storage
+    from normprops.bench.launchers import device_storage
     from normprops.cuda.prod import ProdKernel
 
     rows = 19
@@ -544,8 +544,10 @@ def test_device_launch_checks_its_arrays() -> None:
 
 
 def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:
-    """The launcher asks for exactly the kernels prod.cu defines, each name greppable there."""
-    source = (Path(__file__).parents[1] / "normprops" / "cuda" / "prod.cu").read_text()
+    """The launcher asks for exactly the kernels prod.cu and prod_kept_bad.cu define, each name
+    greppable there."""
+    cuda = Path(__file__).parents[1] / "normprops" / "cuda"
+    source = (cuda / "prod.cu").read_text() + (cuda / "prod_kept_bad.cu").read_text()
     defined = set(re.findall(r"^NP_[A-Z0-9_]+\((\w+),", source, flags=re.M))
     wanted = {entry_point(op, dtype, vpt, packed=packed)
               for op in ("softmax", "layernorm", "rmsnorm", "addrmsnorm")

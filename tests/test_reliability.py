@@ -26,6 +26,7 @@ from normprops.judge import Verdict
 from normprops.launch import target_from_callable
 from normprops.report import describe_case, format_finding
 
+USER_MODULE_NAME = "userkernels_rel"  # written by the user_module fixture (conftest.py)
 USER_MODULE = textwrap.dedent('''
     import time
     import numpy as np
@@ -83,14 +84,6 @@ USER_MODULE = textwrap.dedent('''
         return _softmax64(x)
 ''')
 
-
-
-@pytest.fixture
-def user_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    (tmp_path / "userkernels_rel.py").write_text(USER_MODULE)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return "userkernels_rel"
 
 
 def _softmax64(x: np.ndarray) -> np.ndarray:

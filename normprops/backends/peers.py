@@ -215,7 +215,7 @@ def peer_status(library: str) -> tuple[bool, str]:
         found = False
     if not found:
         return False, (f"{lib.distribution} is not installed (pip install {lib.distribution}; with no "
-                       f"registry: scripts/peers_install.sh)")
+                       f"package index: docs/peers.md)")
     try:
         version = importlib.metadata.version(lib.distribution)
     except importlib.metadata.PackageNotFoundError:

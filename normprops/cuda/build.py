@@ -29,8 +29,8 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["SOURCES", "BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source",
-           "source_text", "build_flushes"]
+__all__ = ["SOURCES", "BUILT_ON", "BUILDS", "KernelCompileError", "cuda_status", "module", "compile_source",
+           "source_text", "unit_text", "build_flushes"]
 
 #: NVRTC options per build, passed as they are (see the module docstring: not through
 #: ``RawModule(code=...)``, which would append ``-ftz=true``). ``ftz`` flushes subnormal operands and
@@ -71,14 +71,28 @@ def cuda_status() -> tuple[bool, str]:
     return True, f"{name}, sm_{props['major']}{props['minor']}, CuPy {cupy.__version__}"
 
 
-#: The packaged CUDA sources: the textbook kernels and the production ones.
-SOURCES = ("kernels.cu", "prod.cu")
+#: The packaged CUDA sources: the textbook kernels, the production ones, the kept-bad kernel built on
+#: the production templates, and the spin kernel ``normprops bench`` times behind.
+SOURCES = ("kernels.cu", "prod.cu", "prod_kept_bad.cu", "spin_wait.cu")
+#: A source compiled after another one's device code, whose templates it instantiates; the other's
+#: own kernels are left out (NP_NO_ENTRY_POINTS), so they are not compiled a second time.
+BUILT_ON = {"prod_kept_bad.cu": "prod.cu"}
 
 
 def source_text(source: str = "kernels.cu") -> str:
     if source not in SOURCES:
         raise ValueError(f"source must be one of {SOURCES} but was {source!r}")
     return importlib.resources.files("normprops.cuda").joinpath(source).read_text()
+
+
+def unit_text(source: str) -> str:
+    """The code compiled for ``source``: the file itself, or, for one of :data:`BUILT_ON`, the device
+    code it is built on and then the file, each under a ``#line`` naming it."""
+    base = BUILT_ON.get(source)
+    if base is None:
+        return source_text(source)
+    return (f'#define NP_NO_ENTRY_POINTS\n#line 1 "{base}"\n{source_text(base)}\n'
+            f'#line 1 "{source}"\n{source_text(source)}')
 
 
 _LOCATION = re.compile(r"([\w./-]+\.cu)\((\d+)\)")
@@ -154,9 +168,8 @@ def compile_source(code: str, *, filename: str, options: tuple[str, ...]) -> Any
 
     IEEE builds go through NVRTC with exactly ``options`` (see the module docstring). A build that
     asks for flush-to-zero goes through ``RawModule(code=...)``, CuPy's own path, whose appended
-    ``-ftz=true`` is then what was asked for: measured on the H200 (NVRTC 13.0), ``--ftz=true``
-    given to NVRTC directly reached the PTX but not the cubin, while CuPy's path flushed
-    (docs/results.md)."""
+    ``-ftz=true`` is then what was asked for: with NVRTC 13.0 on sm_90, ``--ftz=true`` given to
+    NVRTC directly reached the PTX but not the cubin, while CuPy's path flushed."""
     import cupy
 
     source = f'#line 1 "{filename}"\n{code}'
@@ -184,11 +197,11 @@ def compile_source(code: str, *, filename: str, options: tuple[str, ...]) -> Any
 
 @functools.cache
 def module(build: str = "default", *, source: str = "kernels.cu") -> Any:
-    """The RawModule of ``source`` (``kernels.cu`` or ``prod.cu``) for ``build``, compiled once per
+    """The RawModule of ``source`` (one of :data:`SOURCES`) for ``build``, compiled once per
     process."""
     if build not in BUILDS:
         raise ValueError(f"build must be one of {sorted(BUILDS)} but was {build!r}")
-    return compile_source(source_text(source), filename=source, options=BUILDS[build])
+    return compile_source(unit_text(source), filename=source, options=BUILDS[build])
 
 
 # Two products that are subnormal in IEEE arithmetic and 0 under flush-to-zero: 2^-63 * 2^-64 (a

@@ -127,8 +127,8 @@ extern "C" __global__ void softmaxRowSafe(const float* __restrict__ in, float* _
 // softmaxRowNoBarrier: softmaxRowSafe without the barrier between the two reductions. Touches 4.
 // KEPT BAD (the textbook pitfall): a race. A warp that finishes its sum partial early overwrites its
 // slot while slower warps are still reading maxima from it, and the row is shifted by a "max" that
-// never existed. compute-sanitizer --tool racecheck names it; on the H200 it did not show in 300
-// hunted examples of 2048-row launches (the loads of the eight slots issue back to back).
+// never existed. compute-sanitizer --tool racecheck names it; a hunt may never see it (the loads of
+// the eight slots issue back to back, so the window is short even in 2048-row launches).
 extern "C" __global__ void softmaxRowNoBarrier(const float* __restrict__ in, float* __restrict__ out,
                                                size_t cols) {
     softmaxRowShifted<false>(in, out, cols);

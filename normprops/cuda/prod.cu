@@ -1,6 +1,7 @@
 // normprops production kernels: softmax, layer norm, RMS norm and fused add + RMS norm, meant to run
 // at the memory-bandwidth floor and to be right for any finite row. Storage is float32, bfloat16 or
-// float16; all arithmetic is float32. The textbook kernels stay in kernels.cu.
+// float16; all arithmetic is float32. The textbook kernels are in kernels.cu, the kept-bad RMS norm
+// built on these templates in prod_kept_bad.cu.
 //
 // Launch shape (normprops/cuda/shape.py picks it from cols and the storage type alone):
 //   block = (tpr, rpb): tpr threads per row (a multiple of 32: up to 512 on the register path, 1024
@@ -421,7 +422,7 @@ struct Regs {
     // vector lies wholly in the row or wholly past its end. Otherwise a packed 16-bit row (4 or 8
     // vectors a thread) takes kShifted, whose lanes exchange words: the mode is then the same for
     // every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
-    // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted; docs/results.md) and
+    // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted) and
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
     static constexpr bool kShifts = Storage::W == 8 && kPacked;
     __device__ static int copy(int cols, bool vec) {
@@ -487,7 +488,7 @@ struct Regs {
     // kReadOnly: memory no thread writes during the kernel, read through the non-coherent path with
     // an explicit ldgV. Left to infer it from __restrict__, the compiler made most loads coherent
     // once the loops moved into helpers, and then issued gamma's loads only after the previous
-    // vector's store to out (SASS, docs/results.md).
+    // vector's store to out (seen in the SASS).
     template <int kCopy, bool kReadOnly = true>
     __device__ static void loadVec(const typename Storage::T* __restrict__ row, int j, int cols, bool vec,
                                    float fill, float* dst, Reach reach = Reach::none()) {
@@ -1158,7 +1159,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     // The copy is chosen per vector, not once around the loop as in softmaxWrite: the branch keeps each
     // vector's stores between its exps. With one loop per copy, ptxas moved every store after the
     // last exp, and the SM's warps, in step after the cluster barrier, computed and then wrote in
-    // bursts: 67% of memcpy against 76% (float32, 65536 columns; docs/results.md).
+    // bursts: 67% of memcpy against 76% (float32, 65536 columns).
     const int mode = Share::copy(c, vec);
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
@@ -1170,39 +1171,6 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
 }
 #endif
 
-// --- kept bad: RMS norm accumulating in bfloat16 -------------------------------------------------
-
-// rmsNormBf16Acc: rmsNormRegs<BF16, kVecs> except that each thread's sum of squares is rounded to
-// bfloat16 after every addition (a "bf16 accumulator"). KEPT BAD: with 8 significant bits, once
-// the partial sum is 2^8 times a square, adding it changes nothing; ordinary rows of a few hundred
-// columns are already off by percents.
-template <int kVecs>
-__device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsigned short* __restrict__ out,
-                                   const unsigned short* __restrict__ gamma, size_t rows, size_t cols,
-                                   float eps) {
-    using Storage = BF16;
-    __shared__ Scratch scratch;
-    const RowIndex ri(rows);
-    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
-    Regs<Storage, kVecs> r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
-    else r.zero();
-    float amax = 0.0f;
-#pragma unroll
-    for (int i = 0; i < r.N; ++i) amax = fmaxf(amax, fabsf(r.at(i)));
-    ScaledSum<2>::T st{scaleExponent(amax), 0.0f};
-    const float sct = pow2(-st.e);
-#pragma unroll
-    for (int i = 0; i < r.N; ++i) {
-        const float y = r.at(i) * sct;
-        st.s = Storage::round(fmaf(y, y, st.s));
-    }
-    st = rowReduce<ScaledSum<2>>(st, scratch);
-    const NormFactor nf = normFactor(st.s / static_cast<float>(cols), st.e, eps);
-    if (!ri.live) return;
-    rmsEpilogue<Regs<Storage, kVecs>, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
-}
-
 // --- entry points: <op>_<dtype>_v<vectors per thread> (v0: streaming), _p<...> for packed 16-bit ---
 
 // Register path: at most 512 threads per block and two blocks per SM, which caps a thread at 64
@@ -1210,6 +1178,10 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
 // 4096+ columns then keep two blocks, and their loads, in flight on every SM. The streaming path
 // runs 1024-thread blocks.
 #define NP_BOUNDS(VECS) __launch_bounds__((VECS) == 0 ? 1024 : 512, (VECS) == 0 ? 1 : 2)
+
+// NP_NO_ENTRY_POINTS: the device code above without the kernels below, for a source built on it
+// (prod_kept_bad.cu, compiled after this file by normprops/cuda/build.py).
+#ifndef NP_NO_ENTRY_POINTS
 
 // One extern "C" kernel per (op, storage, vectors per thread, packing). Each NAME is spelled out
 // below, and normprops/cuda/prod.py looks it up by that name.
@@ -1363,27 +1335,4 @@ NP_SOFTMAX_CLUSTER(softmax_f16_c10p8, F16, 10, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c12p8, F16, 12, true)
 NP_SOFTMAX_CLUSTER(softmax_f16_c16p8, F16, 16, true)
 #endif
-
-// The kept-bad RMS norm (register path only).
-#define NP_BF16ACC(NAME, VECS)                                                                      \
-    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
-        NAME(const unsigned short* __restrict__ in, unsigned short* __restrict__ out,               \
-             const unsigned short* __restrict__ gamma, size_t rows, size_t cols, float eps) {       \
-        rmsNormBf16AccRegs<VECS>(in, out, gamma, rows, cols, eps);                                  \
-    }
-NP_BF16ACC(rmsnormbf16acc_bf16_v1, 1)
-NP_BF16ACC(rmsnormbf16acc_bf16_v2, 2)
-NP_BF16ACC(rmsnormbf16acc_bf16_v4, 4)
-NP_BF16ACC(rmsnormbf16acc_bf16_v8, 8)
-
-// --- timing helper -------------------------------------------------------------------------------
-
-// spinWait: one thread busy for `cycles` clock cycles. normprops bench launches it before each timed
-// batch so that the host has enqueued every launch of the batch before the GPU reaches them: the
-// CUDA events then time back-to-back kernels, not the host's launch overhead (decode-sized rows run
-// in a few microseconds, less than a Python launch takes).
-extern "C" __global__ void spinWait(long long cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
-}
+#endif  // NP_NO_ENTRY_POINTS

@@ -39,6 +39,7 @@ OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
 PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 SOURCE = "prod.cu"
+KEPT_BAD_SOURCE = "prod_kept_bad.cu"  # rmsnormbf16acc's entry points
 
 
 def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1) -> str:
@@ -94,7 +95,7 @@ def _largest_cluster_on(device: int) -> int:
     # One launch of the largest cluster on a 1 x 1 row. CUDA documents sizes past 8 as allowed on
     # some GPUs only; a device that cannot place the cluster refuses the launch itself (a launch
     # configuration error, CUDA_ERROR_INVALID_CLUSTER_SIZE: the context stays usable), and rows
-    # then take 8 blocks at most. The H200 runs 16 (docs/results.md). Only the refusal is caught:
+    # then take 8 blocks at most (an H200 runs 16). Only the refusal is caught:
     # a fault while the kernel runs, or a wrong softmax, is an error and raises.
     largest = CLUSTER_SIZES[-1]
     with cupy.cuda.Device(device):
@@ -206,7 +207,7 @@ class ProdKernel:
             raise ValueError("rmsnormbf16acc exists for dtype bfloat16 on the register path only")
         self.op, self.dtype, self.path, self.build = op, dtype, path, build
         # Defaults from the registry (specs.prod_layout); other values are for launch-shape sweeps
-        # (scripts/sweep_prod.py) only: the registry's error bounds assume the defaults.
+        # (tools/sweep_prod.py) only: the registry's error bounds assume the defaults.
         default_per_thread, default_packed = prod_layout(op, dtype)
         per_thread = default_per_thread if per_thread is None else per_thread
         packed = default_packed if packed is None else packed
@@ -220,8 +221,9 @@ class ProdKernel:
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     def _module(self) -> Any:
-        """The compiled prod.cu (scripts/sweep_prod.py's variants override this)."""
-        return module(self.build, source=SOURCE)
+        """The compiled prod.cu, or prod_kept_bad.cu for the kept-bad op (the sweep's variants
+        override this)."""
+        return module(self.build, source=KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     def _function(self, vpt: int, cluster: int = 1) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
@@ -349,7 +351,7 @@ def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., n
                 want = np.asarray(x, dtype=np.float32)
                 same = ((updated.view(np.uint32) == want.view(np.uint32))
                         | (np.isnan(updated) & np.isnan(want)))
-                # The GPU flushes float32 subnormal results to zero (docs/results.md): a subnormal
+                # The GPU flushes float32 subnormal results to zero: a subnormal
                 # x + residual may come back as a zero.
                 flushed = (np.abs(want) < np.float32(2.0**-126)) & (updated == 0)
                 bad = ~(same | flushed)

@@ -29,7 +29,7 @@ MAX_ROW_THREADS = 512  # the register path's __launch_bounds__(512, 2)
 STREAM_THREADS = 1024
 # The cluster path (softmax on sm_90 and later): a cluster of 2 to 16 blocks of MAX_ROW_THREADS
 # threads holds one row, CLUSTER_VPT vectors per thread (the fewest blocks that hold it: the most
-# bytes in flight per block, measured to matter: docs/results.md). Its tree over the threads is 9
+# bytes in flight per block, measured to matter). Its tree over the threads is 9
 # levels in a block and ceil(log2(blocks)) across the cluster. Clusters of up to PORTABLE_CLUSTER
 # blocks run on every GPU with clusters; larger ones are "non-portable" (CUDA's term): the launcher
 # uses them only where the device accepts them (normprops.cuda.prod.largest_cluster), and the

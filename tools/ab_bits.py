@@ -2,12 +2,11 @@
 storage type and path, ragged / aligned / misaligned / streaming widths, and rows that are normal,
 huge, tiny, offset by a large mean, or hold a NaN and an infinity. A change meant to leave the
 arithmetic alone (memory access, launch details) must give 0 differing outputs; then the older
-code's deep-run results still describe the new one. Usage on the device (the old copy inside the
-repository, untracked, so that it travels there):
+code's deep-run results still describe the new one. Usage on a GPU machine:
     git show COMMIT:normprops/cuda/prod.cu > old_prod.cu
-    python3 scripts/ab_bits.py --against old_prod.cu
+    python3 tools/ab_bits.py --against old_prod.cu
 or, for a variant behind a macro of prod.cu:
-    python3 scripts/ab_bits.py --define NP_SOME_VARIANT
+    python3 tools/ab_bits.py --define NP_SOME_VARIANT
 Both copies launch with today's shapes (normprops.cuda.shape); an older copy (--against) is given
 the cluster path only with --src-clusters (it may predate it): without, softmax rows that now take
 it stream there and differ, as expected."""
@@ -17,12 +16,15 @@ from __future__ import annotations
 import argparse
 import itertools
 import sys
+from typing import TYPE_CHECKING
 
-import cupy
-from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
+from sweep_prod import SweepKernel  # tools/ is on sys.path when this runs as a script
 
-from normprops.bench import device_storage
+from normprops.bench.launchers import device_storage
 from normprops.cuda.prod import DTYPE_CODES, ProdKernel
+
+if TYPE_CHECKING:
+    import cupy
 
 OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
 WIDTHS = (1, 3, 33, 255, 257, 1000, 1024, 1025, 2048, 2880, 4096, 4097, 4100, 5121, 8192, 16384, 32768, 70001)
@@ -33,6 +35,8 @@ FAMILIES = {"normal": (1.0, 0.0), "huge": (1e30, 0.0), "tiny": (1e-30, 0.0), "la
 
 
 def _bits(a: cupy.ndarray) -> cupy.ndarray:
+    import cupy
+
     return a.view(cupy.uint32) if a.dtype == cupy.float32 else a
 
 
@@ -47,6 +51,8 @@ def _nan(a: cupy.ndarray, dtype: str) -> cupy.ndarray:
 
 def _buffer(a: cupy.ndarray, shift: int) -> cupy.ndarray:
     """A copy of a, starting `shift` elements past an aligned allocation (misaligned when shift > 0)."""
+    import cupy
+
     flat = cupy.zeros(a.size + shift, dtype=a.dtype)
     view = flat[shift:]
     view[...] = a.ravel()
@@ -54,6 +60,8 @@ def _buffer(a: cupy.ndarray, shift: int) -> cupy.ndarray:
 
 
 def _run(k: ProdKernel, x, res, g, b, shift: int):
+    import cupy
+
     xs, gs, bs = _buffer(x, shift), _buffer(g, shift), _buffer(b, shift)
     rs = None if res is None else _buffer(res, shift)
     out = _buffer(cupy.zeros_like(x), shift)
@@ -70,6 +78,7 @@ def main() -> int:
     ap.add_argument("--src-clusters", action="store_true",
                     help="the other prod.cu has the cluster path too: give it the same cluster shapes")
     args = ap.parse_args()
+    import cupy  # after parsing: --help needs no GPU
     SweepKernel.src_clusters = args.src_clusters
     if bool(args.against) == bool(args.define):
         ap.error("give --against PATH or --define MACRO")

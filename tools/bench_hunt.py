@@ -4,7 +4,7 @@ A benchmark, not a test: it hunts each op's first correct registered kernel on t
 family with every case fixed at 4096 columns (2 to 5 rows), then times the pieces of one example
 (drawing and building the case, the kernel, the oracle and judge, the metamorphic re-runs).
 
-    python scripts/bench_hunt.py --examples 200
+    python tools/bench_hunt.py --examples 200
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Launch-shape sweep for prod.cu on the GPU: % of the memcpy floor per op, storage type and width
-for several elements-per-thread settings (which set threads per row). Usage on the device:
-    python3 scripts/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
+for several elements-per-thread settings (which set threads per row). Usage on a GPU machine:
+    python3 tools/sweep_prod.py [--per-thread 16,32,32p,64p] [--dtypes float32,bfloat16] [--json PATH]
         [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH] [--widths 4097,5121]
         [--rows 1,8,64,256,gib]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
@@ -19,26 +19,26 @@ import json
 import statistics
 import sys
 
-import cupy
-
-from normprops.bench import SPIN_CYCLES, event_ms, random_storage, spin_wait
-from normprops.cuda.build import BUILDS, compile_source, source_text
-from normprops.cuda.prod import ProdKernel, largest_cluster, vector_width
+from normprops.bench.launchers import random_storage
+from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
+from normprops.cuda.build import BUILDS, compile_source, unit_text
+from normprops.cuda.prod import KEPT_BAD_SOURCE, SOURCE, ProdKernel, largest_cluster, vector_width
 from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape
 from normprops.strategies import get_dtype
 
 
 @functools.cache
-def _variant_module(defines: tuple[str, ...]):
+def _variant_module(defines: tuple[str, ...], source: str = SOURCE):
+    """``source`` (prod.cu, or prod_kept_bad.cu on top of it) or the "src=" copy, with the -D macros."""
     paths = [d[4:] for d in defines if d.startswith("src=")]
-    code = open(paths[0]).read() if paths else source_text("prod.cu")
+    code = open(paths[0]).read() if paths else unit_text(source)
     options = BUILDS["default"] + tuple(f"-D{d}" for d in defines if not d.startswith(("src=", "tpr=")))
-    return compile_source(code, filename="prod.cu", options=options)
+    return compile_source(code, filename=SOURCE if paths else source, options=options)
 
 
 class SweepKernel(ProdKernel):
     """A ProdKernel whose entry points come from a variant's module (defines: -D macros and at most
-    one "src=PATH"; empty: the packaged prod.cu). Also used by scripts/ab_bits.py."""
+    one "src=PATH"; empty: the packaged prod.cu). Also used by tools/ab_bits.py."""
 
     def __init__(self, op: str, *, defines: tuple[str, ...], **kwargs) -> None:
         super().__init__(op, **kwargs)
@@ -46,10 +46,12 @@ class SweepKernel(ProdKernel):
 
     def _module(self):
         compiled = tuple(d for d in self.defines if not d.startswith("tpr="))
-        return _variant_module(compiled) if compiled else super()._module()
+        if not compiled:
+            return super()._module()
+        return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
-    #: there (scripts/ab_bits.py --src-clusters says it has)
+    #: there (tools/ab_bits.py --src-clusters says it has)
     src_clusters = False
 
     def _cluster_shape(self, cols: int, blocks: int | None = None):
@@ -82,6 +84,7 @@ def main() -> int:
     ap.add_argument("--src-clusters", action="store_true",
                     help="the src= copies have the cluster path (of at most 8 blocks)")
     args = ap.parse_args()
+    import cupy  # after parsing: --help needs no GPU
     SweepKernel.src_clusters = args.src_clusters
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]

@@ -4,7 +4,7 @@ a GPU: both are compiled by nvcc for one architecture with the IEEE build's opti
 only names, comments or layout (renamed template parameters, entry points spelled out) must give
 "identical" for every kernel; then every measurement of the older code still holds. Usage:
     git show COMMIT:normprops/cuda/prod.cu > /tmp/old_prod.cu
-    python scripts/same_code.py /tmp/old_prod.cu normprops/cuda/prod.cu [--arch sm_90]
+    python tools/same_code.py /tmp/old_prod.cu normprops/cuda/prod.cu [--arch sm_90]
 Exit status 0 when every kernel's code is identical, 1 otherwise."""
 
 from __future__ import annotations

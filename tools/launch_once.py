@@ -1,7 +1,7 @@
 """Launch one production kernel twice on a 1 GiB batch, for a profiler to catch (the second launch
-is the warm one). Usage on the device:
+is the warm one). Usage on a GPU machine:
     ncu --clock-control none --launch-skip 1 --launch-count 1 -k regex:layernorm \\
-        python3 scripts/launch_once.py --op layernorm --dtype bfloat16 --cols 16384 [--per-thread 64]
+        python3 tools/launch_once.py --op layernorm --dtype bfloat16 --cols 16384 [--per-thread 64]
         [--rows 1] [--define MACRO]"""
 
 from __future__ import annotations
@@ -9,10 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-import cupy
-from sweep_prod import SweepKernel  # scripts/ is on sys.path when this runs as a script
+from sweep_prod import SweepKernel  # tools/ is on sys.path when this runs as a script
 
-from normprops.bench import random_storage
+from normprops.bench.launchers import random_storage
 from normprops.cuda.prod import OPS
 from normprops.strategies import get_dtype
 
@@ -27,6 +26,7 @@ def main() -> int:
     ap.add_argument("--define", action="append", default=[], metavar="MACRO",
                     help="build prod.cu with -DMACRO")
     args = ap.parse_args()
+    import cupy  # after parsing: --help needs no GPU
     rows = args.rows or (1 << 30) // get_dtype(args.dtype).itemsize // args.cols
     rng = cupy.random.default_rng(0)
     x = random_storage(rng, (rows, args.cols), args.dtype)

@@ -2,11 +2,11 @@
 kernel, memcheck on ragged shapes. Expect racecheck to flag softmaxRowNoBarrier and nothing else,
 memcheck to flag nothing.
 
-    python scripts/sanitize.py            # drives compute-sanitizer, prints a table
-    python scripts/sanitize.py --backend cuda-cluster   # only the cluster path's kernels
-    python scripts/sanitize.py --kernel softmaxFastBf16   # only these kernels (repeatable)
-    python scripts/sanitize.py --kernel softmaxFast --cols 151936   # only these widths (repeatable)
-    python scripts/sanitize.py --launch NAME   # (what compute-sanitizer runs) launch one kernel
+    python tools/sanitize.py            # drives compute-sanitizer, prints a table
+    python tools/sanitize.py --backend cuda-cluster   # only the cluster path's kernels
+    python tools/sanitize.py --kernel softmaxFastBf16   # only these kernels (repeatable)
+    python tools/sanitize.py --kernel softmaxFast --cols 151936   # only these widths (repeatable)
+    python tools/sanitize.py --launch NAME   # (what compute-sanitizer runs) launch one kernel
 """
 
 from __future__ import annotations

@@ -1,0 +1,19 @@
+"""Fixtures shared by the CLI tests (``run()``, the CLI as they call it, is in ``cli_harness.py``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def user_module(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The requesting test module's ``USER_MODULE`` source, written as ``USER_MODULE_NAME``.py into
+    the test's folder, which becomes the working directory and importable; returns the module name
+    (what ``--impl NAME:FUNC`` takes)."""
+    name = request.module.USER_MODULE_NAME
+    (tmp_path / f"{name}.py").write_text(request.module.USER_MODULE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
