@@ -83,7 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker:
         _pin_worker_gpu(worker)
-        _share_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+        share_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     backends = config.getoption("--normprops-backend")
     budget = config.getoption("--normprops-time-budget")
     if budget is not None and not 0 < budget < math.inf:
@@ -115,7 +115,7 @@ def worker_threads(workers: int, cpus: int) -> int:
     return max(1, cpus // max(1, workers))
 
 
-def _share_cores(workers: int) -> None:
+def share_cores(workers: int) -> None:
     """Keep xdist workers' thread pools to their share of the cores: a torch CPU kernel otherwise
     starts one OpenMP thread per core in every worker, and -n 15 on 16 cores runs 240 threads that
     spin against each other. A thread count the user set in the environment is kept."""

@@ -96,3 +96,21 @@ def test_xdist_workers_are_pinned_one_per_gpu(worker: str, count: int, device) -
     from normprops.plugin import worker_device
 
     assert worker_device(worker, count) == device
+
+
+@pytest.mark.parametrize("workers, cpus, threads", [(15, 16, 1), (2, 16, 8), (4, 2, 1), (1, 8, 8), (0, 4, 4)])
+def test_xdist_workers_share_the_cores(workers: int, cpus: int, threads: int) -> None:
+    from normprops.plugin import worker_threads
+
+    assert worker_threads(workers, cpus) == threads
+
+
+def test_a_worker_keeps_a_thread_count_the_user_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    from normprops.plugin import share_cores
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    share_cores(10_000)
+    import os
+
+    assert os.environ["OMP_NUM_THREADS"] == "3" and os.environ["MKL_NUM_THREADS"] == "1"

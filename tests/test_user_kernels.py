@@ -510,3 +510,27 @@ def test_assert_robusts_replay_line_judges_the_fixture_as_the_hunt_did(
     argv = shlex.split(line.removeprefix("replay: "))[1:]
     assert {"--check", "range_safety", "--ignore", "batch_invariance", "--threads", "64"} <= set(argv)
     assert cli.main(argv, out=io.StringIO(), err=io.StringIO()) == cli.EXIT_FOUND
+
+
+def _scales_x_in_place(x: np.ndarray) -> np.ndarray:
+    x *= 2
+    return np.exp(x - x.max(axis=1, keepdims=True)) / np.exp(x - x.max(axis=1, keepdims=True)).sum(
+        axis=1, keepdims=True)
+
+
+def test_a_kernel_that_changes_its_input_is_caught_on_the_case_and_not_reread_in_stress() -> None:
+    """Every example's own call reads its inputs back (a kernel writing into x is a contract
+    failure); the stress batches, copies of rows already checked, skip the read-back."""
+    from normprops.errors import ContractError
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    target = target_from_callable(_scales_x_in_place, op="softmax")
+    case = make_case(op="softmax", family="ordinary", rows=2, cols=8, seed=0,
+                     params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    with pytest.raises(ContractError, match="modified its input x in place"):
+        target.run(case)
+    assert target.run(case, check_inputs=False).shape == (2, 8)
+    result = normprops.hunt_kernel(_scales_x_in_place, op="softmax", families="ordinary",
+                                   max_examples=5)
+    assert not result.passed and "modified its input x in place" in str(result)
