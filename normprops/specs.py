@@ -312,7 +312,7 @@ _TORCH_KERNELS: tuple[KernelSpec, ...] = tuple(
     for device in ("cuda", "cpu")
     for name, op, attr, claims in _TORCH
 )
-# Found by the hunt on the H200 (docs/results.md): torch.softmax on CUDA picks its reduction by
+# Found by the hunt on CUDA: torch.softmax on CUDA picks its reduction by
 # shape, so a row's result changes with the number of rows beside it (2 rows vs 3, at 16383 cols).
 _TORCH_KERNELS = tuple(
     replace(k, exempt=frozenset({"batch_invariance"}),
@@ -336,7 +336,7 @@ PROD_PER_THREAD = 32
 
 def prod_layout(op: str, dtype: str) -> tuple[int, bool]:
     """(elements per thread, packed 16-bit register storage) of a production kernel, from the
-    launch-shape sweeps (docs/results.md): 16-bit values stay packed two per register, 64 of them per
+    launch-shape sweeps (tools/sweep_prod.py, docs/performance.md): 16-bit values stay packed two per register, 64 of them per
     thread (twice the bytes in flight of 32, which 16-bit rows need to reach the copy floor); the
     fused kernel holds its two inputs at once while loading, so 32."""
     if dtype == "float32" or op == "rmsnormbf16acc":
@@ -486,7 +486,7 @@ def _ecosystem(backend: str, entry_op: str, op: str, name: str, claims: frozense
                       constraints=constraints)
 
 
-# What the hunt found in them on the H200 (docs/ecosystem.md, where each has a reproducer): kept
+# What the hunt found in them on a GPU (docs/ecosystem.md, where each has a reproducer): kept
 # here as known bugs, so every hunt checks they are still there, and the claims are hunted past them.
 _QUACK_SOFTMAX_NAN = ("NaN for a finite row whose logits reach about 1e9: the exponent's argument is "
                       "x*log2(e) - max*log2(e), whose rounding grows with the logits")
