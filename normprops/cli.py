@@ -45,6 +45,7 @@ from normprops import __version__, interrupt
 from normprops.api import deadline_after, hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
+from normprops.errormodel import REDUCTIONS
 from normprops.errors import (
     ImplError,
     UsageError,
@@ -56,6 +57,7 @@ from normprops.frameworks import FRAMEWORKS
 from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.information import WORDS, information_of
+from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
@@ -80,7 +82,7 @@ from normprops.report import (
     matrix_legend,
     render_matrix,
 )
-from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
+from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
 
 __all__ = ["main", "EXIT_OK", "EXIT_FOUND", "EXIT_USAGE", "EXIT_UNREADABLE", "EXIT_INTERNAL",

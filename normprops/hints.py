@@ -18,12 +18,12 @@ from typing import Iterable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
+from normprops.errormodel import TREE_LEAF_DEPTH, ErrorModel
 from normprops.errors import FatalTargetError
 from normprops.hunt import Finding
 from normprops.launch import Target
 from normprops.ops import PROPERTIES
 from normprops.properties import evaluate
-from normprops.specs import TREE_LEAF_DEPTH, ErrorModel
 
 __all__ = ["hints", "TOLERANCE_PROPERTIES"]
 
@@ -44,7 +44,7 @@ class _Declaration:
 
 
 def _depth(model: ErrorModel) -> str:
-    """The depth of a user kernel's error bound, in words (specs.ErrorModel.k)."""
+    """The depth of a user kernel's error bound, in words (errormodel.ErrorModel.k)."""
     if model.reduction == "tree":
         return f"ceil(log2 cols) + {TREE_LEAF_DEPTH} additions (a pairwise sum)"
     if model.threads == 1:

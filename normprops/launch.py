@@ -20,10 +20,11 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
+from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
 from normprops.frameworks import Adapter, get_adapter
+from normprops.kernelspec import KernelSpec
 from normprops.ops import INFORMATIVE, JUDGED_BY_DEFAULT, OPTIONAL, check_ignore, check_opt_in, get_op
-from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
            "target_from_callable", "target_from_cuda_source"]

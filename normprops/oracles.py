@@ -19,7 +19,7 @@ from typing import Callable
 import mpmath
 import numpy as np
 
-from normprops.specs import ErrorModel
+from normprops.errormodel import ErrorModel
 from normprops.strategies import Case, get_dtype
 
 __all__ = [

@@ -19,8 +19,9 @@ import sys
 
 import numpy as np
 
+from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS
 from normprops.cuda.shape import MAX_ROW_THREADS
-from normprops.specs import KERNELS, PROD_PER_THREAD, PROD_VARIANTS
+from normprops.specs import KERNELS
 from normprops.strategies import to_dtype
 
 BACKENDS = ("cuda", "cuda-prod", "cuda-cluster")

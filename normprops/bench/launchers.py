@@ -90,9 +90,9 @@ def launchers_for(case: BenchCase, progress: TextIO | None = None, *,
     import cupy
 
     from normprops.cuda.build import module
+    from normprops.cuda.layout import PROD_VARIANTS
     from normprops.cuda.prod import ProdKernel
     from normprops.cuda.textbook import THREADS
-    from normprops.specs import PROD_VARIANTS
 
     rng = cupy.random.default_rng(0)
     shape = (case.rows, case.cols)

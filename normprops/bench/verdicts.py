@@ -53,7 +53,7 @@ MEMCPY_TARGET = 90.0  # % of the device memcpy the production kernels must reach
 def targets(rows: Sequence[BenchRow]) -> list[Gate]:
     """The production kernels' first targets: at least 90% of the memcpy floor at the L2-scaled
     cases, and no slower than PyTorch's kernel for the same op at every case where both ran."""
-    from normprops.specs import PROD_VARIANTS
+    from normprops.cuda.layout import PROD_VARIANTS
 
     by = {(r.case, r.kernel): r for r in rows}
     out = []
@@ -101,7 +101,7 @@ class LeadRow:
 def lead_table(rows: Sequence[BenchRow]) -> list[LeadRow]:
     """One row per case and op where a production kernel ran: its time, the peers' (PyTorch,
     Liger, QuACK), the ratio to the fastest, and % of memcpy where the case is DRAM-bound."""
-    from normprops.specs import PROD_VARIANTS
+    from normprops.cuda.layout import PROD_VARIANTS
 
     out = []
     for r in rows:

@@ -25,11 +25,11 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.cuda.build import module
+from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
-from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 
 __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
            "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "to_storage", "from_storage"]
