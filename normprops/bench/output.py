@@ -103,12 +103,12 @@ def format_run_header(*, device: str, l2_bytes: int, rounds: int, reps: int,
 
 
 def format_report(result: Measurement) -> str:
-    """The table, then what it decides: the predictions (when the seed cases ran), the gates, the
+    """The table, then what it decides: the predictions (when the textbook cases ran), the gates, the
     targets and the lead, and the lead table with its notes and launch costs."""
     rows = result.rows
     lines = [format_table(rows)]
-    if any(r.set == "seed" for r in rows):
-        lines.append("\npredictions (seed cases):")
+    if any(r.set == "textbook" for r in rows):
+        lines.append("\npredictions (textbook cases):")
         lines += [f"  {'held' if p.held else 'refuted'}: {p.text} ({p.numbers})" for p in predictions(rows)]
     found_gates = gates(rows)
     if found_gates:

@@ -56,7 +56,7 @@ class BenchRow:
     pct_memcpy: float
     dtype: str = "float32"
     op: str = ""  # the op it computes; "" for the floors
-    library: str = ""  # "normprops", "normprops-seed", "torch", "liger", "quack"; "" for the floors
+    library: str = ""  # "normprops", "normprops-textbook", "torch", "liger", "quack"; "" for the floors
     rows: int = 0
     cols: int = 0
     decode: bool = False
