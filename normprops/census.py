@@ -13,10 +13,10 @@ from typing import Callable, TextIO
 
 import numpy as np
 
+from normprops.case import Case
 from normprops.ops import FLOAT32_EPS
 from normprops.oracles import FLT_MIN, reference
 from normprops.specs import KERNELS
-from normprops.strategies import Case
 
 __all__ = ["census", "classify"]
 

@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from normprops.strategies import get_dtype
+from normprops.dtypes import get_dtype
 
-__all__ = ["BenchCase", "bench_cases", "l2_bytes_here", "SETS", "OPS", "NORM_OPS", "L2_MULTIPLE",
+__all__ = ["BenchCase", "bench_cases", "l2_bytes_here", "SETS", "TIMED_OPS", "NORM_OPS", "L2_MULTIPLE",
            "DEFAULT_L2_BYTES", "DECODE_SHAPE", "MODEL_HIDDEN", "MODEL_ODD_HIDDEN", "MODEL_VOCAB",
            "MODEL_VOCAB_DTYPES", "MODEL_DECODE_ROWS"]
 
@@ -24,7 +24,7 @@ L2_MULTIPLE = 16  # a case of at least 16x the L2 each way streams from DRAM: % 
 #: the decode-sized 64 x 8192 rows (float32 and bfloat16); model-shaped rows (``model``).
 SETS = ("textbook", "l2", "l2-bf16", "l2-f16", "decode", "model")
 DECODE_SHAPE = (64, 8192)
-OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
+TIMED_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
 NORM_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
 #: Hidden sizes of current models (Llama 3 8B 4096, 70B 8192; gpt-oss 2880; Mistral 5120; DeepSeek
 #: V3 7168; ...), normalized in bfloat16.

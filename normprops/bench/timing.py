@@ -29,7 +29,7 @@ from normprops.bench.launchers import (
     launchers_for,
     one_line,
 )
-from normprops.strategies import get_dtype
+from normprops.dtypes import get_dtype
 
 __all__ = ["BenchError", "BenchRow", "LaunchRow", "Measurement", "rows_for", "run_bench", "measure",
            "spin_wait", "event_ms", "SPIN_CYCLES"]

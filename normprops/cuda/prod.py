@@ -35,7 +35,7 @@ __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "S
            "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
+PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
 PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 SOURCE = "prod.cu"
@@ -195,8 +195,8 @@ class ProdKernel:
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
                  per_thread: int | None = None, packed: bool | None = None) -> None:
-        if op not in OPS:
-            raise ValueError(f"op must be one of {OPS} but was {op!r}")
+        if op not in PROD_OPS:
+            raise ValueError(f"op must be one of {PROD_OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_CODES)} but was {dtype!r}")
         if path not in ("auto", "stream", "cluster"):
