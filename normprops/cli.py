@@ -761,6 +761,11 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = _config(args)
     specs = [k for k in KERNELS if k.backend in backends and (args.op is None or k.op == args.op)
              and (args.kernel is None or k.name == args.kernel)]
+    if not specs and args.kernel is None:
+        ops = sorted({k.op for k in KERNELS if k.backend in backends})
+        raise UsageError(f"--op {args.op}: no registered {backend} kernel computes it (the "
+                         f"registry's {backend} ops: {', '.join(ops)}); hunt your own with "
+                         f"--impl MODULE:FUNC")
     if not specs:
         names = sorted({k.name for k in KERNELS if k.backend in backends})
         raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from cli_harness import run
+from hypothesis import given, settings
 
 import normprops
 from normprops.case import Case
@@ -22,7 +23,7 @@ from normprops.oracles import mp_reference, reference, tolerance
 from normprops.properties import evaluate
 from normprops.regressions import load_fixture
 from normprops.specs import FOREIGN_ERROR_MODEL
-from normprops.strategies import make_case
+from normprops.strategies import FAMILIES, cases, families_for, make_case
 
 USER_MODULE = textwrap.dedent('''
     import numpy as np
@@ -308,3 +309,34 @@ def test_torch_cpu_tensors_take_a_bool_mask() -> None:
     report = normprops.hunt_kernel(kernel, op="masked_softmax", framework="torch", device="cpu",
                                    families=["masked", "ordinary"], max_examples=40, seed=0)
     assert report.passed, [f.message for f in report.failures]
+
+
+@pytest.mark.parametrize("name", ["masked_fill_softmax", "torch_masked_softmax"])
+def test_torch_masked_softmaxes_take_the_ops_arguments(name: str) -> None:
+    pytest.importorskip("torch", reason="torch is not importable here")
+    from normprops.backends import torch_masked
+
+    report = normprops.hunt_kernel(getattr(torch_masked, name), op="masked_softmax",
+                                   framework="torch", device="cpu", families=["masked", "ordinary"],
+                                   max_examples=40, seed=0)
+    assert report.passed, [f.message for f in report.failures]
+
+
+def test_a_registry_hunt_of_an_op_no_entry_computes_says_so() -> None:
+    code, out, err = run("hunt", "--op", "masked_softmax", "--backend", "numpy", "--no-fixtures")
+    assert code == 2 and out == ""
+    assert "no registered numpy kernel computes it" in err and "--impl" in err
+
+
+@pytest.mark.parametrize("family", families_for("masked_softmax"))
+def test_every_family_keeps_its_promise_with_a_mask_and_a_scale(family: str) -> None:
+    @settings(max_examples=30, deadline=None, database=None)
+    @given(cases(op="masked_softmax", family=family, mask_fill=-10000.0))
+    def check(case: Case) -> None:
+        assert case.mask.dtype == bool and case.mask.shape == case.x.shape
+        assert case.scale in SCALES and case.mask_fill == -10000.0
+        assert case.mask.all() or family == "masked"
+        assert FAMILIES[family].promise(case), f"{family} broke its promise: {case!r}"
+        assert case.args()[1].dtype == np.float32  # the additive mask the kernel receives
+
+    check()
