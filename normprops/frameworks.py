@@ -3,8 +3,10 @@
 The hunt's cases hold float32 values that are exact in the storage type. An :class:`Adapter` turns
 each input into the framework's own array of that type on the chosen device, and turns what the
 kernel returns back into float32 numpy, checking on the way that it is the framework's array type,
-of the storage type, of the input's shape and on the input's device. Every conversion is exact:
-values move as they are (or widen, on the way back), never through float64 and never rounded.
+of the storage type, of the input's shape and on the input's device. A masked softmax's boolean
+mask becomes the framework's bool array on the same device (``mask_to_native``). Every conversion
+is exact: values move as they are (or widen, on the way back), never through float64 and never
+rounded.
 
 A framework is imported only when an adapter for it is asked for.
 """

@@ -340,3 +340,18 @@ def test_every_family_keeps_its_promise_with_a_mask_and_a_scale(family: str) -> 
         assert case.args()[1].dtype == np.float32  # the additive mask the kernel receives
 
     check()
+
+
+def test_assert_robust_names_the_replay_of_an_additive_kernel(user_module: Path) -> None:
+    import importlib
+
+    kernel = importlib.import_module(MODULE).additive_ignores_mask
+    with pytest.raises(AssertionError) as caught:
+        normprops.assert_robust(kernel, op="masked_softmax", mask="additive", mask_fill="lowest",
+                                families=["masked"], max_examples=40, seed=0,
+                                fixtures_dir=user_module / "fx")
+    replay = caught.value.args[0].splitlines()[-1]
+    assert replay.startswith("replay: normprops replay --op masked_softmax")
+    assert replay.endswith(f"--mask additive --mask-fill {-float(np.finfo(np.float32).max)!r}")
+    code, out, _ = run(*replay.removeprefix("replay: normprops ").split())
+    assert code == 1 and "FAIL" in out
