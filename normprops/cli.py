@@ -59,6 +59,7 @@ from normprops.hunt import HuntConfig, HuntResult
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
+from normprops.masking import MASK_KINDS
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
@@ -194,6 +195,13 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                           "RMS-norm row 0; range_safety: right for rows of any finite magnitude, "
                           "always judged for softmax; a norm that does not check it has its huge "
                           "findings shown as information, not failures)")
+    g.add_argument("--mask", choices=MASK_KINDS, default=None,
+                   help="masked_softmax: how it takes its mask: bool (default; True where the entry "
+                        "takes part) or additive (a float array of 0 and --mask-fill, for "
+                        "softmax(scale * x + mask))")
+    g.add_argument("--mask-fill", metavar="V",
+                   help="with --mask additive: the value at masked entries, -inf (default), lowest "
+                        "(the storage type's lowest finite value) or a negative number")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")
@@ -207,7 +215,8 @@ _OUTPUT_FILES = ("Output files (--json, --png, --csv, ...) go into a directory t
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="normprops",
-                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.",
+                     description="Hunt numerical bugs in softmax, masked softmax, layer norm and RMS norm "
+                                 "kernels.",
                      epilog=f"exit status: {EXIT_OK} nothing found; {EXIT_FOUND} counterexample(s) found; "
                             f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures, "
                             f"report merge: the reports are not one whole; "
@@ -221,7 +230,8 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--op", choices=sorted(OPS), help="the op (required with --impl)")
     what = h.add_mutually_exclusive_group()
     what.add_argument("--impl", metavar="MODULE:FUNC",
-                      help="a Python function with the op's signature: softmax fn(x), layernorm "
+                      help="a Python function with the op's signature: softmax fn(x), masked_softmax "
+                           "fn(x, mask, scale), layernorm "
                            "fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, eps)")
     what.add_argument("--cuda-source", type=Path, metavar="FILE",
                       help="a CUDA file holding an extern \"C\" kernel with the standard signature "
@@ -561,7 +571,7 @@ def _fixtures_line(results: list[HuntResult], directory: Path | None) -> str | N
 def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
     flag = "--impl" if args.impl else "--cuda-source"
     if args.op is None:
-        raise UsageError(f"{flag} needs --op {{softmax,layernorm,rmsnorm}}")
+        raise UsageError(f"{flag} needs --op {{{','.join(OPS)}}}")
     constraints = _constraints(args)
     if args.impl:
         if args.kernel:
@@ -572,10 +582,14 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       device=args.device, ignore=args.ignore,
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
                                       reduction=args.reduction, arithmetic=args.arithmetic,
-                                      opt_in=args.check, timeout_s=args.call_timeout)
+                                      opt_in=args.check, timeout_s=args.call_timeout,
+                                      **_mask_keywords(args))
         return target, args.impl
     if not args.kernel:
         raise UsageError("--cuda-source needs --kernel NAME")
+    if args.mask is not None or args.mask_fill is not None:
+        raise UsageError("--mask and --mask-fill go with --impl: a --cuda-source kernel takes the "
+                         "standard signature, which has no mask")
     if ((args.dtype or "float32") != "float32" or args.framework != "numpy" or args.device
             or args.arithmetic != "float32"):
         raise UsageError("--cuda-source kernels take float32 device pointers and compute in float32: "
@@ -585,6 +599,17 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                      constraints=constraints, ftz=args.ftz,
                                      reduction=args.reduction, opt_in=args.check)
     return target, f"{args.cuda_source}:{args.kernel}"
+
+
+def _mask_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """--mask and --mask-fill as target_from_callable's keywords (which check the fill); either
+    flag given for an op without a mask is a usage error."""
+    given = [flag for flag, value in (("--mask", args.mask), ("--mask-fill", args.mask_fill))
+             if value is not None]
+    if given and not OPS[args.op].has_mask:
+        raise UsageError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to --op "
+                         f"masked_softmax only; op {args.op} takes no mask")
+    return {"mask": args.mask or "bool", "mask_fill": args.mask_fill}
 
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -710,7 +735,8 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--reduction", args.reduction != "sequential"),
              ("--arithmetic", args.arithmetic != "float32"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
-             ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None)]
+             ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
+             ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
     return [flag for flag, used in given if used]
 
 
@@ -737,6 +763,11 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = _config(args)
     specs = [k for k in KERNELS if k.backend in backends and (args.op is None or k.op == args.op)
              and (args.kernel is None or k.name == args.kernel)]
+    if not specs and args.kernel is None:
+        ops = sorted({k.op for k in KERNELS if k.backend in backends})
+        raise UsageError(f"--op {args.op}: no registered {backend} kernel computes it (the "
+                         f"registry's {backend} ops: {', '.join(ops)}); hunt your own with "
+                         f"--impl MODULE:FUNC")
     if not specs:
         names = sorted({k.name for k in KERNELS if k.backend in backends})
         raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
@@ -858,7 +889,7 @@ class _ReplayTargets:
                 self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
                 framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
                 ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
-                timeout_s=a.call_timeout)
+                timeout_s=a.call_timeout, **_mask_keywords(a))
         return self.made[dtype]
 
 
@@ -1033,7 +1064,7 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("say which fixtures to remove: --kernel NAME (those of a kernel), --op OP "
                          "--impl MODULE:FUNC (those the function passes), or both")
     if args.impl is not None and args.op is None:
-        raise UsageError("--impl needs --op {softmax,layernorm,rmsnorm}")
+        raise UsageError(f"--impl needs --op {{{','.join(OPS)}}}")
     if args.impl is None:
         flags = _user_only_flags(args) + ["--all-dtypes"] * args.all_dtypes
         if flags:
@@ -1256,6 +1287,20 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _joined_fill(argv: Sequence[str] | None) -> list[str] | None:
+    """``--mask-fill -inf`` as ``--mask-fill=-inf``: argparse takes a value that starts with a dash
+    and is not a plain negative number (``-inf``, ``-1e4``) for an option of its own."""
+    if argv is None:
+        argv = sys.argv[1:]
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] == "--mask-fill" and token.startswith("-"):
+            out[-1] = f"--mask-fill={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     out = sys.stdout if out is None else out
@@ -1265,7 +1310,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     try:
         with interrupt.catching():
             try:
-                args = parser.parse_args(argv)
+                args = parser.parse_args(_joined_fill(argv))
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
             command = args.command if args.command != "report" else f"report {args.report_command}"

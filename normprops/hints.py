@@ -115,8 +115,9 @@ def _at_width(case: Case, cols: int) -> Case:
     def fit(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else np.ascontiguousarray(np.tile(a, reps)[..., :cols])
 
+    mask = None if case.mask is None else np.ascontiguousarray(np.tile(case.mask, (1, reps))[:, :cols])
     return case.replace(x=np.ascontiguousarray(np.tile(case.x, (1, reps))[:, :cols]),
-                        gamma=fit(case.gamma), beta=fit(case.beta))
+                        gamma=fit(case.gamma), beta=fit(case.beta), mask=mask)
 
 
 def _width_candidates(widths: list[int]) -> list[tuple[_Declaration, ShapeConstraints]]:
@@ -161,7 +162,7 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
     when nothing applies (or the target cannot run again)."""
     found = list(findings)
     out: list[str] = []
-    if target.op != "softmax" and any(f.property == "range_safety" for f in found):
+    if target.op in ("layernorm", "rmsnorm") and any(f.property == "range_safety" for f in found):
         out.append("hint: squares overflow float32 past |x| of about 1.8e19 / sqrt(cols), so a norm "
                    "is range-safe only when it scales each row (by a power of two, say) before "
                    "squaring. Range safety is judged because it was asked for (--check range_safety, "

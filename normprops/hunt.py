@@ -195,7 +195,8 @@ def _strategy(target: Target, family: str, config: HuntConfig):
         max_cols = max(config.max_cols, 2 * min_cols)
     return cases(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
                  min_cols=min_cols, max_cols=max_cols,
-                 cols_multiple_of=c.cols_multiple_of, dtype=target.dtype)
+                 cols_multiple_of=c.cols_multiple_of, dtype=target.dtype,
+                 mask_fill=target.mask_fill)
 
 
 def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case], None]) -> Any:
