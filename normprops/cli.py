@@ -63,17 +63,8 @@ from normprops.masking import MASK_KINDS
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
 from normprops.oracles import ORACLES, POLICIES
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
-from normprops.regressions import (
-    OTHER_DTYPE,
-    OTHER_WIDTH,
-    Fixture,
-    FixtureListing,
-    Replayed,
-    Selection,
-    list_fixtures,
-    replay_selection,
-    select_fixtures,
-)
+from normprops.regressions import OTHER_DTYPE, OTHER_WIDTH, Replayed, Selection, list_fixtures
+from normprops.replay import Pruning, ReplayRun, prune_fixtures, replay_fixtures
 from normprops.report import (
     Cell,
     Report,
@@ -942,20 +933,16 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     rows: list[dict[str, Any]] = []
     report.extra["fixtures"] = rows
     run = _Run(report, args.json, out, err)
-    listing: FixtureListing | None = None
-    selection: Selection | None = None
-    replayed: list[Replayed] = []
+    replay: ReplayRun | None = None
 
-    def summary(stopped: str | None = None) -> None:
+    def summary() -> None:
         """The last line, and the report's rows of the fixtures never run."""
-        if listing is None or selection is None:
+        if replay is None:
             return
         report.targets = [target_json(t) for t in targets.made.values()]
-        total = len(listing.paths)
-        failed = sum(not r.passed for r in replayed)
-        unjudged = sum(r.passed and r.unjudged for r in replayed)
-        passed = len(replayed) - failed - unjudged
-        never = selection.replays[len(replayed):]
+        total = len(replay.listing.paths)
+        passed, failed, unjudged = len(replay.passed), len(replay.failed), len(replay.not_judged)
+        never = replay.not_run
         rows.extend({"path": str(f.path), "outcome": "not_run"} for f, _ in never)
         if passed == total:
             print("the fixture passes." if passed == 1 else f"all {passed} fixtures pass.", file=out)
@@ -963,69 +950,72 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         parts = [f"{passed} passed", f"{failed} failed"]
         if unjudged:
             parts.append(f"{unjudged} not judged")
-        if listing.unreadable:
-            parts.append(f"{len(listing.unreadable)} could not be read")
-        if selection.skipped:
-            parts.append(f"{len(selection.skipped)} skipped")
+        if replay.listing.unreadable:
+            parts.append(f"{len(replay.listing.unreadable)} could not be read")
+        if replay.selection.skipped:
+            parts.append(f"{len(replay.selection.skipped)} skipped")
         if never:
-            parts.append(f"{len(never)} not run ({stopped or 'interrupted'})")
+            stopped = "the kernel cannot be called again" if replay.stopped else "interrupted"
+            parts.append(f"{len(never)} not run ({stopped})")
         print(f"{_count(total, 'fixture', 'fixtures')}: {', '.join(parts)}.", file=out)
 
     run.summary = summary
 
+    def selected(started: ReplayRun) -> None:
+        nonlocal replay
+        replay = started
+        for bad in started.listing.unreadable:
+            rows.append({"path": str(bad.path), "outcome": "unreadable", "reason": bad.reason})
+            print(f"unreadable {bad.reason}", file=out)
+        for skip in started.selection.skipped:
+            rows.append({"path": str(skip.fixture.path), "outcome": "skipped", "reason": skip.reason})
+        for line in _skipped_lines(started.selection, dtype=dtype, widths=widths):
+            print(line, file=out)
+
+    def replayed(result: Replayed) -> None:
+        fixture = result.fixture
+        finding = result.finding()
+        row: dict[str, Any] = {"path": str(fixture.path),
+                               "outcome": "pass" if finding is None else "fail",
+                               "dtype": result.dtype, "property": fixture.property,
+                               "messages": [v.message() for v in result.failures]}
+        rows.append(row)
+        if finding is None and result.unjudged:
+            row["outcome"] = "not_judged"
+            print(f"not judged {fixture.path.name}: {_not_judged(fixture.property)}", file=out)
+            return
+        if finding is None:
+            print(f"pass {fixture.path.name}", file=out)
+            return
+        report.fixture_failures.append(finding)
+        print(f"FAIL {fixture.path.name}: {finding.message}", file=out)
+        if result.stopped is not None:
+            assert replay is not None
+            row["reason"] = result.stopped
+            never = len(replay.not_run)
+            report.error = (f"replay stopped at {fixture.path}: {result.stopped}; "
+                            f"{_count(never, 'fixture', 'fixtures')} not run")
+
     def body() -> int:
-        nonlocal listing, selection
-        listing = list_fixtures(directory, op=args.op)
-        if not listing.paths:
+        done = replay_fixtures(directory, op=args.op, target=targets, dtype=dtype,
+                               all_dtypes=args.all_dtypes, widths=widths, policy=args.policy,
+                               on_selected=selected, on_result=replayed)
+        if not done.listing.paths:
             here = sorted(p.name for p in directory.glob("*.json"))
             hint = (f"; {directory} itself holds {len(here)} .json file(s): pass the directory "
                     f"above it (fixtures live in DIR/{args.op}/)" if here else "")
             print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
-        selection = select_fixtures(listing.fixtures, dtype=dtype, all_dtypes=args.all_dtypes,
-                                    widths=widths)
-        for bad in listing.unreadable:
-            rows.append({"path": str(bad.path), "outcome": "unreadable", "reason": bad.reason})
-            print(f"unreadable {bad.reason}", file=out)
-        for skip in selection.skipped:
-            rows.append({"path": str(skip.fixture.path), "outcome": "skipped", "reason": skip.reason})
-        for line in _skipped_lines(selection, dtype=dtype, widths=widths):
-            print(line, file=out)
-        if not selection.replays and not listing.unreadable:
-            print(f"nothing to replay: {_count(len(listing.paths), 'fixture', 'fixtures')} under "
+        if not done.selection.replays and not done.listing.unreadable:
+            print(f"nothing to replay: {_count(len(done.listing.paths), 'fixture', 'fixtures')} under "
                   f"{directory}/{args.op}, all skipped.", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
-        stopped = None
-        for result in replay_selection(selection, targets, policy=args.policy):
-            replayed.append(result)
-            fixture = result.fixture
-            finding = result.finding()
-            row: dict[str, Any] = {"path": str(fixture.path),
-                                   "outcome": "pass" if finding is None else "fail",
-                                   "dtype": result.dtype, "property": fixture.property,
-                                   "messages": [v.message() for v in result.failures]}
-            rows.append(row)
-            if finding is None and result.unjudged:
-                row["outcome"] = "not_judged"
-                print(f"not judged {fixture.path.name}: {_not_judged(fixture.property)}", file=out)
-                continue
-            if finding is None:
-                print(f"pass {fixture.path.name}", file=out)
-                continue
-            report.fixture_failures.append(finding)
-            print(f"FAIL {fixture.path.name}: {finding.message}", file=out)
-            if result.stopped is not None:
-                row["reason"] = result.stopped
-                stopped = "the kernel cannot be called again"
-                never = len(selection.replays) - len(replayed)
-                report.error = (f"replay stopped at {fixture.path}: {result.stopped}; "
-                                f"{_count(never, 'fixture', 'fixtures')} not run")
-        summary(stopped)
-        if any(not r.passed for r in replayed):
+        summary()
+        if done.failed:
             return EXIT_FOUND
-        return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
+        return EXIT_UNREADABLE if done.listing.unreadable else EXIT_OK
 
     return _guarded(run, body)
 
@@ -1082,63 +1072,59 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     verb = "would remove" if args.dry_run else "removed"
     report = Report("fixtures prune")
     run = _Run(report, None, out, err)
-    gone: list[Fixture] = []  # removed (or, with --dry-run, to be removed) so far
-    run.summary = lambda: print(f"{verb} {_count(len(gone), 'fixture', 'fixtures')}.", file=out)
+    pruning: Pruning | None = None
+
+    def summary() -> None:
+        removed = len(pruning.removed) if pruning is not None else 0
+        print(f"{verb} {_count(removed, 'fixture', 'fixtures')}.", file=out)
+
+    run.summary = summary
+
+    def selected(started: Pruning) -> None:
+        nonlocal pruning
+        pruning = started
+        for bad in started.listing.unreadable:
+            print(f"unreadable {bad.reason} (kept)", file=out)
+        if started.selection is not None:
+            for line in _skipped_lines(started.selection, dtype=dtype, widths=widths,
+                                       left="kept, not replayed"):
+                print(line, file=out)
+
+    def replayed(result: Replayed) -> None:
+        if result.passed and result.unjudged:
+            print(f"keep {result.fixture.path}: {_not_judged(result.fixture.property)}", file=out)
+        elif not result.passed:
+            print(f"keep {result.fixture.path}: {result.failures[0].message()}", file=out)
+            if result.stopped is not None:
+                assert pruning is not None
+                print(f"the replay stopped ({result.stopped}): "
+                      f"{_count(pruning.not_run, 'fixture', 'fixtures')} not run, kept", file=out)
 
     def body() -> int:
-        listing = list_fixtures(directory, op=args.op)
-        for bad in listing.unreadable:
-            print(f"unreadable {bad.reason} (kept)", file=out)
-        mine = [f for f in listing.fixtures if args.kernel is None or f.of_kernel(args.kernel)]
+        done = prune_fixtures(directory, op=args.op, kernel=args.kernel, target=targets, dtype=dtype,
+                              all_dtypes=args.all_dtypes, widths=widths, policy=args.policy,
+                              dry_run=args.dry_run, on_selected=selected, on_result=replayed,
+                              on_removed=lambda f: print(f"{verb} {f.path}", file=out))
+        listing, mine = done.listing, done.mine
         if not mine:
             kernels = sorted({f.kernel for f in listing.fixtures})
             what = f"of kernel {args.kernel} " if args.kernel else ""
             print(f"no fixture {what}under {where}"
                   + (f" (kernels there: {', '.join(kernels)})" if kernels else ""), file=out)
             return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
-        chosen = mine  # the fixtures to remove
-        kept: list[Fixture] = []  # replayed, and still failing
-        unjudged: list[Fixture] = []  # replayed clean, but their property is not judged here
-        stopped = None
-        if targets is not None:
-            selection = select_fixtures(mine, dtype=dtype, all_dtypes=args.all_dtypes, widths=widths)
-            for line in _skipped_lines(selection, dtype=dtype, widths=widths, left="kept, not replayed"):
-                print(line, file=out)
-            if not selection.replays:
-                print(f"nothing to replay: {_count(len(mine), 'fixture', 'fixtures')} under {where}, "
-                      f"all of other storage types or widths; nothing removed.", file=out)
-                return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
-            chosen = []
-            replayed = 0
-            for result in replay_selection(selection, targets, policy=args.policy):
-                replayed += 1
-                if result.passed and result.unjudged:
-                    unjudged.append(result.fixture)
-                    print(f"keep {result.fixture.path}: {_not_judged(result.fixture.property)}",
-                          file=out)
-                elif result.passed:
-                    chosen.append(result.fixture)
-                else:
-                    kept.append(result.fixture)
-                    print(f"keep {result.fixture.path}: {result.failures[0].message()}", file=out)
-                    stopped = result.stopped
-            if stopped is not None:
-                never = len(selection.replays) - replayed
-                print(f"the replay stopped ({stopped}): {_count(never, 'fixture', 'fixtures')} "
-                      f"not run, kept", file=out)
-        for fixture in chosen:
-            if not args.dry_run:
-                fixture.path.unlink()
-            gone.append(fixture)
-            print(f"{verb} {fixture.path}", file=out)
+        if done.selection is not None and not done.selection.replays:
+            print(f"nothing to replay: {_count(len(mine), 'fixture', 'fixtures')} under {where}, "
+                  f"all of other storage types or widths; nothing removed.", file=out)
+            return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
         others = len(listing.fixtures) - len(mine)
-        kept_for = [(len(kept), "still failing"), (len(unjudged), "not judged"),
-                    (len(mine) - len(chosen) - len(kept) - len(unjudged), "not replayed or not run"),
+        kept, unjudged = len(done.failing), len(done.not_judged)
+        kept_for = [(kept, "still failing"), (unjudged, "not judged"),
+                    (len(mine) - len(done.chosen) - kept - unjudged, "not replayed or not run"),
                     (others, "of other kernels"), (len(listing.unreadable), "unreadable")]
         why = ", ".join(f"{n} {what}" for n, what in kept_for if n)
-        print(f"{verb} {len(gone)} of {_count(len(listing.paths), 'fixture', 'fixtures')} under "
+        print(f"{verb} {len(done.removed)} of {_count(len(listing.paths), 'fixture', 'fixtures')} under "
               f"{where}" + (f"; kept: {why}" if why else "") + ".", file=out)
-        if stopped is not None:
+        if done.stopped is not None:
             return EXIT_FOUND
         return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
 

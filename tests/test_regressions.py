@@ -4,6 +4,7 @@ against every kernel of its op that claims its family (and against the kernel th
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 
 from normprops.case import ShapeConstraints
+from normprops.examples.correct import rmsnorm_f32
+from normprops.examples.planted import rmsnorm_unscaled_eps
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import GPU_BACKENDS, target_from_callable, target_from_spec
 from normprops.regressions import (
@@ -25,6 +28,7 @@ from normprops.regressions import (
     save_findings,
     select_fixtures,
 )
+from normprops.replay import prune_fixtures, replay_fixtures
 from normprops.specs import KERNELS, backend_status
 
 COMMITTED = Path(__file__).parent / "regressions"
@@ -172,3 +176,30 @@ def test_a_metamorphic_fixture_replays_under_its_own_property(tmp_path: Path) ->
     found = replay(target, scale)
     assert found[0].property == "scale_invariance", [v.message() for v in found]
     assert {"accuracy", "scale_invariance"} <= {v.property for v in found}
+
+
+def test_replay_fixtures_reports_each_fixture_and_whether_the_set_was_complete(tmp_path: Path) -> None:
+    shutil.copytree(COMMITTED / "rmsnorm", tmp_path / "rmsnorm")
+    (tmp_path / "rmsnorm" / "zz-damaged.json").write_text("{")
+    target = target_from_callable(rmsnorm_unscaled_eps, op="rmsnorm", name="unscaled_eps")
+    seen = []
+    run = replay_fixtures(tmp_path, op="rmsnorm", target=target, on_result=seen.append)
+    assert seen == run.replayed and len(run.replayed) == len(run.selection.replays)
+    assert {f.path for f, _ in run.selection.replays} | {s.fixture.path for s in run.selection.skipped} \
+        == {f.path for f in run.listing.fixtures}
+    assert [u.path.name for u in run.listing.unreadable] == ["zz-damaged.json"]
+    assert run.failed and all(r.finding() is not None for r in run.failed)
+    assert len(run.passed) + len(run.failed) + len(run.not_judged) == len(run.replayed)
+    assert not run.complete and run.not_run == () and run.stopped is None
+
+
+def test_prune_fixtures_removes_only_what_the_function_passes(tmp_path: Path) -> None:
+    shutil.copytree(COMMITTED / "rmsnorm", tmp_path / "rmsnorm")
+    target = target_from_callable(rmsnorm_f32, op="rmsnorm", name="rmsnorm_f32")
+    before = replay_fixtures(tmp_path, op="rmsnorm", target=target)
+    dry = prune_fixtures(tmp_path, op="rmsnorm", target=target, dry_run=True)
+    assert [f.path for f in dry.removed] == [r.fixture.path for r in before.passed]
+    assert all(f.path.exists() for f in dry.removed)
+    done = prune_fixtures(tmp_path, op="rmsnorm", target=target)
+    assert done.removed and not any(f.path.exists() for f in done.removed)
+    assert replay_fixtures(tmp_path, op="rmsnorm", target=target).passed == []

@@ -1,0 +1,165 @@
+"""Replaying the saved fixtures of one op on a kernel, and pruning those it no longer fails.
+
+:func:`replay_fixtures` loads the fixtures under a directory, selects those that belong to the
+kernel (its storage type, the widths it accepts), replays them in order and returns a
+:class:`ReplayRun`: per fixture passed, failed (with its finding), not judged, unreadable, skipped
+or not run, and whether the set was complete. :func:`prune_fixtures` chooses the fixtures to
+remove (those of a kernel, those a function passes, or both) and removes them. Neither prints:
+the ``on_*`` callbacks see each step as it happens, so a caller can report progress, and the
+objects they receive are filled in as the run goes (a Ctrl-C leaves what was done so far).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from normprops.case import ShapeConstraints
+from normprops.launch import Target
+from normprops.regressions import (
+    Fixture,
+    FixtureListing,
+    Replayed,
+    Selection,
+    list_fixtures,
+    replay_selection,
+    select_fixtures,
+)
+
+__all__ = ["ReplayRun", "replay_fixtures", "Pruning", "prune_fixtures"]
+
+
+def _target_for(target: Target | Callable[[str], Target]) -> Callable[[str], Target]:
+    """A target per storage type: ``target`` itself when it is one (a fixture of another storage
+    type is then not selected unless ``all_dtypes``), else the factory."""
+    if isinstance(target, Target):
+        return lambda dtype: target
+    return target
+
+
+@dataclass
+class ReplayRun:
+    """The fixtures of one op under a directory replayed on a kernel, filled in as it runs."""
+
+    listing: FixtureListing  # every fixture file: those that load, and those that do not
+    selection: Selection  # those replayed, each in its storage type, and those left out
+    replayed: list[Replayed] = field(default_factory=list)  # in order, as they ran
+    stopped: str | None = None  # why the replay ended early: the kernel cannot be called again
+
+    @property
+    def failed(self) -> list[Replayed]:
+        return [r for r in self.replayed if not r.passed]
+
+    @property
+    def not_judged(self) -> list[Replayed]:
+        """Replayed clean, but their property is not judged for this kernel."""
+        return [r for r in self.replayed if r.passed and r.unjudged]
+
+    @property
+    def passed(self) -> list[Replayed]:
+        return [r for r in self.replayed if r.passed and not r.unjudged]
+
+    @property
+    def not_run(self) -> tuple[tuple[Fixture, str], ...]:
+        """Selected but never replayed (the kernel stopped the replay, or it was interrupted)."""
+        return self.selection.replays[len(self.replayed):]
+
+    @property
+    def complete(self) -> bool:
+        """Every fixture file was read and every selected fixture replayed."""
+        return not self.listing.unreadable and not self.not_run
+
+
+def replay_fixtures(directory: Path, *, op: str, target: Target | Callable[[str], Target],
+                    dtype: str = "float32", all_dtypes: bool = False,
+                    widths: ShapeConstraints = ShapeConstraints(), policy: str = "default",
+                    on_selected: Callable[[ReplayRun], None] | None = None,
+                    on_result: Callable[[Replayed], None] | None = None) -> ReplayRun:
+    """Replay the ``op`` fixtures under ``directory`` that a kernel of storage type ``dtype``
+    taking rows of ``widths`` owns (with ``all_dtypes``, every fixture in its own storage type) on
+    ``target`` (a target, or a function from a storage type to one). ``on_selected`` is called
+    once the fixtures are loaded and selected, before any runs (with the run it returns, empty);
+    ``on_result`` after each fixture. The replay ends after a fixture on which the target stopped
+    (``ReplayRun.stopped``)."""
+    listing = list_fixtures(directory, op=op)
+    selection = select_fixtures(listing.fixtures, dtype=dtype, all_dtypes=all_dtypes, widths=widths)
+    run = ReplayRun(listing, selection)
+    if on_selected is not None:
+        on_selected(run)
+    for result in replay_selection(selection, _target_for(target), policy=policy):
+        run.replayed.append(result)
+        run.stopped = result.stopped
+        if on_result is not None:
+            on_result(result)
+    return run
+
+
+@dataclass
+class Pruning:
+    """The fixtures chosen for removal under a directory, filled in as the choice is made."""
+
+    listing: FixtureListing  # every fixture file: those that load, and those that do not
+    mine: list[Fixture]  # those of the kernel asked for (all of them when none was)
+    selection: Selection | None = None  # with a function: those replayed on it, and those left out
+    chosen: list[Fixture] = field(default_factory=list)  # to remove
+    failing: list[Replayed] = field(default_factory=list)  # replayed, and still failing: kept
+    not_judged: list[Fixture] = field(default_factory=list)  # passed, their property not judged
+    replayed: int = 0
+    stopped: str | None = None  # why the replay ended early: the function cannot be called again
+    removed: list[Fixture] = field(default_factory=list)  # removed (or, dry, to be removed) so far
+
+    @property
+    def not_run(self) -> int:
+        return 0 if self.selection is None else len(self.selection.replays) - self.replayed
+
+
+def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None = None,
+                   target: Target | Callable[[str], Target] | None = None, dtype: str = "float32",
+                   all_dtypes: bool = False, widths: ShapeConstraints = ShapeConstraints(),
+                   policy: str = "default", dry_run: bool = False,
+                   on_selected: Callable[[Pruning], None] | None = None,
+                   on_result: Callable[[Replayed], None] | None = None,
+                   on_removed: Callable[[Fixture], None] | None = None) -> Pruning:
+    """Remove the fixtures under ``directory`` (of ``op``, or of every op) saved by ``kernel``,
+    or, with ``target``, those it passes when replayed (as :func:`replay_fixtures` selects and
+    judges them); with both, only the kernel's fixtures that it passes. Nothing is removed when
+    none of the kernel's fixtures is selected for the replay, nor with ``dry_run``.
+    ``on_selected`` is called once the fixtures are loaded and (with ``target``) selected,
+    ``on_result`` after each replayed fixture, ``on_removed`` after each removal."""
+    if kernel is None and target is None:
+        raise ValueError("prune_fixtures needs kernel, target or both")
+    listing = list_fixtures(directory, op=op)
+    pruning = Pruning(listing, [f for f in listing.fixtures if kernel is None or f.of_kernel(kernel)])
+    if not pruning.mine:
+        if on_selected is not None:
+            on_selected(pruning)
+        return pruning
+    if target is None:
+        pruning.chosen = list(pruning.mine)
+    else:
+        pruning.selection = select_fixtures(pruning.mine, dtype=dtype, all_dtypes=all_dtypes,
+                                            widths=widths)
+    if on_selected is not None:
+        on_selected(pruning)
+    if pruning.selection is not None:
+        if not pruning.selection.replays:
+            return pruning
+        for result in replay_selection(pruning.selection, _target_for(target), policy=policy):
+            pruning.replayed += 1
+            if result.passed and result.unjudged:
+                pruning.not_judged.append(result.fixture)
+            elif result.passed:
+                pruning.chosen.append(result.fixture)
+            else:
+                pruning.failing.append(result)
+                pruning.stopped = result.stopped
+            if on_result is not None:
+                on_result(result)
+    for fixture in pruning.chosen:
+        if not dry_run:
+            fixture.path.unlink()
+        pruning.removed.append(fixture)
+        if on_removed is not None:
+            on_removed(fixture)
+    return pruning
