@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
-from normprops.cli import resolve_impl
+from normprops.cli.common import resolve_impl
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_callable, target_from_spec
 from normprops.specs import KERNELS

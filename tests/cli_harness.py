@@ -10,8 +10,8 @@ __all__ = ["run"]
 
 
 def run(*argv: str) -> tuple[int, str, str]:
-    """``normprops ARGV...``: (exit status, stdout, stderr). Reads ``cli.KERNELS`` at call time, so
-    a test may patch the registry the CLI sees."""
+    """``normprops ARGV...``: (exit status, stdout, stderr). Reads ``normprops.cli.hunt.KERNELS`` at
+    call time, so a test may patch the registry the CLI sees."""
     out, err = io.StringIO(), io.StringIO()
     code = cli.main(list(argv), out=out, err=err)
     return code, out.getvalue(), err.getvalue()

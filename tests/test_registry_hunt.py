@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from cli_harness import run
 
-from normprops import cli
 from normprops.case import ShapeConstraints
+from normprops.cli import hunt as cli_hunt
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.hunt import HuntConfig, hunt
 from normprops.kernelspec import KernelSpec, KnownBug
@@ -47,7 +47,7 @@ def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> KernelSpec:
         bugs=(KnownBug("ragged", "batch-variant: a row's bits depend on the batch size",
                        property="batch_invariance"),),
         constraints=ShapeConstraints(cols_multiple_of=2), bug_widths=ShapeConstraints())
-    monkeypatch.setattr(cli, "KERNELS", (*KERNELS, spec))
+    monkeypatch.setattr(cli_hunt, "KERNELS", (*KERNELS, spec))
     return spec
 
 
@@ -194,7 +194,7 @@ def test_each_known_bug_gets_its_own_example_through_the_cli(
     spec = KernelSpec("two.softmax", "softmax", "numpy", "two_kernels:softmax_nan_on_two_rows", 2,
                       FOREIGN_ERROR_MODEL, frozenset(), "NaN on two inputs",
                       bugs=tuple(KnownBug(f, "NaN", example=n) for f, n in names.items()))
-    monkeypatch.setattr(cli, "KERNELS", (*KERNELS, spec))
+    monkeypatch.setattr(cli_hunt, "KERNELS", (*KERNELS, spec))
     code, out, err = run("hunt", "--backend", "numpy", "--kernel", "two.softmax", "--families",
                          "overflow_logits,huge", "--seed", "0", "--max-examples", "20", "--no-fixtures")
     assert code == 0, out

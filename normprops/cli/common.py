@@ -1,0 +1,339 @@
+"""What the ``normprops`` subcommands share: exit statuses, argument types, checks of output
+paths, the user's kernel as a target, and the run whose report is written on every exit path.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import secrets
+import signal
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, NoReturn, TextIO
+
+from normprops.case import ShapeConstraints
+from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
+from normprops.hunt import HuntConfig
+from normprops.launch import Target, target_from_callable, target_from_cuda_source
+from normprops.ops import OPS, check_ignore, check_opt_in
+from normprops.report import Report, check_can_create_in
+
+EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+
+
+EXIT_NOTHING = 5  # replay: no fixture to replay (as pytest's 5: nothing collected)
+
+
+#: Where findings are saved unless --fixtures-dir says otherwise: beside the user's work, never
+#: inside a package (the suite's own committed fixtures live in tests/regressions).
+DEFAULT_FIXTURES = Path("normprops-fixtures")
+
+
+BACKEND_PREFERENCE = ("cuda", "numpy")
+
+
+class _ParseError(UsageError):
+    """A usage error argparse found, with the (sub)command whose arguments were wrong."""
+
+    def __init__(self, message: str, *, prog: str) -> None:
+        super().__init__(message)
+        self.prog = prog
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (the usage itself is one ``--help`` away)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise _ParseError(f"{message} (see {self.prog} --help)", prog=self.prog)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer but got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer but got {value}")
+    return value
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds but got {text!r}") from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds but got {text}")
+    return value
+
+
+def _shard(text: str) -> tuple[int, int]:
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise argparse.ArgumentTypeError(f"expected K/N with 1 <= K <= N (e.g. 2/8) but got {text!r}")
+    return int(k), int(n)
+
+
+def _opt_in_list(text: str) -> frozenset[str]:
+    try:
+        return check_opt_in(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _ignore_list(text: str) -> frozenset[str]:
+    try:
+        return check_ignore(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+# --- checks made before any hunting ----------------------------------------------------------
+
+
+def _can_create_in(directory: Path, flag: str, path: Path) -> None:
+    try:
+        check_can_create_in(directory)
+    except OSError as exc:
+        raise UsageError(f"{flag} {path}: cannot create a file in {directory} "
+                         f"({exc.strerror or exc})") from None
+
+
+def _check_output_file(path: Path | None, flag: str) -> None:
+    """An output file goes into a directory that exists, where a file can be created now."""
+    if path is None:
+        return
+    if path.is_dir():
+        raise UsageError(f"{flag} {path} is a directory; name a file, e.g. {path / 'report.json'}")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{flag} {path} is not writable")
+    parent = path.absolute().parent
+    ancestor = parent
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
+    if ancestor != parent:  # a typo in a folder must not cost a whole hunt, nor make folders
+        raise UsageError(f"{flag} {path}: no directory {path.parent}; create it first "
+                         f"(mkdir -p {path.parent})")
+    _can_create_in(parent, flag, path)
+
+
+def _check_output_dir(path: Path | None, flag: str) -> None:
+    """An output directory is created (with its parents) where a file can be created now."""
+    if path is None:
+        return
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{flag} {path} is a file; name a directory")
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
+    _can_create_in(ancestor, flag, path)
+
+
+def resolve_impl(impl: str) -> Callable[..., Any]:
+    """``MODULE:FUNC`` (importable from the current directory or PYTHONPATH) -> the callable."""
+    module_name, sep, attr = impl.partition(":")
+    if not sep or not module_name or not attr:
+        raise ImplError(f"--impl must look like MODULE:FUNC (e.g. mykernels:softmax) but was {impl!r}")
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time failure of the user's module is a usage error
+        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: "
+                        f"{type(exc).__name__}: {exc}") from None
+    except SystemExit as exc:  # its status is not ours to exit with
+        raise ImplError(f"cannot import module {module_name!r} for --impl {impl}: it "
+                        f"{describe_exit(exc)} while being imported") from None
+    fn: object = module
+    for part in attr.split("."):
+        try:
+            fn = getattr(fn, part)
+        except AttributeError:
+            raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
+    if not callable(fn):
+        raise ImplError(f"--impl {impl} names {a_or_an(type(fn).__name__)}, not a function")
+    return fn
+
+
+def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
+    """--families A,B,...: every name must be in ``allowed``; None means all of them."""
+    if text is None:
+        return allowed
+    chosen = tuple(f.strip() for f in text.split(",") if f.strip())
+    unknown = [f for f in chosen if f not in allowed]
+    if unknown or not chosen:
+        raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not {what}; choose from "
+                         f"{', '.join(allowed)}")
+    return chosen
+
+
+def _constraints(args: argparse.Namespace) -> ShapeConstraints:
+    try:
+        return ShapeConstraints(cols_multiple_of=args.cols_multiple_of,
+                                min_cols=args.min_cols or 1, max_cols=args.max_cols)
+    except ValueError as exc:
+        raise UsageError(str(exc).replace("cols_multiple_of", "--cols-multiple-of")
+                         .replace("min_cols", "--min-cols").replace("max_cols", "--max-cols")) from None
+
+
+def _config(args: argparse.Namespace) -> HuntConfig:
+    # Without --seed, a fresh seed each run, printed in the header and kept in the report, so any
+    # run can be repeated (`--seed N`), as Hypothesis prints @seed for a failure.
+    seed = secrets.randbelow(2**31) if args.seed is None else args.seed
+    return HuntConfig(max_examples=args.max_examples, seed=seed, policy=args.policy,
+                      oracle=args.oracle)
+
+
+# --- running, with the report written whatever happens ---------------------------------------
+
+
+@dataclass
+class _Run:
+    """The report of the run in progress: written on every exit path."""
+
+    report: Report
+    json_path: Path | None
+    out: TextIO
+    err: TextIO
+    summary: Callable[[], None] = lambda: None  # prints what was found so far (on Ctrl-C)
+
+
+def _finish(run: _Run, code: int) -> int:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose it
+    try:
+        run.report.write(run.json_path)
+    except WriteError as exc:  # checked before the run: the disk filled, the folder went away
+        print(f"normprops {run.report.command}: error: {exc}; the results above are not saved",
+              file=run.err)
+        return EXIT_INTERNAL
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return code
+
+
+def _guarded(run: _Run, body: Callable[[], int]) -> int:
+    """``body()``, with the report written and a documented exit status on every path."""
+    try:
+        code = body()
+    except KeyboardInterrupt:
+        run.report.error = "interrupted"
+        print("\ninterrupted: what was found so far follows", file=run.out)
+        run.summary()
+        code = EXIT_INTERRUPTED
+    except UsageError:
+        raise
+    except WriteError as exc:  # a fixture: the hunt stops, and says so, with what it found so far
+        run.report.error = str(exc)
+        run.summary()
+        print(f"normprops {run.report.command}: error: {exc}", file=run.err)
+        code = EXIT_INTERNAL
+    except Exception as exc:  # a bug of ours: one line, the traceback kept in the report
+        run.report.error = f"internal error: {type(exc).__name__}: {exc}"
+        run.report.extra["traceback"] = traceback.format_exc()
+        where = f"; the traceback is in {run.json_path}" if run.json_path else ""
+        print(f"normprops {run.report.command}: internal error: {type(exc).__name__}: {exc} "
+              f"(a bug in normprops, please report it{where})", file=run.err)
+        code = EXIT_INTERNAL
+    return _finish(run, code)
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
+    flag = "--impl" if args.impl else "--cuda-source"
+    if args.op is None:
+        raise UsageError(f"{flag} needs --op {{{','.join(OPS)}}}")
+    constraints = _constraints(args)
+    if args.impl:
+        if args.kernel:
+            raise UsageError("--kernel goes with --cuda-source, not --impl")
+        fn = resolve_impl(args.impl)
+        target = target_from_callable(fn, op=args.op, name=args.impl.partition(":")[2],
+                                      dtype=args.dtype or "float32", framework=args.framework,
+                                      device=args.device, ignore=args.ignore,
+                                      constraints=constraints, threads=args.threads, ftz=args.ftz,
+                                      reduction=args.reduction, arithmetic=args.arithmetic,
+                                      opt_in=args.check, timeout_s=args.call_timeout,
+                                      **_mask_keywords(args))
+        return target, args.impl
+    if not args.kernel:
+        raise UsageError("--cuda-source needs --kernel NAME")
+    if args.mask is not None or args.mask_fill is not None:
+        raise UsageError("--mask and --mask-fill go with --impl: a --cuda-source kernel takes the "
+                         "standard signature, which has no mask")
+    if ((args.dtype or "float32") != "float32" or args.framework != "numpy" or args.device
+            or args.arithmetic != "float32"):
+        raise UsageError("--cuda-source kernels take float32 device pointers and compute in float32: "
+                         "--dtype, --framework, --device and --arithmetic go with --impl")
+    target = target_from_cuda_source(args.cuda_source, op=args.op, kernel=args.kernel,
+                                     threads=args.threads or 256, ignore=args.ignore,
+                                     constraints=constraints, ftz=args.ftz,
+                                     reduction=args.reduction, opt_in=args.check)
+    return target, f"{args.cuda_source}:{args.kernel}"
+
+
+def _mask_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """--mask and --mask-fill as target_from_callable's keywords (which check the fill); either
+    flag given for an op without a mask is a usage error."""
+    given = [flag for flag, value in (("--mask", args.mask), ("--mask-fill", args.mask_fill))
+             if value is not None]
+    if given and not OPS[args.op].has_mask:
+        raise UsageError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to --op "
+                         f"masked_softmax only; op {args.op} takes no mask")
+    return {"mask": args.mask or "bool", "mask_fill": args.mask_fill}
+
+
+def _user_only_flags(args: argparse.Namespace) -> list[str]:
+    given = [("--threads", args.threads is not None), ("--dtype", args.dtype is not None),
+             ("--framework", args.framework != "numpy"), ("--device", args.device is not None),
+             ("--ignore", bool(args.ignore)), ("--ftz", args.ftz), ("--check", bool(args.check)),
+             ("--reduction", args.reduction != "sequential"),
+             ("--arithmetic", args.arithmetic != "float32"),
+             ("--cols-multiple-of", args.cols_multiple_of != 1),
+             ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
+             ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
+    return [flag for flag, used in given if used]
+
+
+def _fixtures_dir(directory: Path) -> Path:
+    if not directory.is_dir():
+        raise UsageError(f"--fixtures-dir {directory}: "
+                         f"{'not a directory' if directory.exists() else 'no such directory'} "
+                         f"(the directory a hunt saved its fixtures into)")
+    return directory
+
+
+@dataclass
+class _ReplayTargets:
+    """``--impl`` as a target per storage type, each made when first asked for."""
+
+    args: argparse.Namespace
+    fn: Callable[..., Any]
+    made: dict[str, Target] = field(default_factory=dict)
+
+    def __call__(self, dtype: str) -> Target:
+        if dtype not in self.made:
+            a = self.args
+            self.made[dtype] = target_from_callable(
+                self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
+                framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
+                ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
+                timeout_s=a.call_timeout, **_mask_keywords(a))
+        return self.made[dtype]
+
+
+def _check_all_dtypes(args: argparse.Namespace) -> None:
+    if args.all_dtypes and args.dtype:
+        raise UsageError(f"--all-dtypes replays each fixture in its own storage type and --dtype "
+                         f"{args.dtype} only those of {args.dtype}: give one of them")
+

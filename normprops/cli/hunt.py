@@ -1,0 +1,336 @@
+"""``normprops hunt`` (a function, a CUDA source, or the registry) and ``normprops kernels``: the
+commands that read the registry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import TextIO
+
+from normprops.api import deadline_after, hunt_families, target_json
+from normprops.cli.common import (
+    BACKEND_PREFERENCE,
+    EXIT_FOUND,
+    EXIT_OK,
+    _check_output_dir,
+    _check_output_file,
+    _config,
+    _count,
+    _guarded,
+    _parse_families,
+    _Run,
+    _user_only_flags,
+    _user_target,
+)
+from normprops.errors import UsageError
+from normprops.hints import hints
+from normprops.hunt import HuntResult
+from normprops.information import WORDS, information_of
+from normprops.kernelspec import KernelSpec
+from normprops.ops import OPS
+from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
+from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
+from normprops.specs import KERNELS, backend_status
+from normprops.strategies import families_for
+
+
+def _family_line(result: HuntResult, note: str | None) -> str:
+    status = "pass" if result.passed else "FAIL " + ",".join(result.properties)
+    if (result.interrupted or result.cut_short) and result.passed:
+        status = "stopped"
+    words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
+    if words:
+        status += f" ({words})"
+    # A failing family's worst includes its findings (inf: an outright failure such as a
+    # non-finite output or a broken contract, which has no finite ratio).
+    worst = max([result.max_ratio, *(r for f in result.findings
+                                     for r in (f.verdict.ratio, f.worst_verdict.ratio)
+                                     if r is not None and not math.isnan(r))])
+    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} examples  worst err/tol "
+            f"{worst:.3g}  {result.elapsed_s:.1f}s")
+    if note:
+        line += f"  ({note})"
+    return line
+
+
+def _warnings_line(result: HuntResult) -> str | None:
+    if not result.warnings:
+        return None
+    return (f"    {result.warnings} warning{'s' * (result.warnings != 1)} from the kernel's own code "
+            f"(first: {result.first_warning})")
+
+
+def _fixtures_line(results: list[HuntResult], directory: Path | None) -> str | None:
+    saved = {f.fixture for r in results for f in r.findings if f.fixture is not None}
+    if directory is None or not saved:
+        return None
+    return (f"fixtures: {len(saved)} saved under {directory}/ (--fixtures-dir DIR to change, "
+            f"--no-fixtures to skip; replay with normprops replay)")
+
+
+def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    target, source = _user_target(args)
+    chosen = _parse_families(args.families, allowed=families_for(args.op),
+                             what=f"a family of {args.op}")
+    families = chosen
+    if args.shard is not None:
+        families = chosen[args.shard[0] - 1::args.shard[1]]
+        if not families:
+            raise UsageError(f"--shard {args.shard[0]}/{args.shard[1]}: no family falls in this "
+                             f"shard of {args.op}'s families")
+    config = _config(args)
+    fixtures = None if args.no_fixtures else args.fixtures_dir
+    # The families asked for, not this shard's: the shards of one hunt must agree on them.
+    report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
+                                      "oracle": config.oracle, "max_examples": config.max_examples,
+                                      "seed": config.seed, "families": list(chosen),
+                                      "shard": None if args.shard is None else "%d/%d" % args.shard,
+                                      "time_budget": args.time_budget},
+                    targets=[target_json(target)])
+    run = _Run(report, args.json, out, err)
+
+    def summary() -> None:
+        results = [r for r, _ in report.results]
+        if not results:
+            return
+        cells = [Cell(target.label, target.name, r.family, cell_text(r)) for r in results]
+        print("\n" + render_matrix(cells), file=out)
+        print(matrix_legend(cells), file=out)
+        line = _fixtures_line(results, fixtures)
+        if line:
+            print(line, file=out)
+
+    run.summary = summary
+
+    def body() -> int:
+        adapter = target.adapter
+        ignored = f"; not judged: {', '.join(sorted(target.ignore))}" if target.ignore else ""
+        if target.opt_in:
+            ignored += f"; also judged: {', '.join(sorted(target.opt_in))}"
+        if target.information:
+            ignored += (f"; hunted as information only: {', '.join(sorted(target.information))} "
+                        f"(--check to judge)")
+        if target.error_model.arithmetic != "float32":
+            ignored += f"; computes in {target.error_model.arithmetic}"
+        arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
+        print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
+              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each; widths: "
+              f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
+
+        def show(result: HuntResult, note: str | None) -> None:
+            report.results.append((result, None))
+            print(_family_line(result, note), file=out, flush=True)
+            warned = _warnings_line(result)
+            if warned:
+                print(warned, file=out)
+            if note is None:
+                for finding in result.findings:
+                    print(format_finding(finding), file=out)
+            for finding in information_of(result):
+                print(f"    {WORDS[finding.property]}: information, not a failure ({finding.property} "
+                      f"is not judged; --check {finding.property} judges it)", file=out)
+                print(format_finding(finding, indent="      "), file=out)
+
+        hunted = hunt_families(target, families=families, fixtures_dir=fixtures, on_result=show,
+                               config=replace(config, deadline=deadline_after(args.time_budget)))
+        if hunted.interrupted:
+            raise KeyboardInterrupt
+        report.cut_short = hunted.cut_short
+        reached = len(report.results)
+        not_hunted = f"{len(families) - reached} of {len(families)} families not hunted"
+        if hunted.cut_short:
+            done = {r.family for r, _ in report.results}
+            report.extra["not_reached"] = [f for f in families if f not in done]
+            report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
+                                f"{not_hunted}")
+            print(f"  cut short: the time budget of {args.time_budget:g} s was spent after {reached} "
+                  f"of {len(families)} families ({sum(r.examples for r, _ in report.results)} "
+                  f"examples); not hunted: {', '.join(report.extra['not_reached']) or 'none'}.",
+                  file=out)
+        elif hunted.stopped:
+            report.notes.append(f"stopped: {hunted.stopped}")
+            print(f"  stopped: {hunted.stopped}", file=out)
+        summary()
+        failed = [r for r, _ in report.results if not r.passed]
+        findings = sum(len(r.findings) for r in failed)
+        if not any(r.fatal for r in hunted.results):  # a target that hung is not run again
+            report.hints = hints(report.failures, target=target, policy=config.policy,
+                                 oracle=config.oracle)
+        for line in report.hints:
+            print(line, file=out)
+        if failed:
+            print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
+                  f"{'s' * (findings != 1)})" + (f"; cut short: {not_hunted}." if hunted.cut_short
+                                                 else "."), file=out)
+        elif hunted.cut_short:
+            print(f"clean as far as it got: {reached} of {len(families)} families, no counterexample.",
+                  file=out)
+        else:
+            print(f"clean: {_count(reached, 'family', 'families')}, no counterexample.", file=out)
+        return EXIT_FOUND if failed else EXIT_OK
+
+    return _guarded(run, body)
+
+
+def _best_backend(requested: str | None) -> str:
+    if requested is not None:
+        ok, why = backend_status(requested)
+        if not ok:
+            raise UsageError(f"--backend {requested}: not usable here ({why})")
+        return requested
+    for backend in BACKEND_PREFERENCE:
+        if backend_status(backend)[0] and any(k.backend == backend for k in KERNELS):
+            return backend
+    raise UsageError("no usable backend")
+
+
+def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    flags = _user_only_flags(args)
+    if flags:
+        raise UsageError(f"{', '.join(flags)} appl{'y' if len(flags) > 1 else 'ies'} to --impl and "
+                         f"--cuda-source; a registered kernel declares its own")
+    skipped: list[str] = []
+    if args.backend is None:
+        backends = [_best_backend(None)]
+    else:
+        named = [b.strip() for b in args.backend.split(",") if b.strip()]
+        if len(named) == 1:
+            backends = [_best_backend(named[0])]
+        else:  # several: hunt those usable here, say why the others are not
+            usable = {b: backend_status(b) for b in named}
+            backends = [b for b in named if usable[b][0]]
+            skipped = [f"{b} ({usable[b][1]})" for b in named if not usable[b][0]]
+            if not backends:
+                raise UsageError(f"--backend: none of {', '.join(named)} is usable here: "
+                                 f"{'; '.join(skipped)}")
+    backend = ",".join(backends)
+    config = _config(args)
+    specs = [k for k in KERNELS if k.backend in backends and (args.op is None or k.op == args.op)
+             and (args.kernel is None or k.name == args.kernel)]
+    if not specs and args.kernel is None:
+        ops = sorted({k.op for k in KERNELS if k.backend in backends})
+        raise UsageError(f"--op {args.op}: no registered {backend} kernel computes it (the "
+                         f"registry's {backend} ops: {', '.join(ops)}); hunt your own with "
+                         f"--impl MODULE:FUNC")
+    if not specs:
+        names = sorted({k.name for k in KERNELS if k.backend in backends})
+        raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
+                         f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
+    every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
+    chosen = _parse_families(args.families, allowed=every_family, what="a family")
+    cells_planned = plan_cells(specs, families=chosen, shard=args.shard)
+    total = len(cells_planned)
+    fixtures = None if args.no_fixtures else args.fixtures_dir
+    report = Report("hunt", settings={"backend": backend, "op": args.op, "kernel": args.kernel,
+                                      "families": list(chosen), "policy": config.policy,
+                                      "oracle": config.oracle, "max_examples": config.max_examples,
+                                      "seed": config.seed, "time_budget": args.time_budget,
+                                      "shard": None if args.shard is None else "%d/%d" % args.shard})
+    report.notes += [f"not usable here, not hunted: {b}" for b in skipped]
+    run = _Run(report, args.json, out, err)
+    hunted: list[tuple[KernelSpec, HuntResult]] = []
+
+    def summary() -> None:
+        cells = [Cell(f"{spec.op} ({spec.backend})", spec.name, r.family, registry_cell_text(spec, r))
+                 for spec, r in hunted]
+        if not cells:
+            return
+        print("\n" + render_matrix(cells), file=out)
+        print(matrix_legend(cells), file=out)
+
+    run.summary = summary
+
+    def body() -> int:
+        print(f"normprops hunt: {len(specs)} {backend} kernels, {total} hunts of "
+              f"{config.max_examples} examples, policy {config.policy}, seed {config.seed}"
+              + ("" if args.shard is None else f", shard {args.shard[0]}/{args.shard[1]}")
+              + ("" if args.time_budget is None else f", time budget {args.time_budget:g} s"), file=out)
+        for note in report.notes:
+            print(f"  {note}", file=out)
+
+        def show(spec: KernelSpec, result: HuntResult) -> None:
+            hunted.append((spec, result))
+            bug = spec.bug_in(result.family)
+            if spec.expectation(result.family) == "bug" and bug.property is not None:
+                report.bug_properties[len(report.results)] = bug.property
+            report.results.append((result, spec.expectation(result.family)))
+            print(f"  [{len(hunted)}/{total}] {spec.name} x {result.family}: "
+                  f"{registry_cell_text(spec, result)} ({result.examples} examples, "
+                  f"{result.elapsed_s:.1f}s)", file=err, flush=True)
+
+        outcome = hunt_registry(
+            cells_planned, config=replace(config, deadline=deadline_after(args.time_budget)),
+            fixtures_dir=fixtures, on_result=show,
+            on_target=lambda spec, target: report.targets.append(target_json(target)))
+        if outcome.interrupted:
+            raise KeyboardInterrupt
+        report.notes += outcome.notes
+        summary()
+        surprises = outcome.surprises
+        for spec, result in surprises:
+            expected = spec.expectation(result.family)
+            why = ("claimed" if expected == "claim" else
+                   f"known bug, in {spec.bug_in(result.family).property or 'any property'}: not caught")
+            print(f"\nnot as declared: {spec.label} x {result.family} ({why})", file=out)
+            for finding in result.findings:
+                print(format_finding(finding), file=out)
+        for spec, result in hunted:
+            if caught(spec, result):
+                print(f"\nknown bug of {spec.label} ({spec.bug_in(result.family).summary}):",
+                      file=out)
+                for finding in result.findings:
+                    print(format_finding(finding), file=out)
+        line = _fixtures_line([r for _, r in hunted], fixtures)
+        if line:
+            print("\n" + line, file=out)
+        if outcome.cut_short:
+            report.cut_short = True
+            report.extra["not_reached"] = [f"{spec.label} x {family}" for spec, family in outcome.not_reached]
+            report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
+                                f"{len(outcome.not_reached)} of {total} cells not hunted")
+            print(f"\ncut short: the time budget of {args.time_budget:g} s was spent after "
+                  f"{total - len(outcome.not_reached)} of {total} cells "
+                  f"({sum(r.examples for _, r in hunted)} examples).", file=out)
+        if surprises:
+            print(f"\n{len(surprises)} hunt(s) not as declared.", file=out)
+        elif outcome.cut_short:
+            print("every kernel hunted behaved as its registry entry declares, as far as it got.", file=out)
+        else:
+            print("\nevery kernel behaved as its registry entry declares.", file=out)
+        report.extra["not_as_declared"] = [f"{s.label} x {r.family}" for s, r in surprises]
+        return EXIT_FOUND if surprises else EXIT_OK
+
+    return _guarded(run, body)
+
+
+def _hunt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    _check_output_file(args.json, "--json")
+    if not args.no_fixtures:
+        _check_output_dir(args.fixtures_dir, "--fixtures-dir")
+    return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
+
+
+def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    backends = list(dict.fromkeys([*BACKEND_PREFERENCE, *(k.backend for k in KERNELS)]))
+    for backend in backends:
+        ok, why = backend_status(backend)
+        print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
+    print(file=out)
+    name_w = max(len(k.name) for k in KERNELS)
+    backend_w = max(len(k.backend) for k in KERNELS)
+    print(f"{'kernel':{name_w}s} {'op':9s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
+          f"{'T':>4s}  claims; not promised; width limits; known bug", file=out)
+    for k in KERNELS:
+        parts = [",".join(f for f in families_for(k.op) if f in k.claims) or "nothing"]
+        if k.exempt:
+            parts.append("not promised: " + ",".join(sorted(k.exempt)))
+        if not k.constraints.unconstrained:
+            parts.append(k.constraints.describe())
+        parts += [f"BUG in {b.family}: {b.summary}" for b in k.bugs]
+        print(f"{k.name:{name_w}s} {k.op:9s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
+              f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
+    return 0
+

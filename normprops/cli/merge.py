@@ -1,0 +1,71 @@
+"""``normprops report merge``: the reports of one hunt (its shards) as one matrix.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TextIO
+
+from normprops.cli.common import (
+    EXIT_FOUND,
+    EXIT_INTERNAL,
+    EXIT_OK,
+    EXIT_UNREADABLE,
+    _check_output_file,
+    _count,
+)
+from normprops.errors import UsageError, WriteError
+from normprops.report import matrix_legend, render_matrix
+
+
+def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    from normprops.report import (
+        IncompleteMerge,
+        ReportError,
+        cell_from_json,
+        declared_json,
+        matrix_png,
+        merge_reports,
+        write_json_atomically,
+    )
+
+    _check_output_file(args.json, "--json")
+    _check_output_file(args.png, "--png")
+    try:
+        merged = merge_reports(args.reports, allow_incomplete=args.allow_incomplete)
+    except IncompleteMerge as exc:
+        for problem in exc.problems:
+            print(f"normprops report merge: error: {problem}", file=err)
+        print(f"normprops report merge: nothing merged ({_count(len(exc.problems), 'problem', 'problems')}; "
+              f"--allow-incomplete merges anyway, marked incomplete)", file=err)
+        return EXIT_UNREADABLE
+    except ReportError as exc:
+        raise UsageError(str(exc)) from None
+    cells = [cell_from_json(r) for r in merged["results"]]
+    if cells:
+        print(render_matrix(cells, sort=True), file=out)
+        print(matrix_legend(cells), file=out)
+    for problem in merged["problems"]:
+        print(f"incomplete: {problem}", file=out)
+    for note in merged["notes"]:
+        print(note, file=out)
+    # A registry's cells by its own rule; a user's kernel (which declares nothing) by what it found.
+    surprising = [r for r in merged["results"]
+                  if (not declared_json(r) if r.get("expected") is not None else not r["passed"])]
+    print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
+          f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
+          + ("" if merged["complete"] else "; incomplete (--allow-incomplete)")
+          + ("; cut short" if merged["cut_short"] else ""), file=out)
+    try:
+        if args.json is not None:
+            write_json_atomically(args.json, merged)
+        if args.png is not None:
+            matrix_png(cells, args.png, title=f"normprops robustness matrix ({len(cells)} cells)")
+    except ImportError:
+        raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
+    except OSError as exc:  # checked before: the disk filled, the folder went away
+        reason = exc if isinstance(exc, WriteError) else f"cannot write {args.png}: {exc.strerror or exc}"
+        print(f"normprops report merge: error: {reason}", file=err)
+        return EXIT_INTERNAL
+    return EXIT_FOUND if surprising else EXIT_OK
+
