@@ -37,11 +37,11 @@ from normprops.case import Case, ShapeConstraints
 from normprops.dtypes import DTYPES, to_dtype
 from normprops.errors import FatalTargetError, FixtureError, WriteError
 from normprops.hunt import Finding, HuntResult, with_fixtures
+from normprops.jsonio import read_json_document, write_json_atomically
 from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import OPS, PROPERTIES
 from normprops.properties import evaluate
-from normprops.report import read_json_document, write_json_atomically
 from normprops.strategies import FAMILIES
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",

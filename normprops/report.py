@@ -2,18 +2,13 @@
 
 The CLI, the Python API and the pytest plugin all format through here, so a verdict reads the same
 wherever it shows up. The JSON report (:class:`Report`) is written atomically, on every exit path,
-with an ``error`` field when the run did not finish; :func:`load_report` reads one back, checking
-what it reads (for ``normprops report merge``).
+with an ``error`` field when the run did not finish; :func:`normprops.merge.load_report` reads one
+back, checking what it reads (for ``normprops report merge``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import json
 import math
-import os
-import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -21,19 +16,16 @@ from typing import Any, Iterable
 import numpy as np
 
 from normprops.case import Case
-from normprops.errors import WriteError
 from normprops.hunt import Finding, HuntResult
 from normprops.information import WORDS, information_of
+from normprops.jsonio import write_json_atomically
 from normprops.judge import Verdict
 from normprops.masking import describe_fill
-from normprops.ops import PROPERTIES
 from normprops.strategies import FAMILIES
 
 __all__ = ["REPORT_FORMAT", "Cell", "Report", "declared", "declared_json", "describe_case",
-           "format_finding", "render_matrix",
-           "matrix_legend", "cell_text", "cell_from_json", "load_report", "merge_reports",
-           "matrix_png", "ReportError", "IncompleteMerge", "HUNT_KERNELS", "SHARD_SETTINGS",
-           "SHORT", "write_json_atomically", "check_can_create_in"]
+           "format_finding", "render_matrix", "matrix_legend", "cell_text", "cell_from_json",
+           "matrix_png", "SHORT"]
 
 REPORT_FORMAT = "normprops-report/1"
 
@@ -42,10 +34,6 @@ SHORT = {"contract": "contract", "finite": "finite", "nan_propagation": "nan",
          "masked_rows": "masked", "range_safety": "range", "accuracy": "acc", "sum_to_one": "sum",
          "bounds": "bounds", "argmax": "argmax", "determinism": "det", "batch_invariance": "batch",
          "shift_invariance": "shift", "scale_invariance": "scale"}
-
-
-class ReportError(ValueError):
-    """A JSON report that cannot be read: the message names the file and what is wrong."""
 
 
 def _value(v: float) -> str:
@@ -381,257 +369,6 @@ class Report:
         write_json_atomically(Path(path), self.to_json())
 
 
-def _create_beside(path: Path) -> tuple[int, Path]:
-    """A new empty file beside ``path`` under a hidden name of its own, open for writing, with the
-    mode the umask gives, as ``open`` would (``tempfile.mkstemp`` always gives 0600)."""
-    for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-        try:
-            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
-        except FileExistsError:
-            continue
-    raise FileExistsError(errno.EEXIST, "no free temporary name", str(path.parent))
-
-
-def check_can_create_in(directory: Path) -> None:
-    """Create a file in ``directory`` and remove it; OSError when that cannot be done. Asking
-    ``os.access`` is not enough: it says yes to root everywhere, /proc included."""
-    fd, tmp = _create_beside(Path(directory) / "normprops-probe")
-    os.close(fd)
-    os.unlink(tmp)
-
-
-def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:
-    """``doc`` as JSON in ``path``, through a temporary file and a rename, so a reader never sees
-    half a file; the folder must exist. :class:`~normprops.errors.WriteError` naming ``path`` when
-    it cannot be written."""
-    try:
-        fd, tmp = _create_beside(path)
-    except OSError as exc:
-        raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(exc, OSError):
-            raise WriteError(f"cannot write {path}: {exc.strerror or exc}") from exc
-        raise
-
-
-def read_json_document(path: Path, *, format: str, kind: str,
-                       error: type[ValueError]) -> dict[str, Any]:
-    """The JSON object in ``path`` whose ``"format"`` is ``format``; otherwise ``error`` with one
-    line naming the file and what is wrong (unreadable, not JSON, not a normprops ``kind``)."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, UnicodeDecodeError) as exc:
-        raise error(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
-    except ValueError as exc:
-        raise error(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != format:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise error(f"{path}: not a normprops {kind} (format {found!r}, expected {format!r})")
-    return doc
-
-
-def load_report(path: Path) -> dict[str, Any]:
-    """A JSON report written by :meth:`Report.write`, its shape checked: ReportError otherwise."""
-    path = Path(path)
-    doc = read_json_document(path, format=REPORT_FORMAT, kind="report", error=ReportError)
-    for key in ("results", "failures"):
-        if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
-            raise ReportError(f"{path}: '{key}' is missing or not a list of objects")
-    for i, r in enumerate(doc["results"]):
-        for key, kind in (("target", str), ("family", str), ("passed", bool), ("properties", list)):
-            if not isinstance(r.get(key), kind):
-                raise ReportError(f"{path}: results[{i}].{key} is missing or not a {kind.__name__}")
-        for key in ("properties", "information"):
-            if not isinstance(r.get(key, []), list) or not all(
-                    isinstance(p, str) and p in PROPERTIES for p in r.get(key, [])):
-                raise ReportError(f"{path}: results[{i}].{key} names an unknown property")
-    return doc
-
-
-#: Which kernels a hunt is of: reports that agree on these are of one hunt when they are shards.
-HUNT_KERNELS = ("command", "backend", "op", "impl", "kernel")
-#: What the shards of one hunt share besides: its seed and settings.
-SHARD_SETTINGS = ("seed", "families", "max_examples", "policy", "oracle")
-
-
-class IncompleteMerge(ReportError):
-    """Reports that do not make one whole: ``problems`` holds one line for each thing wrong, naming
-    the file(s) and what differs."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
-def _shard(doc: dict[str, Any]) -> tuple[int, int] | None:
-    k, sep, n = str(doc.get("shard") or "").partition("/")
-    return (int(k), int(n)) if sep and k.isdigit() and n.isdigit() else None
-
-
-def _settings(doc: dict[str, Any]) -> dict[str, Any]:
-    """:data:`SHARD_SETTINGS`, and for a user's kernel how it was declared (storage type,
-    framework, widths, flags), but not its device: each shard may run on a GPU of its own."""
-    found = {key: doc.get(key) for key in SHARD_SETTINGS}
-    if doc.get("impl"):
-        for target in doc.get("targets") or []:
-            found.update({k: v for k, v in target.items()
-                          if k not in ("device", "label", "name", "op", "backend")})
-    return found
-
-
-def _shown(value: Any) -> str:
-    if value is None:
-        return "not recorded"
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ",".join(value) or "none"
-    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
-
-
-def _hunt_name(doc: dict[str, Any]) -> str:
-    if doc.get("impl"):
-        return f"--impl {doc['impl']}"
-    return " ".join(f"--{key} {doc[key]}" for key in ("backend", "op", "kernel") if doc.get(key))
-
-
-def _shard_problems(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
-    """Reports of the same kernels (:data:`HUNT_KERNELS`) of which any is a shard must be the
-    shards of one hunt: one split K/N, each K once, the same seed and settings."""
-    hunts: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
-    for path, doc in docs:
-        hunts.setdefault(json.dumps([doc.get(key) for key in HUNT_KERNELS]), []).append((path, doc))
-    problems: list[str] = []
-    for group in hunts.values():
-        shards = [(path, doc, _shard(doc)) for path, doc in group]
-        sharded = [(path, doc, shard) for path, doc, shard in shards if shard is not None]
-        if not sharded:
-            continue  # whole hunts: each stands alone
-        ref_path, ref, (_, n) = sharded[0]
-        of = "" if len(hunts) == 1 else f" of the hunt of {_hunt_name(ref) or ref_path}"
-        ref_settings = _settings(ref)
-        held: dict[int, list[Path]] = {}
-        for path, doc, shard in shards:
-            if shard is None:
-                problems.append(f"{path} is not a shard (no --shard), but {ref_path} is shard "
-                                f"{ref['shard']} of the same kernels")
-            elif shard[1] != n:
-                problems.append(f"{path} is shard {doc['shard']}, but {ref_path} is shard "
-                                f"{ref['shard']} (another split)")
-            else:
-                held.setdefault(shard[0], []).append(path)
-            if path is ref_path:
-                continue
-            settings = _settings(doc)
-            for key in dict.fromkeys([*ref_settings, *settings]):
-                if settings.get(key) != ref_settings.get(key):
-                    problems.append(f"{path}: {key} {_shown(settings.get(key))}, but {ref_path}: "
-                                    f"{key} {_shown(ref_settings.get(key))}")
-        for k in range(1, n + 1):
-            if k not in held:
-                given = ", ".join(f"{j}/{n}" for j in sorted(held))
-                problems.append(f"shard {k}/{n}{of} is missing (the reports hold {given})")
-            elif len(held[k]) > 1:
-                problems.append(f"shard {k}/{n}{of} is given twice: {', '.join(map(str, held[k]))}")
-    return problems
-
-
-def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> dict[str, Any]:
-    """One report from several: the shards of one hunt, or hunts of other kernels. Every result
-    and failure, each (backend, kernel, family) cell once.
-
-    What must hold: each file given once; every report finished (``"complete"``) and written by
-    the same normprops version; no cell held twice with different outcomes; and where reports of
-    the same kernels (:data:`HUNT_KERNELS`) are shards (``"shard": "K/N"``), every shard 1/N to
-    N/N present once, all with the same seed and settings (:data:`SHARD_SETTINGS`). Reports of
-    other kernels merge side by side. Otherwise :class:`IncompleteMerge` lists the problems,
-    one line each, unless ``allow_incomplete``: the merged report then says ``"complete": false``
-    and lists them under ``"problems"`` (a file given twice is read once). A report cut short by
-    its time budget merges; the merged one says ``"cut_short": true``, with a note naming it.
-    ReportError names a file that cannot be read."""
-    from normprops import __version__
-
-    docs: list[tuple[Path, dict[str, Any]]] = []
-    problems: list[str] = []
-    files: dict[tuple[int, int], Path] = {}
-    for path in map(Path, paths):
-        doc = load_report(path)
-        st = path.stat()
-        first = files.setdefault((st.st_dev, st.st_ino), path)
-        if first is not path:
-            problems.append(f"{path} is given twice" if str(first) == str(path)
-                            else f"{first} and {path} are the same file")
-            continue
-        docs.append((path, doc))
-    if not docs:
-        raise ReportError("no report to merge")
-    for path, doc in docs:
-        if doc.get("complete") is False or doc.get("error"):
-            problems.append(f"{path} did not finish ({doc.get('error') or 'incomplete'})")
-    first_path, first_doc = docs[0]
-    for path, doc in docs[1:]:
-        if doc.get("normprops") != first_doc.get("normprops"):
-            problems.append(f"{path} was written by normprops {doc.get('normprops')}, {first_path} "
-                            f"by {first_doc.get('normprops')}")
-    problems += _shard_problems(docs)
-
-    results: dict[tuple[str, str, str], tuple[Path, dict[str, Any]]] = {}
-    failures: list[dict[str, Any]] = []
-    information: list[dict[str, Any]] = []
-    for path, doc in docs:
-        # (target, family) of the cells an earlier report holds, and of those it does not (the
-        # failures name no backend; one label may be hunted on several).
-        repeated: set[tuple[str, str]] = set()
-        fresh: set[tuple[str, str]] = set()
-        for r in doc["results"]:
-            key = (str(r.get("backend", "")), str(r.get("kernel") or r["target"]), r["family"])
-            if key not in results:
-                results[key] = (path, r)
-                fresh.add((r["target"], r["family"]))
-                continue
-            repeated.add((r["target"], r["family"]))
-            earlier, held = results[key]
-            if _outcome(held) != _outcome(r):
-                problems.append(f"{path}: {key[1]} x {key[2]} is also in {earlier}, with another "
-                                f"outcome")
-        # A cell held twice keeps the earlier report's failures: none is counted twice.
-        failures += [f for f in doc["failures"]
-                     if (f.get("target"), f.get("family")) not in repeated - fresh]
-        information += [f for f in doc.get("information", []) if isinstance(f, dict)
-                        and (f.get("target"), f.get("family")) not in repeated - fresh]
-    if problems and not allow_incomplete:
-        raise IncompleteMerge(problems)
-    # A hunt cut short by its time budget finished cleanly, so it merges; but the whole is then
-    # short of the cells it never reached, and says so.
-    cut_short = [path for path, doc in docs if doc.get("cut_short") is True]
-    shared = {}  # what every report agrees on: a merged hunt keeps its seed and settings
-    for key in HUNT_KERNELS + SHARD_SETTINGS:
-        values = [doc.get(key) for _, doc in docs]
-        if key != "command" and values[0] is not None and all(v == values[0] for v in values):
-            shared[key] = values[0]
-    return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge", **shared,
-            "merged_from": [str(p) for p, _ in docs], "complete": not problems,
-            "error": "; ".join(problems) or None, "problems": problems,
-            "cut_short": bool(cut_short),
-            "notes": [f"cut short: {path} spent its time budget; the cells it did not reach are missing"
-                      for path in cut_short]
-                     + [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
-                        if isinstance(note, str)],
-            "results": [r for _, r in results.values()], "failures": failures,
-            "information": information}
-
-
-def _outcome(result: dict[str, Any]) -> tuple[Any, ...]:
-    return result["passed"], result["properties"], result.get("information", [])
-
-
-#: Cell colours of the matrix plot, by the cell's first word.
 _COLOURS = {"pass": "#b7e1b0", "caught": "#a9cce3", "known": "#d6e4ee", "MISSED": "#e74c3c",
             "FAIL": "#e74c3c", "(pass)": "#e3f1df", "(fail": "#f5cba7", "-": "#eeeeee", "stopped": "#d5d8dc",
             **{word: "#fcf3cf" for word in WORDS.values()}}

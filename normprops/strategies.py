@@ -7,11 +7,13 @@ rows with numpy. Shrinking then acts on those parameters, which keeps counterexa
 
 Every family draws ragged column counts and several rows per case (so a bug that leaks between rows
 shows), and draws gamma, beta and eps for the norms.
+
+Here are the table of families and the strategies over it; each family's parameters and rows are in
+:mod:`normprops.family_rows` (the ``masked`` family's in :mod:`normprops.mask_layouts`).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -20,6 +22,49 @@ from hypothesis import strategies as st
 
 from normprops.case import Case
 from normprops.dtypes import DTYPES, StorageType, get_dtype, to_dtype
+from normprops.family_rows import (
+    F32,
+    LONG_COLS,
+    LONG_EDGE_COLS,
+    Shape,
+    _all_finite_moderate,
+    _constant_build,
+    _constant_params,
+    _constant_promise,
+    _eps_scale_build,
+    _eps_scale_params,
+    _eps_scale_promise,
+    _f32,
+    _huge_build,
+    _huge_params,
+    _huge_promise,
+    _large_mean_build,
+    _large_mean_params,
+    _large_mean_promise,
+    _long_rows_promise,
+    _nonfinite_build,
+    _nonfinite_params,
+    _nonfinite_promise,
+    _ordinary_build,
+    _ordinary_params,
+    _overflow_build,
+    _overflow_params,
+    _ragged_build,
+    _ragged_params,
+    _tiny_build,
+    _tiny_params,
+    _tiny_promise,
+    _wide_span_build,
+    _wide_span_params,
+    _wide_span_promise,
+)
+from normprops.mask_layouts import (
+    _masked_build,
+    _masked_describe,
+    _masked_layout,
+    _masked_params,
+    _masked_promise,
+)
 from normprops.masking import SCALES
 from normprops.ops import FLOAT32_EPS, get_op
 
@@ -39,8 +84,6 @@ __all__ = [
     "make_case",
 ]
 
-F32 = np.float32
-FLT_MAX = float(np.finfo(F32).max)
 MAX_COLS = 16385
 
 # Column counts where kernels break: tails of 4-wide vector loads, warp (32) and block (256) edges,
@@ -52,25 +95,6 @@ EDGE_COLS: tuple[int, ...] = (
 )
 
 EPS_CHOICES: tuple[float, ...] = (1e-5, 1e-6, FLOAT32_EPS, 1e-12, 1e-3)
-
-#: The widths ``long_rows`` draws: rows too long for one block's registers or shared memory, which
-#: kernels stream, split over several blocks (clusters) or hand to another code path.
-LONG_COLS: tuple[int, int] = (2**15 - 1, 2**18 + 1)
-#: Its edge widths: around each power of two, and model vocabularies (GPT-2, Llama 3, Qwen 2, Gemma).
-LONG_EDGE_COLS: tuple[int, ...] = (
-    32767, 32768, 32769, 50257, 65535, 65536, 65537, 128256, 131071, 131072, 131073, 151936,
-    256000, 262143, 262144, 262145,
-)
-
-
-@dataclass(frozen=True)
-class Shape:
-    """What a family's builder needs to know besides its parameters."""
-
-    rows: int
-    cols: int
-    op: str
-    eps: float | None
 
 
 @dataclass(frozen=True)
@@ -97,499 +121,6 @@ class Family:
     # families hand it a mask that keeps every entry.
     layout: Callable[[np.random.Generator, Shape, dict[str, Any]],
                      tuple[np.ndarray, np.ndarray]] | None = None
-
-
-def _f32(values: np.ndarray) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        return np.clip(values, -FLT_MAX, FLT_MAX).astype(F32)
-
-
-def _place(x: np.ndarray, position: int, value: float, rows: slice | None = None) -> None:
-    cols = x.shape[1]
-    for r in range(x.shape[0]) if rows is None else range(x.shape[0])[rows]:
-        x[r, (position + 7919 * r) % cols] = value  # a different column in each row
-
-
-def _log_uniform(lo: float, hi: float) -> st.SearchStrategy[float]:
-    return st.floats(lo, hi).map(lambda e: 10.0**e)
-
-
-def _up_to(element: st.SearchStrategy[Any], *, min_size: int = 0,
-           max_size: int = 3) -> st.SearchStrategy[list[Any]]:
-    """A list of ``min_size`` to ``max_size`` elements drawn as a count and a fixed tuple.
-
-    ``st.lists`` draws a variable number of choices. Hypothesis's target phase splices spans of one
-    example into another; when a list's length changes the splice leaves later draws (the shuffle
-    of ``fixed_dictionaries``) short, the attempt overruns, and overruns of a misaligned splice are
-    never served from Hypothesis's cache, so the phase repeats them until its invalid-example limit
-    (about 100 per valid example). A fixed number of choices per example cannot overrun that way;
-    shrinking still walks the count down to ``min_size``.
-    """
-    return st.tuples(st.integers(min_size, max_size), st.tuples(*[element] * max_size)).map(
-        lambda t: list(t[1][: t[0]]))
-
-
-def _spikes(lo: float, hi: float, max_size: int = 3) -> st.SearchStrategy[list[tuple[int, float]]]:
-    return _up_to(st.tuples(st.integers(0, 2**20), st.floats(lo, hi, width=32, allow_subnormal=False)),
-                  max_size=max_size)
-
-
-# --- the families ------------------------------------------------------------------------------
-
-
-def _ordinary_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "loc": st.floats(-3, 3, width=32),
-        "scale": st.sampled_from([1.0, 0.1, 3.0, 10.0]),
-        "spikes": _spikes(-50, 50),
-    })
-
-
-def _ordinary_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    x = _f32(p["loc"] + p["scale"] * rng.standard_normal((rows, cols)))
-    for pos, value in p["spikes"]:
-        _place(x, pos, value)
-    return x
-
-
-def _all_finite_moderate(case: Case) -> bool:
-    return bool(np.all(np.isfinite(case.x)) and np.max(np.abs(case.x)) < 1e3)
-
-
-def _overflow_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "peak": st.one_of(st.floats(88.75, 1e4, width=32), st.floats(1e4, FLT_MAX, width=32)),
-        "position": st.integers(0, 2**20),
-        "offset": st.sampled_from([0.0, 50.0, 100.0, 1000.0]),
-        "scale": st.sampled_from([1.0, 10.0, 0.1]),
-    })
-
-
-def _overflow_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    x = _f32(p["offset"] + p["scale"] * rng.standard_normal((rows, cols)))
-    x = np.minimum(x, F32(p["peak"]))
-    _place(x, p["position"], p["peak"])
-    return x
-
-
-def _wide_span_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "top": st.floats(-50, 50, width=32),
-        "span": st.floats(100, 1e4, width=32),
-        "position": st.integers(0, 2**20),
-    })
-
-
-def _wide_span_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    # Uniform over [top - span, top]: with span >= 100 a shifted softmax meets normal, subnormal
-    # (below -87.3) and zero (below -103.3) exponentials in one row.
-    x = _f32(p["top"] - p["span"] * rng.random((rows, cols)))
-    _place(x, p["position"], p["top"])
-    if cols > 1:
-        _place(x, p["position"] + 1, F32(p["top"] - p["span"]))
-    return x
-
-
-def _wide_span_promise(case: Case) -> bool:
-    if case.cols < 2:
-        return True
-    spread = np.max(case.x, axis=1) - np.min(case.x, axis=1)
-    return bool(np.all((spread >= 99.0) & (spread <= 1.001e4)))
-
-
-def _large_mean_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "mean": st.floats(0, 7).map(lambda e: float(F32(10.0**e))),
-        "sign": st.sampled_from([1.0, -1.0]),
-        "ratio": _log_uniform(2, 7),  # |mean| / std
-    })
-
-
-def _large_mean_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    mean = p["sign"] * p["mean"]
-    std = p["mean"] / p["ratio"]
-    return _f32(mean + std * rng.standard_normal((rows, cols)))
-
-
-def _large_mean_promise(case: Case) -> bool:
-    x = case.x.astype(np.float64)
-    std = x.std(axis=1)
-    mean = np.abs(x.mean(axis=1))
-    return bool(np.all((std == 0) | (mean >= 50 * std)))
-
-
-def _huge_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "magnitude": st.floats(17, math.log10(FLT_MAX)).map(lambda e: float(_f32(np.array(10.0**e)))),
-        "pattern": st.sampled_from(["constant", "normal", "positive", "one_big"]),
-        "sign": st.sampled_from([1.0, -1.0]),
-    })
-
-
-def _huge_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    m = p["sign"] * p["magnitude"]
-    shape = (rows, cols)
-    if p["pattern"] == "constant":
-        return _f32(np.full(shape, m))  # e.g. a row of 3e19: x*x overflows, the answer is 1
-    if p["pattern"] == "normal":
-        # Normal values, scaled so each row's largest is |m| (the family promises >= 1e16).
-        z = rng.standard_normal(shape)
-        return _f32(m * z / np.max(np.abs(z), axis=1, keepdims=True))
-    if p["pattern"] == "positive":
-        return _f32(m * (0.5 + 0.5 * rng.random(shape)))
-    x = _f32(rng.standard_normal(shape))
-    x[:, 0] = F32(m)
-    return x
-
-
-def _huge_promise(case: Case) -> bool:
-    return bool(np.all(np.isfinite(case.x)) and np.all(np.max(np.abs(case.x), axis=1) >= 1e16))
-
-
-def _tiny_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "magnitude": st.floats(-45.5, -20).map(lambda e: 10.0**e),
-        "pattern": st.sampled_from(["normal", "constant", "positive", "one_hot"]),
-    })
-
-
-def _tiny_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    m = p["magnitude"]
-    shape = (rows, cols)
-    if p["pattern"] == "constant":
-        return _f32(np.full(shape, m))
-    if p["pattern"] == "positive":
-        return _f32(m * rng.random(shape))
-    if p["pattern"] == "one_hot":
-        x = np.zeros(shape, dtype=F32)
-        x[:, 0] = F32(max(m, 2.0**-149))
-        return x
-    return _f32(m * np.clip(rng.standard_normal(shape), -4, 4))
-
-
-def _tiny_promise(case: Case) -> bool:
-    # Every square underflows below FLT_MIN = 2^-126.
-    return bool(np.max(np.abs(case.x)) < 2.0**-63)
-
-
-def _eps_scale_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "ratio": _log_uniform(-3, 3),  # mean square (RMS) or variance (LayerNorm) over eps
-        "centre": st.floats(-3, 3),  # LayerNorm mean, in units of the target std
-    })
-
-
-def _eps_scale_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols, eps, centred = shape.rows, shape.cols, shape.eps, shape.op == "layernorm"
-    z = rng.standard_normal((rows, cols))
-    if centred:
-        z = z - z.mean(axis=1, keepdims=True) if cols > 1 else z
-        spread = np.sqrt(np.mean(z**2, axis=1, keepdims=True))
-        spread[spread == 0] = 1.0
-        target = math.sqrt(p["ratio"] * eps)
-        return _f32(p["centre"] * target + z / spread * target)
-    spread = np.sqrt(np.mean(z**2, axis=1, keepdims=True))
-    return _f32(z / spread * math.sqrt(p["ratio"] * eps))
-
-
-def _eps_scale_promise(case: Case) -> bool:
-    x = case.x.astype(np.float64)
-    stat = x.var(axis=1) if case.op == "layernorm" else np.mean(x**2, axis=1)
-    if case.op == "layernorm" and case.cols == 1:
-        return True
-    return bool(np.all((stat >= 2e-4 * case.eps) & (stat <= 5e3 * case.eps)))
-
-
-def _constant_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "pattern": st.sampled_from(["zeros", "constant", "one_hot", "spike"]),
-        "value": st.floats(-1e4, 1e4, width=32),
-        "spike": st.floats(-1e3, 1e3, width=32),
-        "position": st.integers(0, 2**20),
-    })
-
-
-def _constant_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    shape = (rows, cols)
-    if p["pattern"] == "zeros":
-        return np.zeros(shape, dtype=F32)
-    if p["pattern"] == "constant":
-        return np.full(shape, p["value"], dtype=F32)
-    if p["pattern"] == "one_hot":
-        x = np.zeros(shape, dtype=F32)
-        _place(x, p["position"], 1.0)
-        return x
-    x = np.full(shape, p["value"], dtype=F32)
-    _place(x, p["position"], F32(p["value"] + p["spike"]))
-    return x
-
-
-def _constant_promise(case: Case) -> bool:
-    # Each row takes at most two distinct values, one of them at most once.
-    for row in case.x:
-        values, counts = np.unique(row, return_counts=True)
-        if len(values) > 2 or (len(values) == 2 and min(counts) > 1):
-            return False
-    return True
-
-
-def _ragged_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({"scale": st.sampled_from([1.0, 3.0, 0.3])})
-
-
-def _ragged_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    return _f32(p["scale"] * rng.standard_normal((rows, cols)))
-
-
-MASK_PATTERNS = ("random", "full", "thread_share", "lane_share", "chunk", "all_but_one", "left_pad",
-                 "right_pad", "causal", "padded_causal", "sliding_window", "block_sparse", "none")
-
-
-def _pad(r: int, cols: int, p: dict[str, Any]) -> int:
-    """Columns row ``r``'s padding masks: each of the first four rows has a length of its own, as
-    each sequence of a padded batch has."""
-    return _edge_length(cols, p["pad"][r % len(p["pad"])])
-
-
-def _edge_length(cols: int, edge: tuple[int, int]) -> int:
-    """``2^power + delta`` (``edge`` = (power, delta), delta -1, 0 or 1), clamped to [1, cols - 1]
-    (1 for a row of one column): lengths just around the block sizes kernels split rows into, and
-    all of the row but one column once ``2^power`` reaches its width."""
-    power, delta = edge
-    return min(max(2**power + delta, 1), max(cols - 1, 1))
-
-
-def _causal_keep(r: int, cols: int, p: dict[str, Any], *, least: int = 0) -> int:
-    """Columns row ``r`` keeps under a causal mask: its first ``k + r`` (none when that is not
-    positive), ``k = offset`` for a negative offset (fully masked rows on top), else ``least`` plus
-    ``offset`` modulo the rest of the width, so row 0 masks at least one column."""
-    k = p["offset"] if p["offset"] < 0 else least + p["offset"] % max(cols - least, 1)
-    return min(max(k + r, 0), cols)
-
-
-def _padded_causal(r: int, cols: int, p: dict[str, Any]) -> tuple[int, int]:
-    """Columns ``[pad, hi)`` row ``r`` keeps under a left-padded causal mask: the causal mask of the
-    columns after its padding, where row 0 keeps one column or more (unless the offset is
-    negative)."""
-    pad = _pad(r, cols, p)
-    return pad, min(pad + _causal_keep(r, max(cols - pad, 1), p, least=1), cols)
-
-
-def _window(r: int, rows: int, cols: int, p: dict[str, Any]) -> tuple[int, int]:
-    """Columns ``[lo, hi)`` row ``r`` keeps under a sliding window aligned to the end of the row, as
-    the last ``rows`` queries of a sequence see it: the last row's window ends ``|offset|`` columns
-    (modulo the width) before the end, each row above it one column earlier."""
-    hi = max(cols - abs(p["offset"]) % cols - (rows - 1 - r), 0)
-    return max(hi - _edge_length(cols, p["window"]), 0), hi
-
-
-def _blocks(cols: int, p: dict[str, Any]) -> tuple[int, int, int]:
-    """Block size, period and phase of a block-sparse mask: block ``j`` is kept when
-    ``j % period == phase`` (the last block when none is). The size is at most the largest power of
-    two below the width, so a row has two blocks or more and one of them is masked. The phase counts
-    back from the end of a period: ``thread`` 0 keeps the last block of each, so rows start with
-    masked blocks."""
-    size = 2 ** min(p["block"], max((cols - 1).bit_length() - 1, 0))
-    period = p["period"]
-    return size, period, period - 1 - p["thread"] % period
-
-
-def _chunk(cols: int, p: dict[str, Any]) -> tuple[int, int]:
-    length = max(1, int(p["fraction"] * cols))
-    start = p["thread"] % max(1, cols - length + 1)
-    return start, start + length
-
-
-def _row_mask(pattern: str, r: int, shape: Shape, p: dict[str, Any],
-              rng: np.random.Generator | None) -> np.ndarray:
-    """The columns of row ``r`` that ``pattern`` masks; every pattern but ``none`` masks at least
-    one column of row 0 (the whole row when it has one column). Only ``random`` draws from
-    ``rng``."""
-    cols = shape.cols
-    col = np.arange(cols)
-    if pattern == "random":
-        mask = rng.random(cols) < p["fraction"]
-        mask[rng.integers(cols)] = True
-        return mask
-    if pattern == "full":
-        return np.ones(cols, dtype=bool)
-    if pattern == "thread_share":  # all of one thread's columns in a 256-thread block
-        return col % 256 == p["thread"] % min(cols, 256)
-    if pattern == "lane_share":  # one lane's columns when a warp of 32 owns the row
-        return col % 32 == p["thread"] % min(cols, 32)
-    if pattern == "chunk":  # a contiguous chunk, for kernels that split rows into blocks
-        start, stop = _chunk(cols, p)
-        return (col >= start) & (col < stop)
-    if pattern == "all_but_one":  # with one column: that column (a fully masked row)
-        return (col != p["thread"] % cols) if cols > 1 else np.ones(cols, dtype=bool)
-    if pattern == "left_pad":  # a masked prefix, often longer than a kernel's block
-        return col < _pad(r, cols, p)
-    if pattern == "right_pad":
-        return col >= cols - _pad(r, cols, p)
-    if pattern == "causal":  # row r attends to its first k + r columns
-        return col >= _causal_keep(r, cols, p)
-    if pattern == "padded_causal":  # a left-padded sequence's causal mask, as its prefill sees it
-        lo, hi = _padded_causal(r, cols, p)
-        return (col < lo) | (col >= hi)
-    if pattern == "sliding_window":
-        lo, hi = _window(r, shape.rows, cols, p)
-        return (col < lo) | (col >= hi)
-    if pattern == "block_sparse":
-        if cols == 1:
-            return np.ones(cols, dtype=bool)
-        size, period, phase = _blocks(cols, p)
-        block = col // size
-        kept = block % period == phase
-        return ~kept if kept.any() else block != block[-1]
-    return np.zeros(cols, dtype=bool)
-
-
-def _row_mask_text(pattern: str, r: int, shape: Shape, p: dict[str, Any]) -> str:
-    """What :func:`_row_mask` masks, in words, for reports."""
-    cols = shape.cols
-    if pattern in ("none", "full") or (cols == 1 and pattern in ("all_but_one", "block_sparse")):
-        return "full" if pattern != "none" else "none"
-    if pattern == "random":
-        return f"random masks {p['fraction']:.0%}"
-    if pattern == "thread_share":
-        return f"thread_share masks col % 256 == {p['thread'] % min(cols, 256)}"
-    if pattern == "lane_share":
-        return f"lane_share masks col % 32 == {p['thread'] % min(cols, 32)}"
-    if pattern == "chunk":
-        return "chunk masks [{}, {})".format(*_chunk(cols, p))
-    if pattern == "all_but_one":
-        return f"all_but_one keeps col {p['thread'] % cols}"
-    if pattern == "left_pad":
-        return f"left_pad masks [0, {_pad(r, cols, p)})"
-    if pattern == "right_pad":
-        return f"right_pad masks [{cols - _pad(r, cols, p)}, {cols})"
-    if pattern == "causal":
-        return f"causal keeps [0, {_causal_keep(r, cols, p)})"
-    if pattern == "padded_causal":
-        return "padded_causal keeps [{}, {})".format(*_padded_causal(r, cols, p))
-    if pattern == "sliding_window":
-        return "sliding_window keeps [{}, {})".format(*_window(r, shape.rows, cols, p))
-    size, period, phase = _blocks(cols, p)
-    return f"block_sparse of {size} keeps blocks j % {period} == {phase}"
-
-
-#: The layouts attention puts on a row: what a second layout of a row is drawn from.
-ATTENTION_LAYOUTS = MASK_PATTERNS[MASK_PATTERNS.index("left_pad") : -1]
-_any_layout = st.sampled_from(MASK_PATTERNS[-1:] + MASK_PATTERNS[:-1])  # shrinks to "none"
-_attention_layout = st.sampled_from(("none", *ATTENTION_LAYOUTS))
-
-
-def _union(*layouts: str) -> str:
-    return "+".join(dict.fromkeys(n for n in layouts if n != "none")) or "none"
-
-
-def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    delta = st.sampled_from((0, 1, -1))
-    return st.fixed_dictionaries({
-        # A pattern for each of the first four rows (row r takes pattern r % 4): a layout, or a
-        # layout and an attention layout on top ("chunk+causal", "left_pad+sliding_window"), as
-        # attention combines key padding with causal or window masks. The first row always masks;
-        # the rest shrinks to "none".
-        "patterns": st.tuples(st.tuples(st.sampled_from(MASK_PATTERNS[:-1]), _attention_layout),
-                              *[st.tuples(_any_layout, _attention_layout)] * 3)
-        .map(lambda rows: [_union(*layouts) for layouts in rows]),
-        "thread": st.integers(0, 255),
-        "fraction": st.floats(0.05, 0.95),
-        "scale": st.sampled_from([1.0, 10.0]),
-        # (power, delta): 2^power + delta columns (_edge_length), a padding for each of the first
-        # four rows. Paddings shrink towards all of the row but one column, windows towards one
-        # column, blocks towards the largest.
-        "pad": st.tuples(*[st.tuples(st.integers(0, 18).map(lambda i: 18 - i), delta)] * 4),
-        "window": st.tuples(st.integers(0, 18), delta),
-        "offset": st.integers(-4, 2**18),
-        "block": st.integers(0, 9).map(lambda i: 13 - i),  # blocks of 8192 down to 16 columns
-        "period": st.integers(2, 64),
-        # A boolean mask leaves values under it, which a kernel must never read: the drawn ones,
-        # or ones far above the kept values.
-        **({"masked_values": st.sampled_from(("drawn", "large"))} if get_op(op).has_mask else {}),
-    })
-
-
-def _masked_layout(rng: np.random.Generator, shape: Shape,
-                   p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """The rows' values and, separately, what the layouts mask (True: masked)."""
-    x = _f32(p["scale"] * rng.standard_normal((shape.rows, shape.cols)))
-    masked = np.zeros(x.shape, dtype=bool)
-    for r in range(shape.rows):
-        masks = [_row_mask(layout, r, shape, p, rng)
-                 for layout in p["patterns"][r % len(p["patterns"])].split("+")]
-        mask = np.logical_or.reduce(masks)
-        # Two layouts that together mask a row whole, as neither does alone, would hide the partial
-        # masks they were drawn for: the attention layout alone stays (fully masked rows are
-        # drawn as such: "full", negative causal offsets).
-        if mask.all() and not any(m.all() for m in masks):
-            mask = masks[-1]
-        masked[r] = mask
-    if p.get("masked_values") == "large":
-        # Far above every kept value: a kernel whose max sees masked entries underflows the row.
-        x[masked] = F32(1e4)
-    return x, masked
-
-
-def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    x, masked = _masked_layout(rng, shape, p)
-    x[masked] = -np.inf
-    return x
-
-
-def _masked_describe(shape: Shape, p: dict[str, Any], x: np.ndarray) -> dict[str, Any]:
-    described = []
-    for r in range(shape.rows):
-        layouts = p["patterns"][r % len(p["patterns"])].split("+")
-        if len(layouts) > 1 and np.array_equal(np.isneginf(x[r]),
-                                               _row_mask(layouts[-1], r, shape, p, rng=None)):
-            layouts = layouts[-1:]  # the row is its attention layout alone
-        described.append(" + ".join(_row_mask_text(layout, r, shape, p) for layout in layouts))
-    return {"masks": described}
-
-
-def _masked_promise(case: Case) -> bool:
-    if case.mask is not None:
-        return bool(not case.mask.all() and np.all(np.isfinite(case.x)))
-    return bool(np.any(np.isneginf(case.x)) and not np.any(np.isnan(case.x) | np.isposinf(case.x)))
-
-
-def _long_rows_promise(case: Case) -> bool:
-    return case.cols >= LONG_COLS[0] and _all_finite_moderate(case)
-
-
-NONFINITE_VALUES = (float("nan"), float("inf"), float("-inf"))
-
-
-def _nonfinite_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "poisoned_row": st.integers(0, 2**10),
-        "values": _up_to(st.tuples(st.integers(0, 2**20), st.sampled_from(NONFINITE_VALUES)),
-                         min_size=1),
-        "scale": st.sampled_from([1.0, 10.0]),
-    })
-
-
-def _nonfinite_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols = shape.rows, shape.cols
-    x = _f32(p["scale"] * rng.standard_normal((rows, cols)))
-    r = p["poisoned_row"] % rows
-    for pos, value in p["values"]:
-        x[r, pos % cols] = value
-    return x
-
-
-def _nonfinite_promise(case: Case) -> bool:
-    finite_rows = np.all(np.isfinite(case.x), axis=1)
-    return bool(finite_rows.any() and not finite_rows.all())
 
 
 _ALL = frozenset({"softmax", "layernorm", "rmsnorm", "masked_softmax"})

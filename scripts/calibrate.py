@@ -36,7 +36,7 @@ class Job:
 
 def jobs(backend: str) -> list[Job]:
     from normprops.examples.correct import CORRECT
-    from normprops.examples.planted import PLANTED
+    from normprops.examples.planted_catalog import PLANTED
 
     out: list[Job] = []
     for spec in KERNELS:

@@ -2,7 +2,7 @@
 
 Every family must reach its example budget in time comparable to ``ordinary``: Hypothesis's target
 phase once spent 350 s on 300 examples of ``masked`` (splices of variable-length draws that overran
-and were retried without end; see ``strategies._up_to``). The calibration tests, deselected unless
+and were retried without end; see ``family_rows._up_to``). The calibration tests, deselected unless
 ``--calibration`` is given (``python -m pytest --calibration -m calibration -n 2``), hunt every
 design on every family at 500 examples, each family within the same time limit against
 ``ordinary``: none may be flagged, and their worst err/tol is what docs/tolerances.md quotes.

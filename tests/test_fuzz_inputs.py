@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from normprops.cli import main
 from normprops.errors import FixtureError
+from normprops.merge import ReportError, load_report
 from normprops.regressions import load_fixture
-from normprops.report import ReportError, load_report
 
 COMMITTED = sorted((Path(__file__).parent / "regressions").glob("*/*.json"))
 FUZZ = settings(max_examples=150, deadline=None, derandomize=True,

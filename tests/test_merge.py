@@ -13,7 +13,7 @@ import pytest
 from cli_harness import run
 
 from normprops import __version__
-from normprops.report import IncompleteMerge, merge_reports
+from normprops.merge import IncompleteMerge, merge_reports
 
 USER_MODULE_NAME = "userkernels_merge"  # written by the user_module fixture (conftest.py)
 USER_MODULE = textwrap.dedent('''
@@ -187,14 +187,14 @@ def test_a_cell_with_two_outcomes_is_a_problem(tmp_path: Path) -> None:
 
 def test_a_merged_report_that_cannot_be_written_after_all_is_one_line_exit_4(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import normprops.report
+    import normprops.jsonio
 
     def disk_full(*args: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.chdir(tmp_path)
     paths = [_write(Path(f"s{k}.json"), _shard_doc(k)) for k in (1, 2)]
-    monkeypatch.setattr(normprops.report.os, "replace", disk_full)
+    monkeypatch.setattr(normprops.jsonio.os, "replace", disk_full)
     code, out, err = run("report", "merge", *paths, "--json", "merged.json")
     assert code == 4 and "2 reports, 2 cells, 1 failure" in out
     assert err == "normprops report merge: error: cannot write merged.json: No space left on device\n"

@@ -17,7 +17,7 @@ from normprops.cli import main
 from normprops.examples import correct as correct_module
 from normprops.examples import planted as planted_module
 from normprops.examples.correct import CORRECT
-from normprops.examples.planted import PLANTED
+from normprops.examples.planted_catalog import PLANTED
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_callable
 from normprops.ops import OPS, PROPERTIES

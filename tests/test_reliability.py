@@ -263,9 +263,9 @@ def _disk_full(*args: object, **kwargs: object) -> None:
 
 def test_a_report_that_cannot_be_written_at_the_end_is_one_line_exit_4(
         user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import normprops.report
+    import normprops.jsonio
 
-    monkeypatch.setattr(normprops.report.os, "replace", _disk_full)  # checked fine, then the disk filled
+    monkeypatch.setattr(normprops.jsonio.os, "replace", _disk_full)  # checked fine, then the disk filled
     code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
                          "--families", "ordinary", "--max-examples", "5", "--json", "r.json")
     assert code == 4
@@ -277,9 +277,9 @@ def test_a_report_that_cannot_be_written_at_the_end_is_one_line_exit_4(
 
 def test_a_fixture_that_cannot_be_written_stops_the_hunt_in_one_line_exit_4(
         user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import normprops.report
+    import normprops.jsonio
 
-    monkeypatch.setattr(normprops.report.os, "replace", _disk_full)
+    monkeypatch.setattr(normprops.jsonio.os, "replace", _disk_full)
     code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
                          "--families", "overflow_logits,ordinary", "--max-examples", "30", "--seed", "0")
     assert code == 4 and len(err.splitlines()) == 1, err

@@ -12,13 +12,12 @@ import pytest
 from hypothesis import given, settings
 
 from normprops.dtypes import to_dtype
+from normprops.family_rows import LONG_COLS, LONG_EDGE_COLS
+from normprops.mask_layouts import MASK_PATTERNS
 from normprops.oracles import reference
 from normprops.strategies import (
     EDGE_COLS,
     FAMILIES,
-    LONG_COLS,
-    LONG_EDGE_COLS,
-    MASK_PATTERNS,
     MAX_COLS,
     Case,
     cases,

@@ -18,9 +18,10 @@ from typing import Any, Callable, NoReturn, TextIO
 from normprops.case import ShapeConstraints
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
+from normprops.jsonio import check_can_create_in
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.ops import OPS, check_ignore, check_opt_in
-from normprops.report import Report, check_can_create_in
+from normprops.report import Report
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
 

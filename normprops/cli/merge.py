@@ -19,15 +19,9 @@ from normprops.report import matrix_legend, render_matrix
 
 
 def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
-    from normprops.report import (
-        IncompleteMerge,
-        ReportError,
-        cell_from_json,
-        declared_json,
-        matrix_png,
-        merge_reports,
-        write_json_atomically,
-    )
+    from normprops.jsonio import write_json_atomically
+    from normprops.merge import IncompleteMerge, ReportError, merge_reports
+    from normprops.report import cell_from_json, declared_json, matrix_png
 
     _check_output_file(args.json, "--json")
     _check_output_file(args.png, "--png")

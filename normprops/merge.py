@@ -1,0 +1,217 @@
+"""Reading JSON reports back, their shape checked, and merging reports (the shards of one hunt, or
+hunts of other kernels side by side) into one (``normprops report merge``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from normprops.jsonio import read_json_document
+from normprops.ops import PROPERTIES
+from normprops.report import REPORT_FORMAT
+
+__all__ = ["ReportError", "load_report", "merge_reports", "IncompleteMerge", "HUNT_KERNELS",
+           "SHARD_SETTINGS"]
+
+
+class ReportError(ValueError):
+    """A JSON report that cannot be read: the message names the file and what is wrong."""
+
+
+
+def load_report(path: Path) -> dict[str, Any]:
+    """A JSON report written by :meth:`Report.write`, its shape checked: ReportError otherwise."""
+    path = Path(path)
+    doc = read_json_document(path, format=REPORT_FORMAT, kind="report", error=ReportError)
+    for key in ("results", "failures"):
+        if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
+            raise ReportError(f"{path}: '{key}' is missing or not a list of objects")
+    for i, r in enumerate(doc["results"]):
+        for key, kind in (("target", str), ("family", str), ("passed", bool), ("properties", list)):
+            if not isinstance(r.get(key), kind):
+                raise ReportError(f"{path}: results[{i}].{key} is missing or not a {kind.__name__}")
+        for key in ("properties", "information"):
+            if not isinstance(r.get(key, []), list) or not all(
+                    isinstance(p, str) and p in PROPERTIES for p in r.get(key, [])):
+                raise ReportError(f"{path}: results[{i}].{key} names an unknown property")
+    return doc
+
+
+#: Which kernels a hunt is of: reports that agree on these are of one hunt when they are shards.
+HUNT_KERNELS = ("command", "backend", "op", "impl", "kernel")
+#: What the shards of one hunt share besides: its seed and settings.
+SHARD_SETTINGS = ("seed", "families", "max_examples", "policy", "oracle")
+
+
+class IncompleteMerge(ReportError):
+    """Reports that do not make one whole: ``problems`` holds one line for each thing wrong, naming
+    the file(s) and what differs."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def _shard(doc: dict[str, Any]) -> tuple[int, int] | None:
+    k, sep, n = str(doc.get("shard") or "").partition("/")
+    return (int(k), int(n)) if sep and k.isdigit() and n.isdigit() else None
+
+
+def _settings(doc: dict[str, Any]) -> dict[str, Any]:
+    """:data:`SHARD_SETTINGS`, and for a user's kernel how it was declared (storage type,
+    framework, widths, flags), but not its device: each shard may run on a GPU of its own."""
+    found = {key: doc.get(key) for key in SHARD_SETTINGS}
+    if doc.get("impl"):
+        for target in doc.get("targets") or []:
+            found.update({k: v for k, v in target.items()
+                          if k not in ("device", "label", "name", "op", "backend")})
+    return found
+
+
+def _shown(value: Any) -> str:
+    if value is None:
+        return "not recorded"
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value) or "none"
+    return json.dumps(value, sort_keys=True) if isinstance(value, (list, dict)) else str(value)
+
+
+def _hunt_name(doc: dict[str, Any]) -> str:
+    if doc.get("impl"):
+        return f"--impl {doc['impl']}"
+    return " ".join(f"--{key} {doc[key]}" for key in ("backend", "op", "kernel") if doc.get(key))
+
+
+def _shard_problems(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+    """Reports of the same kernels (:data:`HUNT_KERNELS`) of which any is a shard must be the
+    shards of one hunt: one split K/N, each K once, the same seed and settings."""
+    hunts: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for path, doc in docs:
+        hunts.setdefault(json.dumps([doc.get(key) for key in HUNT_KERNELS]), []).append((path, doc))
+    problems: list[str] = []
+    for group in hunts.values():
+        shards = [(path, doc, _shard(doc)) for path, doc in group]
+        sharded = [(path, doc, shard) for path, doc, shard in shards if shard is not None]
+        if not sharded:
+            continue  # whole hunts: each stands alone
+        ref_path, ref, (_, n) = sharded[0]
+        of = "" if len(hunts) == 1 else f" of the hunt of {_hunt_name(ref) or ref_path}"
+        ref_settings = _settings(ref)
+        held: dict[int, list[Path]] = {}
+        for path, doc, shard in shards:
+            if shard is None:
+                problems.append(f"{path} is not a shard (no --shard), but {ref_path} is shard "
+                                f"{ref['shard']} of the same kernels")
+            elif shard[1] != n:
+                problems.append(f"{path} is shard {doc['shard']}, but {ref_path} is shard "
+                                f"{ref['shard']} (another split)")
+            else:
+                held.setdefault(shard[0], []).append(path)
+            if path is ref_path:
+                continue
+            settings = _settings(doc)
+            for key in dict.fromkeys([*ref_settings, *settings]):
+                if settings.get(key) != ref_settings.get(key):
+                    problems.append(f"{path}: {key} {_shown(settings.get(key))}, but {ref_path}: "
+                                    f"{key} {_shown(ref_settings.get(key))}")
+        for k in range(1, n + 1):
+            if k not in held:
+                given = ", ".join(f"{j}/{n}" for j in sorted(held))
+                problems.append(f"shard {k}/{n}{of} is missing (the reports hold {given})")
+            elif len(held[k]) > 1:
+                problems.append(f"shard {k}/{n}{of} is given twice: {', '.join(map(str, held[k]))}")
+    return problems
+
+
+def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> dict[str, Any]:
+    """One report from several: the shards of one hunt, or hunts of other kernels. Every result
+    and failure, each (backend, kernel, family) cell once.
+
+    What must hold: each file given once; every report finished (``"complete"``) and written by
+    the same normprops version; no cell held twice with different outcomes; and where reports of
+    the same kernels (:data:`HUNT_KERNELS`) are shards (``"shard": "K/N"``), every shard 1/N to
+    N/N present once, all with the same seed and settings (:data:`SHARD_SETTINGS`). Reports of
+    other kernels merge side by side. Otherwise :class:`IncompleteMerge` lists the problems,
+    one line each, unless ``allow_incomplete``: the merged report then says ``"complete": false``
+    and lists them under ``"problems"`` (a file given twice is read once). A report cut short by
+    its time budget merges; the merged one says ``"cut_short": true``, with a note naming it.
+    ReportError names a file that cannot be read."""
+    from normprops import __version__
+
+    docs: list[tuple[Path, dict[str, Any]]] = []
+    problems: list[str] = []
+    files: dict[tuple[int, int], Path] = {}
+    for path in map(Path, paths):
+        doc = load_report(path)
+        st = path.stat()
+        first = files.setdefault((st.st_dev, st.st_ino), path)
+        if first is not path:
+            problems.append(f"{path} is given twice" if str(first) == str(path)
+                            else f"{first} and {path} are the same file")
+            continue
+        docs.append((path, doc))
+    if not docs:
+        raise ReportError("no report to merge")
+    for path, doc in docs:
+        if doc.get("complete") is False or doc.get("error"):
+            problems.append(f"{path} did not finish ({doc.get('error') or 'incomplete'})")
+    first_path, first_doc = docs[0]
+    for path, doc in docs[1:]:
+        if doc.get("normprops") != first_doc.get("normprops"):
+            problems.append(f"{path} was written by normprops {doc.get('normprops')}, {first_path} "
+                            f"by {first_doc.get('normprops')}")
+    problems += _shard_problems(docs)
+
+    results: dict[tuple[str, str, str], tuple[Path, dict[str, Any]]] = {}
+    failures: list[dict[str, Any]] = []
+    information: list[dict[str, Any]] = []
+    for path, doc in docs:
+        # (target, family) of the cells an earlier report holds, and of those it does not (the
+        # failures name no backend; one label may be hunted on several).
+        repeated: set[tuple[str, str]] = set()
+        fresh: set[tuple[str, str]] = set()
+        for r in doc["results"]:
+            key = (str(r.get("backend", "")), str(r.get("kernel") or r["target"]), r["family"])
+            if key not in results:
+                results[key] = (path, r)
+                fresh.add((r["target"], r["family"]))
+                continue
+            repeated.add((r["target"], r["family"]))
+            earlier, held = results[key]
+            if _outcome(held) != _outcome(r):
+                problems.append(f"{path}: {key[1]} x {key[2]} is also in {earlier}, with another "
+                                f"outcome")
+        # A cell held twice keeps the earlier report's failures: none is counted twice.
+        failures += [f for f in doc["failures"]
+                     if (f.get("target"), f.get("family")) not in repeated - fresh]
+        information += [f for f in doc.get("information", []) if isinstance(f, dict)
+                        and (f.get("target"), f.get("family")) not in repeated - fresh]
+    if problems and not allow_incomplete:
+        raise IncompleteMerge(problems)
+    # A hunt cut short by its time budget finished cleanly, so it merges; but the whole is then
+    # short of the cells it never reached, and says so.
+    cut_short = [path for path, doc in docs if doc.get("cut_short") is True]
+    shared = {}  # what every report agrees on: a merged hunt keeps its seed and settings
+    for key in HUNT_KERNELS + SHARD_SETTINGS:
+        values = [doc.get(key) for _, doc in docs]
+        if key != "command" and values[0] is not None and all(v == values[0] for v in values):
+            shared[key] = values[0]
+    return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge", **shared,
+            "merged_from": [str(p) for p, _ in docs], "complete": not problems,
+            "error": "; ".join(problems) or None, "problems": problems,
+            "cut_short": bool(cut_short),
+            "notes": [f"cut short: {path} spent its time budget; the cells it did not reach are missing"
+                      for path in cut_short]
+                     + [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
+                        if isinstance(note, str)],
+            "results": [r for _, r in results.values()], "failures": failures,
+            "information": information}
+
+
+def _outcome(result: dict[str, Any]) -> tuple[Any, ...]:
+    return result["passed"], result["properties"], result.get("information", [])
+
+
+#: Cell colours of the matrix plot, by the cell's first word.
