@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from normprops.case import Case
 from normprops.specs import KERNELS
-from normprops.strategies import Case, make_case
+from normprops.strategies import make_case
 
 __all__ = ["ulp_distance", "crosscheck_cases", "max_ulp_difference"]
 

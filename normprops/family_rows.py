@@ -28,8 +28,9 @@ LONG_EDGE_COLS: tuple[int, ...] = (
 
 
 @dataclass(frozen=True)
-class Shape:
-    """What a family's builder needs to know besides its parameters."""
+class CaseShape:
+    """What a family's builder needs to know besides its parameters: the case's rows, columns, op and
+    eps (not a kernel's launch shape, which is :class:`normprops.cuda.shape.Shape`)."""
 
     rows: int
     cols: int
@@ -84,7 +85,7 @@ def _ordinary_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _ordinary_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _ordinary_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     x = _f32(p["loc"] + p["scale"] * rng.standard_normal((rows, cols)))
     for pos, value in p["spikes"]:
@@ -105,7 +106,7 @@ def _overflow_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _overflow_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _overflow_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     x = _f32(p["offset"] + p["scale"] * rng.standard_normal((rows, cols)))
     x = np.minimum(x, F32(p["peak"]))
@@ -121,7 +122,7 @@ def _wide_span_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _wide_span_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _wide_span_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     # Uniform over [top - span, top]: with span >= 100 a shifted softmax meets normal, subnormal
     # (below -87.3) and zero (below -103.3) exponentials in one row.
@@ -147,7 +148,7 @@ def _large_mean_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _large_mean_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _large_mean_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     mean = p["sign"] * p["mean"]
     std = p["mean"] / p["ratio"]
@@ -169,7 +170,7 @@ def _huge_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _huge_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _huge_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     m = p["sign"] * p["magnitude"]
     shape = (rows, cols)
@@ -197,7 +198,7 @@ def _tiny_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _tiny_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _tiny_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     m = p["magnitude"]
     shape = (rows, cols)
@@ -224,7 +225,7 @@ def _eps_scale_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _eps_scale_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _eps_scale_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols, eps, centred = shape.rows, shape.cols, shape.eps, shape.op == "layernorm"
     z = rng.standard_normal((rows, cols))
     if centred:
@@ -254,7 +255,7 @@ def _constant_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _constant_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _constant_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     shape = (rows, cols)
     if p["pattern"] == "zeros":
@@ -283,7 +284,7 @@ def _ragged_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     return st.fixed_dictionaries({"scale": st.sampled_from([1.0, 3.0, 0.3])})
 
 
-def _ragged_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _ragged_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     return _f32(p["scale"] * rng.standard_normal((rows, cols)))
 
@@ -305,7 +306,7 @@ def _nonfinite_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _nonfinite_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _nonfinite_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     rows, cols = shape.rows, shape.cols
     x = _f32(p["scale"] * rng.standard_normal((rows, cols)))
     r = p["poisoned_row"] % rows

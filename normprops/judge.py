@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
+from normprops.case import Case
 from normprops.ops import PROPERTIES, SOFTMAX_OPS
 from normprops.oracles import Reference, Tolerance
-from normprops.strategies import Case
 
 __all__ = [
     "Verdict",

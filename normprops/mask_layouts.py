@@ -11,7 +11,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from normprops.case import Case
-from normprops.family_rows import F32, Shape, _f32
+from normprops.family_rows import F32, CaseShape, _f32
 from normprops.ops import get_op
 
 MASK_PATTERNS = ("random", "full", "thread_share", "lane_share", "chunk", "all_but_one", "left_pad",
@@ -73,7 +73,7 @@ def _chunk(cols: int, p: dict[str, Any]) -> tuple[int, int]:
     return start, start + length
 
 
-def _row_mask(pattern: str, r: int, shape: Shape, p: dict[str, Any],
+def _row_mask(pattern: str, r: int, shape: CaseShape, p: dict[str, Any],
               rng: np.random.Generator | None) -> np.ndarray:
     """The columns of row ``r`` that ``pattern`` masks; every pattern but ``none`` masks at least
     one column of row 0 (the whole row when it has one column). Only ``random`` draws from
@@ -117,7 +117,7 @@ def _row_mask(pattern: str, r: int, shape: Shape, p: dict[str, Any],
     return np.zeros(cols, dtype=bool)
 
 
-def _row_mask_text(pattern: str, r: int, shape: Shape, p: dict[str, Any]) -> str:
+def _row_mask_text(pattern: str, r: int, shape: CaseShape, p: dict[str, Any]) -> str:
     """What :func:`_row_mask` masks, in words, for reports."""
     cols = shape.cols
     if pattern in ("none", "full") or (cols == 1 and pattern in ("all_but_one", "block_sparse")):
@@ -183,7 +183,7 @@ def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
     })
 
 
-def _masked_layout(rng: np.random.Generator, shape: Shape,
+def _masked_layout(rng: np.random.Generator, shape: CaseShape,
                    p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """The rows' values and, separately, what the layouts mask (True: masked)."""
     x = _f32(p["scale"] * rng.standard_normal((shape.rows, shape.cols)))
@@ -204,13 +204,13 @@ def _masked_layout(rng: np.random.Generator, shape: Shape,
     return x, masked
 
 
-def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _masked_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
     x, masked = _masked_layout(rng, shape, p)
     x[masked] = -np.inf
     return x
 
 
-def _masked_describe(shape: Shape, p: dict[str, Any], x: np.ndarray) -> dict[str, Any]:
+def _masked_describe(shape: CaseShape, p: dict[str, Any], x: np.ndarray) -> dict[str, Any]:
     described = []
     for r in range(shape.rows):
         layouts = p["patterns"][r % len(p["patterns"])].split("+")

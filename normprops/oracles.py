@@ -19,10 +19,11 @@ from typing import Callable
 import mpmath
 import numpy as np
 
+from normprops.case import Case
+from normprops.dtypes import get_dtype
 from normprops.errormodel import ErrorModel
 from normprops.masking import argument_rounding, logits, scaled_in_range
 from normprops.ops import SOFTMAX_OPS
-from normprops.strategies import Case, get_dtype
 
 __all__ = [
     "U",

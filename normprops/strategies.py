@@ -21,12 +21,12 @@ import numpy as np
 from hypothesis import strategies as st
 
 from normprops.case import Case
-from normprops.dtypes import DTYPES, StorageType, get_dtype, to_dtype
+from normprops.dtypes import get_dtype, to_dtype
 from normprops.family_rows import (
     F32,
     LONG_COLS,
     LONG_EDGE_COLS,
-    Shape,
+    CaseShape,
     _all_finite_moderate,
     _constant_build,
     _constant_params,
@@ -69,11 +69,6 @@ from normprops.masking import SCALES
 from normprops.ops import FLOAT32_EPS, get_op
 
 __all__ = [
-    "Case",
-    "DTYPES",
-    "StorageType",
-    "get_dtype",
-    "to_dtype",
     "Family",
     "FAMILIES",
     "EDGE_COLS",
@@ -105,13 +100,13 @@ class Family:
     summary: str
     ops: frozenset[str]
     params: Callable[[str], st.SearchStrategy[dict[str, Any]]]
-    build: Callable[[np.random.Generator, Shape, dict[str, Any]], np.ndarray]
+    build: Callable[[np.random.Generator, CaseShape, dict[str, Any]], np.ndarray]
     promise: Callable[[Case], bool]
     edge_cols_only: bool = False
     min_rows: int = 1
     # What the parameters drew (and built), in words, shown beside them in reports (e.g. each
     # row's mask).
-    describe: Callable[[Shape, dict[str, Any], np.ndarray], dict[str, Any]] | None = None
+    describe: Callable[[CaseShape, dict[str, Any], np.ndarray], dict[str, Any]] | None = None
     # Its own widths, drawn when the caller names no max_cols (None: up to MAX_COLS), their edge
     # widths besides EDGE_COLS, and the most rows it draws (None: as many as the caller allows).
     cols: tuple[int, int] | None = None
@@ -119,7 +114,7 @@ class Family:
     max_rows: int | None = None
     # The rows' values and what they mask (True: masked), for an op that takes a mask; the other
     # families hand it a mask that keeps every entry.
-    layout: Callable[[np.random.Generator, Shape, dict[str, Any]],
+    layout: Callable[[np.random.Generator, CaseShape, dict[str, Any]],
                      tuple[np.ndarray, np.ndarray]] | None = None
 
 
@@ -220,7 +215,7 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
         if not eps_value > 0:
             raise ValueError(f"eps must be a positive float32 but was {eps!r}")
     rng = np.random.default_rng(seed)
-    shape = Shape(rows, cols, op, eps_value)
+    shape = CaseShape(rows, cols, op, eps_value)
     keep = None
     if spec.has_mask and fam.layout is not None:
         x, masked = fam.layout(rng, shape, params)

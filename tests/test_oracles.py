@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from normprops.case import Case
 from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.examples import correct, planted
 from normprops.family_rows import LONG_COLS
 from normprops.judge import judge_output
 from normprops.oracles import U, mp_reference, reference, row_sum, tolerance
-from normprops.strategies import Case, cases, make_case
+from normprops.strategies import cases, make_case
 
 F32 = np.float32
 

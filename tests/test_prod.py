@@ -23,9 +23,10 @@ from normprops.cuda.shape import (
     elements_per_thread,
     shape_for,
 )
+from normprops.dtypes import DTYPES, get_dtype, to_dtype
 from normprops.oracles import reference, tolerance
 from normprops.specs import KERNELS
-from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
+from normprops.strategies import make_case
 
 F32 = np.float32
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from normprops.case import Case
 from normprops.dtypes import to_dtype
 from normprops.family_rows import LONG_COLS, LONG_EDGE_COLS
 from normprops.mask_layouts import MASK_PATTERNS
@@ -19,7 +20,6 @@ from normprops.strategies import (
     EDGE_COLS,
     FAMILIES,
     MAX_COLS,
-    Case,
     cases,
     families_for,
     make_case,
