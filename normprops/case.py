@@ -17,7 +17,9 @@ class Case:
     """A batch of rows plus gamma, beta and eps where the op has them.
 
     ``x``, ``gamma`` and ``beta`` are float32 arrays whose values are exactly representable in
-    ``dtype`` (the storage type the kernel reads and writes; see :mod:`normprops.dtypes`).
+    ``dtype`` (the storage type the kernel reads and writes; see :mod:`normprops.dtypes`). A
+    gradient op's case also holds ``dy``, of ``x``'s shape; for ``softmax_backward`` ``x`` holds
+    the softmax output ``y`` the kernel receives.
     """
 
     op: str
@@ -28,6 +30,7 @@ class Case:
     eps: float | None = None  # the exact value of a float32
     params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
     dtype: str = "float32"
+    dy: np.ndarray | None = None  # gradient ops: the upstream gradient, float32, x's shape
 
     @property
     def rows(self) -> int:
@@ -40,12 +43,13 @@ class Case:
     def args(self) -> tuple[Any, ...]:
         """The positional arguments of the op's user signature."""
         op = get_op(self.op)
-        return tuple({"x": self.x, "gamma": self.gamma, "beta": self.beta, "eps": self.eps}[p]
-                     for p in op.params)
+        return tuple({"x": self.x, "y": self.x, "dy": self.dy, "gamma": self.gamma,
+                      "beta": self.beta, "eps": self.eps}[p] for p in op.params)
 
     def replace(self, **changes: Any) -> Case:
         fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
-                  "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype}
+                  "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype,
+                  "dy": self.dy}
         fields.update(changes)
         return Case(**fields)
 
