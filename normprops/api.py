@@ -30,7 +30,7 @@ from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.information import hunt_information
 from normprops.launch import Target, target_from_callable
-from normprops.ops import get_op
+from normprops.ops import get_op, is_backward
 from normprops.regressions import save_findings
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
@@ -108,6 +108,7 @@ def target_json(target: Target) -> dict[str, Any]:
         "information": sorted(target.information),
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
+        **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
     }
 
 
@@ -131,12 +132,16 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 seed: int | None = None, fixtures_dir: str | Path | None = None,
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
-                call_timeout: float | None = None, time_budget: float | None = None) -> Report:
+                call_timeout: float | None = None, time_budget: float | None = None,
+                row_reduction: str = "blocks") -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
-    rmsnorm ``fn(x, gamma, eps)``) on ``framework``'s arrays of ``dtype`` on ``device`` (torch:
-    ``"cuda"`` when available, else ``"cpu"``), and returns the same kind of array.
+    rmsnorm ``fn(x, gamma, eps)``; the gradients ``softmax_backward`` ``fn(dy, y) -> dx``,
+    ``rmsnorm_backward`` ``fn(dy, x, gamma, eps) -> (dx, dgamma)``, ``layernorm_backward``
+    ``fn(dy, x, gamma, beta, eps) -> (dx, dgamma, dbeta)``) on ``framework``'s arrays of
+    ``dtype`` on ``device`` (torch: ``"cuda"`` when available, else ``"cpu"``), and returns the same
+    kind of array (a gradient: one per output, dgamma and dbeta of gamma's shape).
 
     - ``ignore``: properties ``fn`` does not promise (e.g. ``"batch_invariance"``): not judged.
     - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
@@ -154,6 +159,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops.
     - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
       found (``report.cut_short``, each result's ``examples`` says how far it got).
+    - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta: "blocks"
+      (per-block partials over ``threads`` blocks joined in a tree, the default), "sequential" (one
+      running sum over the rows) or "tree" (pairwise).
 
     Returns a :class:`~normprops.report.Report`: ``.passed``, ``.failures`` with one entry per
     (family, property) that failed, ``.information`` (e.g. a norm that is not range-safe) and
@@ -169,7 +177,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     target = target_from_callable(fn, op=op, dtype=dtype, framework=framework, device=device,
                                   ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
                                   reduction=reduction, arithmetic=arithmetic, opt_in=tuple(opt_in),
-                                  timeout_s=call_timeout)
+                                  timeout_s=call_timeout, row_reduction=row_reduction)
     chosen = _families(op, families)
     current = hypothesis_settings()
     try:
@@ -245,7 +253,9 @@ def _replay_flags(target: dict[str, Any]) -> str:
              ("--check", ",".join(target.get("opt_in", ())) or None),
              ("--threads", threads if threads not in (None, 32) else None),
              ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
-             ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None)]
+             ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
+             ("--row-reduction", target.get("row_reduction")
+              if target.get("row_reduction", "blocks") != "blocks" else None)]
     line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
     return line + (" --ftz" if target.get("ftz") else "")
 
