@@ -362,11 +362,25 @@ def test_the_api_hunts_a_gradient(tmp_path: Path) -> None:
 
 
 def test_torch_gradients_take_tensors() -> None:
-    torch = pytest.importorskip("torch", reason="torch is not installed here")
+    pytest.importorskip("torch", reason="torch is not installed here")
+    from normprops.backends import grads
 
-    def grad(dy, y):
-        return torch.ops.aten._softmax_backward_data(dy, y, -1, y.dtype)
+    for op, fn in (("softmax_backward", grads.torch_softmax_backward),
+                   ("rmsnorm_backward", grads.torch_rmsnorm_backward),
+                   ("layernorm_backward", grads.torch_layernorm_backward)):
+        report = normprops.hunt_kernel(fn, op=op, framework="torch", device="cpu",
+                                       families="ordinary,cancelling_dy,tall", max_examples=30,
+                                       seed=0, ignore=["batch_invariance"])
+        assert report.passed, [f.message for f in report.failures]
 
-    report = normprops.hunt_kernel(grad, op="softmax_backward", framework="torch", device="cpu",
-                                   families="ordinary,cancelling_dy", max_examples=30, seed=0)
-    assert report.passed, [f.message for f in report.failures]
+
+def test_a_width_hint_moves_dy_with_the_rows() -> None:
+    def even_only(dy, y):
+        if y.shape[1] % 2 or dy.shape != y.shape:
+            raise ValueError(f"odd widths are not taken: dy {dy.shape}, y {y.shape}")
+        return correct.softmax_backward_f32(dy, y)
+
+    report = normprops.hunt_kernel(even_only, op="softmax_backward", families="ragged",
+                                   max_examples=30, seed=0)
+    assert [f.property for f in report.failures] == ["contract"]
+    assert any("--cols-multiple-of 2" in hint for hint in report.hints), report.hints
