@@ -233,7 +233,7 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
     """dx: ``rstd [(3k/2 + 12) u (|g_i| + G1 + |xhat_i| G2) + E_i G2 + |xhat_i| mean(|g| E)
     + e1^2 (|g_i| + G1 + |xhat_i| G2)]`` with ``g = dy gamma``, ``G1 = mean|g|`` (layer norm; 0 for
     RMS norm), ``G2 = mean|g xhat|`` and ``E`` the forward's error in xhat. dgamma:
-    ``(k_R + 2) u sum_r |dy xhat| + sum_r |dy| E``; dbeta: ``k_R u sum_r |dy|``, ``k_R`` the
+    ``(k_R + 2) u sum_r |dy xhat| + sum_r |dy| E``; dbeta: ``(k_R + 2) u sum_r |dy|``, ``k_R`` the
     depth of the row reduction (docs/tolerances.md, "Gradients")."""
     layer = case.op == "layernorm_backward"
     k = model.k(case.cols)
@@ -259,7 +259,9 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         if ref.poisoned.any():
             tol["dgamma"] = np.full_like(tol["dgamma"], np.nan)
         if layer:
-            tol["dbeta"] = (k_rows * u * np.sum(dy, axis=0) + 4 * tiny)[None, :]
+            # k_R u sum|dy| is reached (err/tol 0.99999 on two rows summed in turn): two more
+            # roundings of room, as dgamma has, for a kernel that stores or converts its partials.
+            tol["dbeta"] = ((k_rows + 2) * u * np.sum(dy, axis=0) + 4 * tiny)[None, :]
     # Past e1 = 0.25 the forward has no digits left to ask for, and nor has dx.
     return GradTolerance(tol, e1[:, 0] > 0.25)
 

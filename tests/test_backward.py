@@ -384,3 +384,16 @@ def test_a_width_hint_moves_dy_with_the_rows() -> None:
                                    max_examples=30, seed=0)
     assert [f.property for f in report.failures] == ["contract"]
     assert any("--cols-multiple-of 2" in hint for hint in report.hints), report.hints
+
+
+def test_dbeta_keeps_room_at_the_worst_rounding_of_a_row_sum() -> None:
+    """1 + 2^-24 summed in float32 rounds by exactly u times the sum: the first-order bound
+    k_R u sum|dy| would sit at err/tol 1; the bound keeps two roundings of room."""
+    case = _case("layernorm_backward", rows=2, cols=3)
+    dy = np.array([[1.0, 1.0, 1.0], [2.0**-24, 2.0**-24, 2.0**-24]], dtype=F32)
+    case = case.replace(dy=dy)
+    ref = grad_reference(case)
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL, row_reduction="sequential")
+    err = np.abs((dy[0] + dy[1]).astype(np.float64) - ref.z["dbeta"][0])
+    assert (err == 2.0**-24).all()
+    assert (err / tol.tol["dbeta"][0] <= 0.5).all()
