@@ -109,7 +109,13 @@ def target_json(target: Target) -> dict[str, Any]:
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
         **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
+        **({"mask": "bool" if target.mask_fill is None else "additive",
+            "mask_fill": _fill_json(target.mask_fill)} if get_op(target.op).has_mask else {}),
     }
+
+
+def _fill_json(fill: float | None) -> float | str | None:
+    return fill if fill is None or math.isfinite(fill) else repr(fill)
 
 
 def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -133,15 +139,17 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = None, time_budget: float | None = None,
-                row_reduction: str = "blocks") -> Report:
+                row_reduction: str = "blocks", mask: str = "bool",
+                mask_fill: float | str | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
-    rmsnorm ``fn(x, gamma, eps)``; the gradients ``softmax_backward`` ``fn(dy, y) -> dx``,
-    ``rmsnorm_backward`` ``fn(dy, x, gamma, eps) -> (dx, dgamma)``, ``layernorm_backward``
-    ``fn(dy, x, gamma, beta, eps) -> (dx, dgamma, dbeta)``) on ``framework``'s arrays of
-    ``dtype`` on ``device`` (torch: ``"cuda"`` when available, else ``"cpu"``), and returns the same
-    kind of array (a gradient: one per output, dgamma and dbeta of gamma's shape).
+    rmsnorm ``fn(x, gamma, eps)``, masked_softmax ``fn(x, mask, scale)``; the gradients
+    ``softmax_backward`` ``fn(dy, y) -> dx``, ``rmsnorm_backward`` ``fn(dy, x, gamma, eps) ->
+    (dx, dgamma)``, ``layernorm_backward`` ``fn(dy, x, gamma, beta, eps) -> (dx, dgamma, dbeta)``)
+    on ``framework``'s arrays of ``dtype`` on ``device`` (torch: ``"cuda"`` when available, else
+    ``"cpu"``), and returns the same kind of array (a gradient: one per output, dgamma and dbeta of
+    gamma's shape).
 
     - ``ignore``: properties ``fn`` does not promise (e.g. ``"batch_invariance"``): not judged.
     - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
@@ -162,6 +170,10 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta: "blocks"
       (per-block partials over ``threads`` blocks joined in a tree, the default), "sequential" (one
       running sum over the rows) or "tree" (pairwise).
+    - ``mask`` (masked_softmax only): ``"bool"`` hands ``fn`` a boolean mask (True: the entry
+      takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
+      ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
+      computing ``softmax(scale * x + mask)``, judged against the exact result of that sum.
 
     Returns a :class:`~normprops.report.Report`: ``.passed``, ``.failures`` with one entry per
     (family, property) that failed, ``.information`` (e.g. a norm that is not range-safe) and
@@ -177,7 +189,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     target = target_from_callable(fn, op=op, dtype=dtype, framework=framework, device=device,
                                   ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
                                   reduction=reduction, arithmetic=arithmetic, opt_in=tuple(opt_in),
-                                  timeout_s=call_timeout, row_reduction=row_reduction)
+                                  timeout_s=call_timeout, row_reduction=row_reduction, mask=mask,
+                                  mask_fill=mask_fill)
     chosen = _families(op, families)
     current = hypothesis_settings()
     try:
@@ -256,8 +269,15 @@ def _replay_flags(target: dict[str, Any]) -> str:
              ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
              ("--row-reduction", target.get("row_reduction")
               if target.get("row_reduction", "blocks") != "blocks" else None)]
+    if target.get("mask") == "additive":
+        flags += [("--mask", "additive"), ("--mask-fill", _fill_flag(target["mask_fill"]))]
     line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
     return line + (" --ftz" if target.get("ftz") else "")
+
+
+def _fill_flag(fill: float | str) -> str:
+    """A fill as ``--mask-fill`` takes it back: ``-inf``, or the number's shortest repr."""
+    return fill if isinstance(fill, str) else repr(float(fill))
 
 
 # help(), IDEs and inspect show hunt_kernel's keywords, which assert_robust takes as they are.

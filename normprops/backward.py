@@ -21,9 +21,9 @@ import numpy as np
 
 from normprops.case import Case
 from normprops.dtypes import get_dtype
+from normprops.errormodel import ErrorModel
 from normprops.ops import ROW_REDUCTIONS, get_op
 from normprops.oracles import FLT_MAX, FLT_MIN, ORACLES, TABLE_ATOL, TABLE_RTOL, row_sum
-from normprops.specs import ErrorModel
 
 __all__ = ["GradReference", "GradTolerance", "grad_reference", "grad_tolerance", "row_depth",
            "TINY"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 
+from normprops.masking import describe_fill, mask_argument
 from normprops.ops import get_op
 
 __all__ = ["Case", "ShapeConstraints"]
@@ -14,12 +15,14 @@ __all__ = ["Case", "ShapeConstraints"]
 
 @dataclass(frozen=True, eq=False)
 class Case:
-    """A batch of rows plus gamma, beta and eps where the op has them.
+    """A batch of rows plus gamma, beta and eps where the op has them, or a mask and a scale.
 
     ``x``, ``gamma`` and ``beta`` are float32 arrays whose values are exactly representable in
     ``dtype`` (the storage type the kernel reads and writes; see :mod:`normprops.dtypes`). A
     gradient op's case also holds ``dy``, of ``x``'s shape; for ``softmax_backward`` ``x`` holds
-    the softmax output ``y`` the kernel receives.
+    the softmax output ``y`` the kernel receives. ``mask`` (masked softmax) is boolean, True where
+    an entry takes part; ``mask_fill`` None hands it to the kernel as it is, a number as an additive
+    mask of 0 and that fill (:mod:`normprops.masking`).
     """
 
     op: str
@@ -31,6 +34,9 @@ class Case:
     params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
     dtype: str = "float32"
     dy: np.ndarray | None = None  # gradient ops: the upstream gradient, float32, x's shape
+    mask: np.ndarray | None = None  # bool, x's shape
+    scale: float | None = None  # the exact value of a float32
+    mask_fill: float | None = None  # None: a boolean mask; else an additive one with this fill
 
     @property
     def rows(self) -> int:
@@ -43,19 +49,29 @@ class Case:
     def args(self) -> tuple[Any, ...]:
         """The positional arguments of the op's user signature."""
         op = get_op(self.op)
-        return tuple({"x": self.x, "y": self.x, "dy": self.dy, "gamma": self.gamma,
-                      "beta": self.beta, "eps": self.eps}[p] for p in op.params)
+        values = {"x": self.x, "y": self.x, "dy": self.dy, "gamma": self.gamma, "beta": self.beta,
+                  "eps": self.eps, "scale": self.scale}
+        if op.has_mask:
+            values["mask"] = mask_argument(self.mask, self.mask_fill)
+        return tuple(values[p] for p in op.params)
 
     def replace(self, **changes: Any) -> Case:
         fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
                   "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype,
-                  "dy": self.dy}
+                  "dy": self.dy, "mask": self.mask, "scale": self.scale, "mask_fill": self.mask_fill}
         fields.update(changes)
         return Case(**fields)
+
+    def take(self, rows: np.ndarray) -> Case:
+        """The case made of ``rows`` of this one (repeated, reordered, alone), each with its mask."""
+        mask = None if self.mask is None else np.ascontiguousarray(self.mask[rows])
+        return self.replace(x=np.ascontiguousarray(self.x[rows]), mask=mask)
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
         eps = "" if self.eps is None else f", eps={self.eps!r}"
+        if self.scale is not None:
+            eps += f", scale={self.scale!r}, mask={describe_fill(self.mask_fill)}"
         return f"Case({self.op}, {self.family}, shape={self.x.shape}{eps}; {shown})"
 
 

@@ -13,9 +13,10 @@ from typing import Callable, TextIO
 
 import numpy as np
 
+from normprops.case import Case
+from normprops.ops import FLOAT32_EPS
 from normprops.oracles import FLT_MIN, reference
-from normprops.specs import FLOAT32_EPS, KERNELS
-from normprops.strategies import Case
+from normprops.specs import KERNELS
 
 __all__ = ["census", "classify"]
 

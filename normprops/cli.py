@@ -45,6 +45,7 @@ from normprops import __version__, interrupt
 from normprops.api import deadline_after, hunt_families, target_json
 from normprops.case import ShapeConstraints
 from normprops.dtypes import DTYPES
+from normprops.errormodel import REDUCTIONS
 from normprops.errors import (
     ImplError,
     UsageError,
@@ -56,7 +57,9 @@ from normprops.frameworks import FRAMEWORKS
 from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.information import WORDS, information_of
+from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
+from normprops.masking import MASK_KINDS
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS, check_ignore, check_opt_in, is_backward
 from normprops.oracles import ORACLES, POLICIES
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
@@ -80,7 +83,7 @@ from normprops.report import (
     matrix_legend,
     render_matrix,
 )
-from normprops.specs import KERNELS, REDUCTIONS, KernelSpec, backend_status
+from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
 
 __all__ = ["main", "EXIT_OK", "EXIT_FOUND", "EXIT_USAGE", "EXIT_UNREADABLE", "EXIT_INTERNAL",
@@ -197,6 +200,13 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                           "RMS-norm row 0; range_safety: right for rows of any finite magnitude, "
                           "always judged for softmax; a norm that does not check it has its huge "
                           "findings shown as information, not failures)")
+    g.add_argument("--mask", choices=MASK_KINDS, default=None,
+                   help="masked_softmax: how it takes its mask: bool (default; True where the entry "
+                        "takes part) or additive (a float array of 0 and --mask-fill, for "
+                        "softmax(scale * x + mask))")
+    g.add_argument("--mask-fill", metavar="V",
+                   help="with --mask additive: the value at masked entries, -inf (default), lowest "
+                        "(the storage type's lowest finite value) or a negative number")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")
@@ -210,7 +220,8 @@ _OUTPUT_FILES = ("Output files (--json, --png, --csv, ...) go into a directory t
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="normprops",
-                     description="Hunt numerical bugs in softmax, layer norm and RMS norm kernels.",
+                     description="Hunt numerical bugs in softmax, masked softmax, layer norm and RMS norm "
+                                 "kernels.",
                      epilog=f"exit status: {EXIT_OK} nothing found; {EXIT_FOUND} counterexample(s) found; "
                             f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures, "
                             f"report merge: the reports are not one whole; "
@@ -224,11 +235,11 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--op", choices=sorted(OPS), help="the op (required with --impl)")
     what = h.add_mutually_exclusive_group()
     what.add_argument("--impl", metavar="MODULE:FUNC",
-                      help="a Python function with the op's signature: softmax fn(x), layernorm "
-                           "fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, eps); gradients: "
-                           "softmax_backward fn(dy, y) -> dx, rmsnorm_backward fn(dy, x, gamma, eps) "
-                           "-> (dx, dgamma), layernorm_backward fn(dy, x, gamma, beta, eps) -> "
-                           "(dx, dgamma, dbeta)")
+                      help="a Python function with the op's signature: softmax fn(x), masked_softmax "
+                           "fn(x, mask, scale), layernorm fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, "
+                           "eps); gradients: softmax_backward fn(dy, y) -> dx, rmsnorm_backward fn(dy, x, "
+                           "gamma, eps) -> (dx, dgamma), layernorm_backward fn(dy, x, gamma, beta, eps) "
+                           "-> (dx, dgamma, dbeta)")
     what.add_argument("--cuda-source", type=Path, metavar="FILE",
                       help="a CUDA file holding an extern \"C\" kernel with the standard signature "
                            "(softmax (const float* in, float* out, size_t cols); layernorm adds "
@@ -335,9 +346,9 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="the bandwidth table on the GPU: ours against PyTorch, Liger-Kernel and "
                                      "QuACK, the textbook kernels' predictions, the gates and the targets "
-                                     "(exit 1 when a seed gate fails)")
-    b.add_argument("--cases", default="seed,l2,l2-bf16,decode", metavar="SETS",
-                   help="comma-separated: seed (the two 64 MiB cases), l2 / l2-bf16 / l2-f16 (16x "
+                                     "(exit 1 when a gate of the textbook kernels fails)")
+    b.add_argument("--cases", default="textbook,l2,l2-bf16,decode", metavar="SETS",
+                   help="comma-separated: textbook (the two 64 MiB cases), l2 / l2-bf16 / l2-f16 (16x "
                         "the L2, 1024/4096/16384 columns), decode (64 x 8192), model (hidden sizes "
                         "2048-8192 and 4097, 5121 in bf16 for the norms, vocabularies 32000, 128256, "
                         "151936 for softmax; 1, 8, 64, 256 rows and prefill of >= 16x the L2)")
@@ -579,13 +590,16 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
                                       reduction=args.reduction, arithmetic=args.arithmetic,
                                       opt_in=args.check, timeout_s=args.call_timeout,
-                                      row_reduction=args.row_reduction)
+                                      row_reduction=args.row_reduction, **_mask_keywords(args))
         return target, args.impl
     if is_backward(args.op):
         raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
                          f"takes the forward ops' standard signatures")
     if not args.kernel:
         raise UsageError("--cuda-source needs --kernel NAME")
+    if args.mask is not None or args.mask_fill is not None:
+        raise UsageError("--mask and --mask-fill go with --impl: a --cuda-source kernel takes the "
+                         "standard signature, which has no mask")
     if ((args.dtype or "float32") != "float32" or args.framework != "numpy" or args.device
             or args.arithmetic != "float32"):
         raise UsageError("--cuda-source kernels take float32 device pointers and compute in float32: "
@@ -595,6 +609,17 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                      constraints=constraints, ftz=args.ftz,
                                      reduction=args.reduction, opt_in=args.check)
     return target, f"{args.cuda_source}:{args.kernel}"
+
+
+def _mask_keywords(args: argparse.Namespace) -> dict[str, Any]:
+    """--mask and --mask-fill as target_from_callable's keywords (which check the fill); either
+    flag given for an op without a mask is a usage error."""
+    given = [flag for flag, value in (("--mask", args.mask), ("--mask-fill", args.mask_fill))
+             if value is not None]
+    if given and not OPS[args.op].has_mask:
+        raise UsageError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to --op "
+                         f"masked_softmax only; op {args.op} takes no mask")
+    return {"mask": args.mask or "bool", "mask_fill": args.mask_fill}
 
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -721,7 +746,8 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--arithmetic", args.arithmetic != "float32"),
              ("--row-reduction", args.row_reduction != "blocks"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
-             ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None)]
+             ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
+             ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
     return [flag for flag, used in given if used]
 
 
@@ -748,6 +774,11 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = _config(args)
     specs = [k for k in KERNELS if k.backend in backends and (args.op is None or k.op == args.op)
              and (args.kernel is None or k.name == args.kernel)]
+    if not specs and args.kernel is None:
+        ops = sorted({k.op for k in KERNELS if k.backend in backends})
+        raise UsageError(f"--op {args.op}: no registered {backend} kernel computes it (the "
+                         f"registry's {backend} ops: {', '.join(ops)}); hunt your own with "
+                         f"--impl MODULE:FUNC")
     if not specs:
         names = sorted({k.name for k in KERNELS if k.backend in backends})
         raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
@@ -869,7 +900,7 @@ class _ReplayTargets:
                 self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
                 framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
                 ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
-                timeout_s=a.call_timeout, row_reduction=a.row_reduction)
+                timeout_s=a.call_timeout, row_reduction=a.row_reduction, **_mask_keywords(a))
         return self.made[dtype]
 
 
@@ -1044,7 +1075,7 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         raise UsageError("say which fixtures to remove: --kernel NAME (those of a kernel), --op OP "
                          "--impl MODULE:FUNC (those the function passes), or both")
     if args.impl is not None and args.op is None:
-        raise UsageError("--impl needs --op {softmax,layernorm,rmsnorm}")
+        raise UsageError(f"--impl needs --op {{{','.join(OPS)}}}")
     if args.impl is None:
         flags = _user_only_flags(args) + ["--all-dtypes"] * args.all_dtypes
         if flags:
@@ -1267,6 +1298,20 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return 0
 
 
+def _joined_fill(argv: Sequence[str] | None) -> list[str] | None:
+    """``--mask-fill -inf`` as ``--mask-fill=-inf``: argparse takes a value that starts with a dash
+    and is not a plain negative number (``-inf``, ``-1e4``) for an option of its own."""
+    if argv is None:
+        argv = sys.argv[1:]
+    out: list[str] = []
+    for token in argv:
+        if out and out[-1] == "--mask-fill" and token.startswith("-"):
+            out[-1] = f"--mask-fill={token}"
+        else:
+            out.append(token)
+    return out
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     out = sys.stdout if out is None else out
@@ -1276,7 +1321,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     try:
         with interrupt.catching():
             try:
-                args = parser.parse_args(argv)
+                args = parser.parse_args(_joined_fill(argv))
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
             command = args.command if args.command != "report" else f"report {args.report_command}"

@@ -3,8 +3,10 @@
 The hunt's cases hold float32 values that are exact in the storage type. An :class:`Adapter` turns
 each input into the framework's own array of that type on the chosen device, and turns what the
 kernel returns back into float32 numpy, checking on the way that it is the framework's array type,
-of the storage type, of the input's shape and on the input's device. Every conversion is exact:
-values move as they are (or widen, on the way back), never through float64 and never rounded.
+of the storage type, of the input's shape and on the input's device. A masked softmax's boolean
+mask becomes the framework's bool array on the same device (``mask_to_native``). Every conversion
+is exact: values move as they are (or widen, on the way back), never through float64 and never
+rounded.
 
 A framework is imported only when an adapter for it is asked for.
 """
@@ -35,6 +37,9 @@ class Adapter:
     to_native: Callable[[np.ndarray, str], Any]  # (float32 values exact in dtype, argument name)
     # (returned object, the shape it must have, what it is called) -> float32 numpy, or ContractError
     from_native: Callable[[Any, tuple[int, ...], str], np.ndarray]
+    # A boolean mask (masked softmax) into the framework's bool array on the device, and back.
+    mask_to_native: Callable[[np.ndarray], Any] | None = None
+    mask_from_native: Callable[[Any, tuple[int, ...], str], np.ndarray] | None = None
 
     @property
     def description(self) -> str:
@@ -72,7 +77,13 @@ def _numpy_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, expected)
         return from_numpy_storage(obj)
 
-    return Adapter("numpy", dtype, "cpu", False, to_native, from_native)
+    def mask_from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        if not isinstance(obj, np.ndarray) or obj.dtype != np.bool_ or obj.shape != shape:
+            raise _mismatch(obj, what, f"a numpy bool array of shape {shape}")
+        return obj.copy()
+
+    return Adapter("numpy", dtype, "cpu", False, to_native, from_native,
+                   lambda m: np.array(m, dtype=bool, copy=True), mask_from_native)
 
 
 # --- torch -------------------------------------------------------------------------------------
@@ -117,7 +128,17 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         # Widened (exactly) where the tensor lives, then copied to the host.
         return np.ascontiguousarray(obj.detach().to(torch.float32).cpu().numpy())
 
-    return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native)
+    def mask_to_native(m: np.ndarray) -> Any:
+        return torch.from_numpy(np.array(m, dtype=bool, copy=True)).to(dev)
+
+    def mask_from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        if (not isinstance(obj, torch.Tensor) or obj.dtype != torch.bool or tuple(obj.shape) != shape
+                or obj.device != dev):
+            raise _mismatch(obj, what, f"a torch.Tensor of dtype torch.bool and shape {shape} on {dev}")
+        return obj.detach().cpu().numpy().copy()
+
+    return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native,
+                   mask_to_native, mask_from_native)
 
 
 # --- JAX ---------------------------------------------------------------------------------------
@@ -141,7 +162,14 @@ def _jax_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, expected)
         return from_numpy_storage(np.asarray(obj))
 
-    return Adapter("jax", dtype, str(dev), dev.platform == "gpu", to_native, from_native)
+    def mask_from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        if (not isinstance(obj, jax.Array) or np.dtype(obj.dtype) != np.bool_
+                or tuple(obj.shape) != shape or obj.devices() != {dev}):
+            raise _mismatch(obj, what, f"a jax.Array of dtype bool and shape {shape} on {dev}")
+        return np.array(obj, dtype=bool)
+
+    return Adapter("jax", dtype, str(dev), dev.platform == "gpu", to_native, from_native,
+                   lambda m: jax.device_put(np.array(m, dtype=bool), dev), mask_from_native)
 
 
 def _jax_platform(device: str) -> str:
@@ -182,7 +210,18 @@ def _cupy_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, expected)
         return from_numpy_storage(cupy.asnumpy(obj))
 
-    return Adapter("cupy", dtype, f"cuda:{index}", True, to_native, from_native)
+    def mask_to_native(m: np.ndarray) -> Any:
+        with cupy.cuda.Device(index):
+            return cupy.asarray(np.array(m, dtype=bool))
+
+    def mask_from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        if (not isinstance(obj, cupy.ndarray) or obj.dtype != np.bool_ or obj.shape != shape
+                or obj.device.id != index):
+            raise _mismatch(obj, what, f"a cupy.ndarray of dtype bool and shape {shape} on cuda:{index}")
+        return cupy.asnumpy(obj)
+
+    return Adapter("cupy", dtype, f"cuda:{index}", True, to_native, from_native, mask_to_native,
+                   mask_from_native)
 
 
 def _import(name: str) -> Any:

@@ -18,12 +18,12 @@ from typing import Iterable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
+from normprops.errormodel import TREE_LEAF_DEPTH, ErrorModel
 from normprops.errors import FatalTargetError
 from normprops.hunt import Finding
 from normprops.launch import Target
 from normprops.ops import PROPERTIES
 from normprops.properties import evaluate
-from normprops.specs import TREE_LEAF_DEPTH, ErrorModel
 
 __all__ = ["hints", "TOLERANCE_PROPERTIES"]
 
@@ -44,7 +44,7 @@ class _Declaration:
 
 
 def _depth(model: ErrorModel) -> str:
-    """The depth of a user kernel's error bound, in words (specs.ErrorModel.k)."""
+    """The depth of a user kernel's error bound, in words (errormodel.ErrorModel.k)."""
     if model.reduction == "tree":
         return f"ceil(log2 cols) + {TREE_LEAF_DEPTH} additions (a pairwise sum)"
     if model.threads == 1:
@@ -118,7 +118,8 @@ def _at_width(case: Case, cols: int) -> Case:
     def rows(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else np.ascontiguousarray(np.tile(a, (1, reps))[:, :cols])
 
-    return case.replace(x=rows(case.x), gamma=fit(case.gamma), beta=fit(case.beta), dy=rows(case.dy))
+    return case.replace(x=rows(case.x), gamma=fit(case.gamma), beta=fit(case.beta), dy=rows(case.dy),
+                        mask=rows(case.mask))
 
 
 def _width_candidates(widths: list[int]) -> list[tuple[_Declaration, ShapeConstraints]]:
@@ -163,7 +164,7 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
     when nothing applies (or the target cannot run again)."""
     found = list(findings)
     out: list[str] = []
-    if target.op != "softmax" and any(f.property == "range_safety" for f in found):
+    if target.op in ("layernorm", "rmsnorm") and any(f.property == "range_safety" for f in found):
         out.append("hint: squares overflow float32 past |x| of about 1.8e19 / sqrt(cols), so a norm "
                    "is range-safe only when it scales each row (by a power of two, say) before "
                    "squaring. Range safety is judged because it was asked for (--check range_safety, "

@@ -194,10 +194,12 @@ def _strategy(target: Target, family: str, config: HuntConfig):
     max_cols = c.max_cols
     if max_cols is None and config.max_cols is not None:
         max_cols = max(config.max_cols, 2 * min_cols)
-    draw = grad_cases if is_backward(target.op) else cases
-    return draw(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
-                 min_cols=min_cols, max_cols=max_cols,
-                 cols_multiple_of=c.cols_multiple_of, dtype=target.dtype)
+    widths = dict(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
+                  min_cols=min_cols, max_cols=max_cols, cols_multiple_of=c.cols_multiple_of,
+                  dtype=target.dtype)
+    if is_backward(target.op):
+        return grad_cases(**widths)
+    return cases(**widths, mask_fill=target.mask_fill)
 
 
 def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case], None]) -> Any:

@@ -2,7 +2,8 @@
 
 A target is one of our registered kernels (``KernelSpec``), a user's callable, or a user's CUDA
 kernel. Either way it is called with the op's user signature (softmax ``fn(x)``, layernorm
-``fn(x, gamma, beta, eps)``, rmsnorm ``fn(x, gamma, eps)``) on fresh copies of the inputs, as arrays
+``fn(x, gamma, beta, eps)``, rmsnorm ``fn(x, gamma, eps)``, masked softmax ``fn(x, mask, scale)``)
+on fresh copies of the inputs, as arrays
 of its framework and storage type (:mod:`normprops.frameworks`), and what comes back must be that
 framework's array of the same type, shape and device.
 """
@@ -20,8 +21,11 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
+from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
 from normprops.frameworks import Adapter, get_adapter
+from normprops.kernelspec import KernelSpec
+from normprops.masking import MASK_KINDS, mask_fill_value
 from normprops.ops import (
     INFORMATIVE,
     JUDGED_BY_DEFAULT,
@@ -32,7 +36,6 @@ from normprops.ops import (
     check_opt_in,
     get_op,
 )
-from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel, KernelSpec
 
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
            "target_from_callable", "target_from_cuda_source"]
@@ -91,6 +94,9 @@ class Target:
     warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
     # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS).
     row_reduction: str = "blocks"
+    # Masked softmax: None, the mask is handed over as booleans; else as an additive float mask of
+    # 0 and this fill (its value in the storage type).
+    mask_fill: float | None = None
 
     @property
     def label(self) -> str:
@@ -118,10 +124,12 @@ class Target:
             raise ValueError(f"case is for op {case.op!r} but target {self.label} computes {self.op!r}")
         if case.dtype != self.dtype:
             raise ValueError(f"case holds {case.dtype} values but target {self.label} stores {self.dtype}")
+        if case.mask_fill != self.mask_fill:
+            raise ValueError(f"case hands its mask over as {case.mask_fill!r} but target "
+                             f"{self.label} takes {self.mask_fill!r}")
         spec = get_op(self.op)
         params = spec.params
-        native = tuple(self.adapter.to_native(a, name) if isinstance(a, np.ndarray) else a
-                       for name, a in zip(params, case.args()))
+        native = tuple(self._native(a, name) for name, a in zip(params, case.args()))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             out = _call_with_timeout(self.fn, native, self.timeout_s)
@@ -134,10 +142,17 @@ class Target:
             result = self.adapter.from_native(out, case.x.shape, "the output")
         for name, before, after in zip(params, case.args(), native):
             if check_inputs and isinstance(before, np.ndarray):
-                now = self.adapter.from_native(after, before.shape, f"input {name} after the call")
-                if not np.array_equal(before, now, equal_nan=True):
+                what = f"input {name} after the call"
+                now = (self.adapter.mask_from_native(after, before.shape, what) if before.dtype == bool
+                       else self.adapter.from_native(after, before.shape, what))
+                if not np.array_equal(before, now, equal_nan=before.dtype != bool):
                     raise ContractError(f"modified its input {name} in place")
         return result
+
+    def _native(self, a: object, name: str) -> object:
+        if not isinstance(a, np.ndarray):
+            return a
+        return self.adapter.mask_to_native(a) if a.dtype == bool else self.adapter.to_native(a, name)
 
 
 def _gradient_outputs(adapter: Adapter, out: object, case: Case,
@@ -242,9 +257,15 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                          threads: int | None = None, ftz: bool = False,
                          reduction: str = "sequential", arithmetic: str = "float32",
                          opt_in: frozenset[str] | tuple[str, ...] = (),
-                         timeout_s: float | None = None, row_reduction: str = "blocks") -> Target:
+                         timeout_s: float | None = None, row_reduction: str = "blocks",
+                         mask: str = "bool", mask_fill: float | str | None = None) -> Target:
     """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
     arrays of ``dtype`` on ``device`` and returns the same kind of array.
+
+    ``mask`` (masked softmax): "bool" hands the mask over as booleans; "additive" as a float array
+    of 0 and ``mask_fill`` ("-inf", the default; "lowest", the storage type's lowest finite value;
+    or a negative number, rounded to the storage type), for a kernel computing
+    ``softmax(scale * x + mask)``.
 
     ``threads``: how many threads cooperate on a row (the depth of the error bound's reduction;
     default 32); ``reduction``: "sequential" (each thread adds its share in turn) or "tree"
@@ -271,6 +292,7 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
         raise UsageError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
                          f"{row_reduction!r}")
     adapter = get_adapter(framework, dtype=dtype, device=device)
+    fill = _mask_fill(op, mask, mask_fill, dtype)
     try:
         model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz), reduction=reduction,
                         arithmetic=arithmetic, **({} if threads is None else {"threads": threads}))
@@ -282,7 +304,29 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
                   ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
-                  adapter=adapter, constraints=constraints, row_reduction=row_reduction)
+                  adapter=adapter, constraints=constraints, row_reduction=row_reduction,
+                  mask_fill=fill)
+
+
+def _mask_fill(op: str, mask: str, mask_fill: float | str | None, dtype: str) -> float | None:
+    """The additive mask's fill as the storage type holds it, None for a boolean mask; UsageError
+    for a mask convention given to an op without a mask, or a bad fill."""
+    if mask not in MASK_KINDS:
+        raise UsageError(f"--mask (mask=) must be one of {', '.join(MASK_KINDS)} but was {mask!r}")
+    if not get_op(op).has_mask:
+        if mask != "bool" or mask_fill is not None:
+            given = "--mask-fill (mask_fill=)" if mask == "bool" else "--mask (mask=)"
+            raise UsageError(f"{given} applies to --op masked_softmax only; op {op} takes no mask")
+        return None
+    if mask == "bool":
+        if mask_fill is not None:
+            raise UsageError(f"--mask-fill {mask_fill} (mask_fill=) needs --mask additive "
+                             f"(mask=\"additive\"): a boolean mask has no fill")
+        return None
+    try:
+        return mask_fill_value("-inf" if mask_fill is None else mask_fill, dtype=dtype)
+    except ValueError as exc:
+        raise UsageError(f"--mask-fill (mask_fill=): {exc}") from None
 
 
 def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: int = 256,

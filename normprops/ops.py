@@ -1,4 +1,4 @@
-"""The three ops and their semantics (PyTorch's), the user signature a kernel of each has, and the
+"""The ops and their semantics (PyTorch's), the user signature a kernel of each has, and the
 properties a kernel of them is judged on."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OpSpec", "OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE", "check_ignore",
-           "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in", "BACKWARD_FAMILIES",
-           "is_backward", "ROW_REDUCTIONS"]
+__all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE",
+           "check_ignore", "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in",
+           "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
@@ -43,6 +43,15 @@ class OpSpec:
     def has_beta(self) -> bool:
         return "beta" in self.params
 
+    @property
+    def has_mask(self) -> bool:
+        return "mask" in self.params
+
+    @property
+    def is_softmax(self) -> bool:
+        """Judged as a softmax (row sums, bounds, argmax, ratios)."""
+        return self.name in SOFTMAX_OPS
+
 
 OPS: dict[str, OpSpec] = {
     op.name: op
@@ -55,8 +64,14 @@ OPS: dict[str, OpSpec] = {
             "(x - mean) / sqrt(var + eps) * gamma + beta, population variance",
         ),
         OpSpec("rmsnorm", ("x", "gamma", "eps"), FLOAT32_EPS, "x / sqrt(mean(x^2) + eps) * gamma"),
+        # PyTorch's scaled_dot_product_attention convention: a True mask entry takes part.
+        OpSpec("masked_softmax", ("x", "mask", "scale"), None,
+               "softmax(scale * x) over the entries where mask is True, 0 elsewhere, over the last axis"),
     )
 }
+
+#: The ops judged as a softmax.
+SOFTMAX_OPS = frozenset({"softmax", "masked_softmax"})
 
 #: The families a gradient is hunted on, and what each draws: a forward family's x (for softmax,
 #: the logits whose softmax is the y the kernel receives) with an upstream gradient dy of its own
@@ -157,8 +172,10 @@ PROPERTIES: dict[str, str] = {
 OPTIONAL = frozenset({"exact_constant", "range_safety", "row_order"})
 
 #: Optional properties an op judges whether asked or not: softmax kernels subtract the row max, so
-#: a row of any finite magnitude (family huge) is ordinary for them.
-JUDGED_BY_DEFAULT: dict[str, frozenset[str]] = {"softmax": frozenset({"range_safety"})}
+#: a row of any finite magnitude (family huge) is ordinary for them; a masked softmax can subtract
+#: it before it scales, so ``scale * x`` past float32's range is ordinary for it too.
+JUDGED_BY_DEFAULT: dict[str, frozenset[str]] = {"softmax": frozenset({"range_safety"}),
+                                                "masked_softmax": frozenset({"range_safety"})}
 
 #: Optional properties hunted all the same when not judged, their findings shown as information
 #: ("not range-safe"), never as failures: whether a kernel is range-safe is worth knowing either way.

@@ -19,7 +19,9 @@ from typing import Callable
 import mpmath
 import numpy as np
 
-from normprops.specs import ErrorModel
+from normprops.errormodel import ErrorModel
+from normprops.masking import argument_rounding, logits, scaled_in_range
+from normprops.ops import SOFTMAX_OPS
 from normprops.strategies import Case, get_dtype
 
 __all__ = [
@@ -86,6 +88,9 @@ class Reference:
     stat: np.ndarray  # softmax: W = sum g|x - m|; rmsnorm: ms; layernorm: var
     row_max: np.ndarray  # softmax: m; norms: max |x|
     oracle: str = "float64"
+    # Softmax: the exact logits its rows are the softmax of, in float64 (masked softmax:
+    # ``scale * x`` with the mask applied; docs/tolerances.md, "Masked softmax").
+    logits: np.ndarray | None = None
 
     @property
     def judged_rows(self) -> np.ndarray:
@@ -93,7 +98,19 @@ class Reference:
 
 
 def _softmax64(x32: np.ndarray) -> Reference:
-    x = x32.astype(np.float64)
+    return _softmax_of(x32.astype(np.float64), op="softmax")
+
+
+def _masked_softmax64(case: Case) -> Reference:
+    """The softmax of the exact logits (``scale * x`` with the mask applied). Rows where some
+    ``scale * x`` lies past float32's range are outside the accuracy domain."""
+    t = logits(case.x, case.mask, case.scale, case.mask_fill)
+    ref = _softmax_of(t, op="masked_softmax")
+    return Reference(**{**ref.__dict__, "in_domain": ref.in_domain & scaled_in_range(case.x, case.scale)})
+
+
+def _softmax_of(x: np.ndarray, *, op: str) -> Reference:
+    """Softmax over the last axis of the exact float64 logits ``x``."""
     rows, cols = x.shape
     with np.errstate(all="ignore"):
         has_nan = np.isnan(x).any(axis=1)
@@ -112,8 +129,8 @@ def _softmax64(x32: np.ndarray) -> Reference:
         limit = np.where(has_posinf[:, None] & ~has_nan[:, None],
                          infs / np.maximum(infs.sum(axis=1, keepdims=True), 1), np.nan)
         z = np.where(regular[:, None], g, np.nan)
-    return Reference("softmax", z, limit, nonfinite, masked, regular.copy(),
-                     np.where(regular[:, None], g, 0.0), np.ones((rows, 1)), w, m)
+    return Reference(op, z, limit, nonfinite, masked, regular.copy(),
+                     np.where(regular[:, None], g, 0.0), np.ones((rows, 1)), w, m, logits=x)
 
 
 def _layernorm64(x32: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> Reference:
@@ -166,10 +183,7 @@ def _mp_row(op: str, row: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray
     xs = [mpmath.mpf(float(v)) for v in row]
     n = len(xs)
     if op == "softmax":
-        m = max(xs)
-        e = [mpmath.exp(v - m) for v in xs]
-        total = mpmath.fsum(e)
-        return [float(v / total) for v in e]
+        return _mp_softmax(xs)
     if op == "layernorm":
         mu = mpmath.fsum(xs) / n
         var = mpmath.fsum((v - mu) ** 2 for v in xs) / n
@@ -188,14 +202,41 @@ def mp_reference(case: Case, *, rows: np.ndarray | None = None, prec: int = 200)
         raise ValueError(f"prec must be at least 64 bits (float64 has 53) but was {prec}")
     selected = range(case.rows) if rows is None else np.nonzero(rows)[0]
     out = np.full(case.x.shape, np.nan)
+    softmax = case.op in SOFTMAX_OPS
+    # The usable rows are decided on float64 logits, whose non-finite entries are the exact ones'.
+    t = logits(case.x, case.mask, case.scale, case.mask_fill) if case.op == "masked_softmax" else case.x
     with mpmath.workprec(prec):
         for r in selected:
-            row = case.x[r]
+            row = t[r]
             usable = np.isfinite(row).all() or (
-                case.op == "softmax" and not np.isnan(row).any() and not np.isposinf(row).any()
+                softmax and not np.isnan(row).any() and not np.isposinf(row).any()
                 and not np.isneginf(row).all())
-            if usable:
+            if not usable:
+                continue
+            if case.op == "masked_softmax":
+                out[r] = _mp_softmax(_mp_logits(case, r))
+            else:
                 out[r] = _mp_row(case.op, row, case.gamma, case.beta, case.eps)
+    return out
+
+
+def _mp_softmax(xs: list[mpmath.mpf]) -> list[float]:
+    m = max(xs)
+    e = [mpmath.exp(v - m) for v in xs]
+    total = mpmath.fsum(e)
+    return [float(v / total) for v in e]
+
+
+def _mp_logits(case: Case, r: int) -> list[mpmath.mpf]:
+    """Row ``r``'s logits exactly: ``scale * x`` (exact at 64 bits or more), the mask applied."""
+    scale = mpmath.mpf(case.scale)
+    out = []
+    for v, kept in zip(case.x[r].tolist(), case.mask[r].tolist()):
+        s = scale * mpmath.mpf(v)
+        if kept:
+            out.append(s)
+        else:
+            out.append(mpmath.mpf("-inf") if case.mask_fill is None else s + mpmath.mpf(case.mask_fill))
     return out
 
 
@@ -210,7 +251,7 @@ def _float64_not_enough(ref: Reference, case: Case) -> np.ndarray:
     if ref.op == "layernorm":
         rel = depth * U64 * ref.kappa[:, 0]
         return ref.judged_rows & (rel > 1e-3 * U * np.maximum(ref.kappa[:, 0], 1.0))
-    if ref.op == "softmax":
+    if ref.op in SOFTMAX_OPS:
         spread = np.where(ref.judged_rows, ref.stat[:, 0], 0.0)
         return ref.judged_rows & (depth * U64 * (1 + spread) > 1e-3 * U * 10)
     return np.zeros(case.rows, dtype=bool)
@@ -222,6 +263,8 @@ def reference(case: Case, *, oracle: str = "float64") -> Reference:
         raise ValueError(f"oracle must be one of {ORACLES} but was {oracle!r}")
     if case.op == "softmax":
         ref = _softmax64(case.x)
+    elif case.op == "masked_softmax":
+        ref = _masked_softmax64(case)
     elif case.op == "layernorm":
         ref = _layernorm64(case.x, case.gamma, case.beta, case.eps)
     else:
@@ -256,12 +299,23 @@ class Tolerance:
 def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
     k = model.k(case.cols)
     u = model.unit_roundoff
-    x = case.x.astype(np.float64)
     with np.errstate(all="ignore"):
-        dist = np.where(ref.y > 0, np.abs(x - ref.row_max), 0.0)
-        tol = ref.y * u * (model.rho * k + 10 + model.c_x * (dist + ref.stat)) + 2 * FLT_MIN
+        dist = np.where(ref.y > 0, np.abs(ref.logits - ref.row_max), 0.0)
+        rel = u * (model.rho * k + 10 + model.c_x * (dist + ref.stat))
+        if case.op == "masked_softmax":
+            # Rounding the logits themselves: exp(p_j + ln sum_k g_k exp(p_k)) - 1 at most.
+            p = _argument_rounding(case, model)
+            q = np.log(np.sum(np.where(ref.y > 0, ref.y * np.exp(p), 0.0), axis=1, keepdims=True))
+            extra = np.where(ref.y > 0, np.expm1(p + q), 0.0)
+            rel = rel + extra * (1 + rel)
+        tol = ref.y * rel + 2 * FLT_MIN
     sum_tol = u * (model.rho * k + 10 + 7 * math.log(case.cols)) + 2 * case.cols * FLT_MIN
     return Tolerance(tol, np.zeros(case.rows, bool), sum_tol, _ratio_tolerance(case, ref, model))
+
+
+def _argument_rounding(case: Case, model: ErrorModel) -> np.ndarray:
+    return argument_rounding(case.x, case.mask, case.scale, case.mask_fill,
+                             unit_roundoff=model.unit_roundoff, arithmetic=model.arithmetic)
 
 
 def _ratio_tolerance(case: Case, ref: Reference, model: ErrorModel) -> np.ndarray:
@@ -279,11 +333,12 @@ def _ratio_tolerance(case: Case, ref: Reference, model: ErrorModel) -> np.ndarra
     """
     kind = get_dtype(case.dtype)
     u = model.unit_roundoff
-    x = case.x.astype(np.float64)
     with np.errstate(all="ignore"):
-        dist = np.abs(x - ref.row_max)
+        dist = np.abs(ref.logits - ref.row_max)
         log_s = -np.log(np.max(ref.y, axis=1, keepdims=True))
         rel = u * (10 + model.c_x * (dist + log_s))
+        if case.op == "masked_softmax":
+            rel = rel + _argument_rounding(case, model)  # its own element's; the rest is the row's
         if case.dtype != "float32":
             rel = rel + kind.u  # the output's rounding to the storage type
         judged = ref.judged_rows[:, None] & (ref.y >= 2 * kind.min_normal)
@@ -336,12 +391,13 @@ def _table_policy(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
     rtol = max(TABLE_RTOL, 4.0 * 2.0**-23 * math.sqrt(case.cols))
     with np.errstate(all="ignore"):
         tol = TABLE_ATOL + rtol * np.abs(ref.z)
-    sum_tol = TABLE_ATOL * case.cols + rtol if case.op == "softmax" else None
+    sum_tol = TABLE_ATOL * case.cols + rtol if case.op in SOFTMAX_OPS else None
     return Tolerance(tol, np.zeros(case.rows, bool), sum_tol)
 
 
 _DEFAULT: dict[str, Callable[[Case, Reference, ErrorModel], Tolerance]] = {
     "softmax": _default_softmax,
+    "masked_softmax": _default_softmax,
     "layernorm": _default_layernorm,
     "rmsnorm": _default_rmsnorm,
 }

@@ -27,10 +27,10 @@ from typing import Callable, Sequence
 from normprops.api import hunt_families
 from normprops.case import Case
 from normprops.hunt import HuntConfig, HuntResult
+from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_spec
 from normprops.regressions import load_fixture
 from normprops.report import cell_text, declared
-from normprops.specs import KernelSpec
 from normprops.strategies import families_for
 
 __all__ = ["registry_target", "known_example", "caught", "as_declared", "registry_cell_text", "plan_cells",

@@ -4,10 +4,11 @@ A fixture is one JSON file, ``<dir>/<op>/<family>-<id>.json``, holding the minim
 input of one finding (one property of one kernel failing in one family) with its verdicts, the
 versions that produced it and when it was saved (``saved``, ISO 8601 UTC). Values are exact:
 arrays of up to 256 elements are lists of hex floats (``float.hex``, readable and exact); larger
-ones are base64 of little-endian float32 bytes. No pickle, no seeds (numpy does not promise seed
-streams across versions). ``<id>`` is a hash of the kernel, the property and the minimal input:
-the same finding found twice is written once, and the same input failing two kernels gives two
-files. Files are written atomically (temporary file, then rename).
+ones are base64 of little-endian float32 bytes; a masked softmax's mask is rows of 0s and 1s (or
+base64 of its packed bits), its scale and additive fill hex floats. No pickle, no seeds (numpy
+does not promise seed streams across versions). ``<id>`` is a hash of the kernel, the property and
+the minimal input: the same finding found twice is written once, and the same input failing two
+kernels gives two files. Files are written atomically (temporary file, then rename).
 
 A replay runs the fixtures that belong to a kernel (:func:`select_fixtures`: its op, its storage
 type, the widths it accepts), each judged on every property, its own first (:func:`replay_fixture`).
@@ -46,7 +47,7 @@ from normprops.strategies import FAMILIES, families_for
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
            "list_fixtures", "FixtureListing", "Unreadable", "select_fixtures", "Selection", "Skipped",
            "OTHER_DTYPE", "OTHER_WIDTH", "encode_array", "decode_array", "replay", "replay_fixture",
-           "replay_selection", "Replayed", "case_id", "FORMAT"]
+           "replay_selection", "Replayed", "case_id", "FORMAT", "encode_mask", "decode_mask"]
 
 FORMAT = "normprops-fixture/1"
 INLINE_LIMIT = 256
@@ -118,8 +119,85 @@ def _encode_case(case: Case) -> dict[str, Any]:
         out["eps"] = float(case.eps).hex()
     if case.dtype != "float32":
         out["dtype"] = case.dtype  # the values are float32, exact in this storage type
+    if case.mask is not None:
+        out["mask"] = encode_mask(case.mask)
+        out["scale"] = float(case.scale).hex()
+        if case.mask_fill is not None:
+            out["mask_fill"] = float(case.mask_fill).hex()
     out["params"] = _jsonable(case.params)
     return out
+
+
+def encode_mask(mask: np.ndarray) -> dict[str, Any]:
+    """A boolean mask as data: a string of 0s and 1s per row (1: the entry takes part) for small
+    masks, base64 of ``np.packbits`` (row-major, most significant bit first) for large ones."""
+    mask = np.ascontiguousarray(mask, dtype=bool)
+    if mask.size <= 16 * INLINE_LIMIT:
+        return {"shape": list(mask.shape), "rows": ["".join("1" if v else "0" for v in row)
+                                                    for row in mask.reshape(mask.shape[0], -1)]}
+    return {"shape": list(mask.shape), "packbits_base64": base64.b64encode(np.packbits(mask)).decode()}
+
+
+def decode_mask(blob: Any, *, what: str = "mask") -> np.ndarray:
+    """The boolean mask a blob of :func:`encode_mask` holds; ValueError naming ``what`` if the blob
+    is malformed."""
+    if not isinstance(blob, dict) or not isinstance(blob.get("shape"), list) or len(blob["shape"]) != 2:
+        raise ValueError(f"{what}: expected an object with a 'shape' of two integers")
+    shape = blob["shape"]
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise ValueError(f"{what}: shape {shape!r} is not a list of non-negative integers")
+    size = math.prod(shape)
+    if size > MAX_ELEMENTS:
+        raise ValueError(f"{what}: shape {shape!r} holds {size} elements, more than a fixture can")
+    if "rows" in blob:
+        rows = blob["rows"]
+        if (not isinstance(rows, list) or len(rows) != shape[0]
+                or not all(isinstance(r, str) and len(r) == shape[1] and set(r) <= {"0", "1"}
+                           for r in rows)):
+            raise ValueError(f"{what}: 'rows' must be {shape[0]} strings of {shape[1]} 0s and 1s")
+        return np.array([[c == "1" for c in r] for r in rows], dtype=bool).reshape(shape)
+    if "packbits_base64" in blob:
+        try:
+            raw = base64.b64decode(blob["packbits_base64"], validate=True)
+        except (TypeError, ValueError, binascii.Error) as exc:
+            raise ValueError(f"{what}: 'packbits_base64' is not base64 ({exc})") from None
+        if len(raw) != -(-size // 8):
+            raise ValueError(f"{what}: 'packbits_base64' holds {len(raw)} bytes; shape {shape!r} "
+                             f"needs {-(-size // 8)}")
+        bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=size)
+        return bits.astype(bool).reshape(shape)
+    raise ValueError(f"{what}: neither 'rows' nor 'packbits_base64' present")
+
+
+def _hex_float(blob: dict[str, Any], key: str, *, what: str, op: str) -> float:
+    try:
+        return float.fromhex(blob[key])
+    except (KeyError, TypeError, ValueError, OverflowError):
+        raise ValueError(f"{what}: {op} needs {key} as a hex float") from None
+
+
+def _decode_mask_args(blob: dict[str, Any], x: np.ndarray, *, op: str,
+                      what: str) -> tuple[np.ndarray | None, float | None, float | None]:
+    """A masked softmax's mask, scale and additive fill (None: a boolean mask), checked."""
+    if not OPS[op].has_mask:
+        extra = [k for k in ("mask", "scale", "mask_fill") if k in blob]
+        if extra:
+            raise ValueError(f"{what}: {op} takes no {extra[0]}")
+        return None, None, None
+    if "mask" not in blob:
+        raise ValueError(f"{what}: {op} needs a mask")
+    mask = decode_mask(blob["mask"], what=f"{what}.mask")
+    if mask.shape != x.shape:
+        raise ValueError(f"{what}.mask: shape {list(mask.shape)} does not match x's {list(x.shape)}")
+    scale = _hex_float(blob, "scale", what=what, op=op)
+    if not (math.isfinite(scale) and float(np.float32(scale)) == scale):
+        raise ValueError(f"{what}: scale {scale!r} is not a finite float32 value")
+    fill = None
+    if "mask_fill" in blob:
+        fill = _hex_float(blob, "mask_fill", what=what, op=op)
+        if not fill < 0:
+            raise ValueError(f"{what}: mask_fill {fill!r} is not -inf or a negative number")
+    return mask, scale, fill
 
 
 def _decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
@@ -161,9 +239,11 @@ def _decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
     for name, a in (("x", x), *vectors.items()):
         if not np.array_equal(to_dtype(a, dtype), a, equal_nan=True):
             raise ValueError(f"{what}.{name}: values are not exact in its dtype {dtype}")
+    mask, scale, fill = _decode_mask_args(blob, x, op=op, what=what)
     params = blob.get("params", {})
     return Case(op=op, family=family, x=x, gamma=vectors.get("gamma"), beta=vectors.get("beta"),
-                eps=eps, params=params if isinstance(params, dict) else {}, dtype=dtype, dy=dy)
+                eps=eps, params=params if isinstance(params, dict) else {}, dtype=dtype, dy=dy,
+                mask=mask, scale=scale, mask_fill=fill)
 
 
 def case_id(case: Case, *, kernel: str | None = None, property: str | None = None) -> str:
@@ -177,6 +257,10 @@ def case_id(case: Case, *, kernel: str | None = None, property: str | None = Non
             h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
     if case.eps is not None:
         h.update(float(case.eps).hex().encode())
+    if case.mask is not None:
+        h.update(np.packbits(case.mask).tobytes() + float(case.scale).hex().encode())
+        if case.mask_fill is not None:
+            h.update(float(case.mask_fill).hex().encode())
     if kernel is not None:
         h.update(f"kernel={kernel}/property={property}".encode())
     return h.hexdigest()[:12]
@@ -473,6 +557,8 @@ def replay_fixture(target: Target, fixture: Fixture, *, policy: str = "default")
     for case in fixture.cases():
         if case.dtype != target.dtype:
             case = case.replace(dtype=target.dtype)
+        if case.mask_fill != target.mask_fill:  # the mask as this kernel takes it
+            case = case.replace(mask_fill=target.mask_fill)
         try:
             found = _judge(target, case, prop=fixture.property, policy=policy)
         except FatalTargetError as exc:

@@ -25,6 +25,7 @@ from normprops.errors import WriteError
 from normprops.hunt import Finding, HuntResult
 from normprops.information import WORDS, information_of
 from normprops.judge import Verdict
+from normprops.masking import describe_fill
 from normprops.ops import PROPERTIES
 from normprops.strategies import FAMILIES
 
@@ -58,6 +59,8 @@ def describe_case(case: Case, verdict: Verdict | None = None) -> str:
     When the verdict's output came from another input than the case (a stress batch, a reordered
     batch), that input is named first; its failing row is a copy of one of the case's rows."""
     eps = "" if case.eps is None else f", eps={_value(case.eps)}"
+    if case.mask is not None:
+        eps += f", {describe_fill(case.mask_fill)} mask"
     lines = [f"input: {case.rows} x {case.cols} {case.dtype}{eps}; drawn with "
              + ", ".join(f"{k}={v!r}" for k, v in case.params.items())]
     row = None if verdict is None else verdict.row
@@ -95,11 +98,23 @@ def _row_line(case: Case, r: int, name: str | None = None) -> str:
     name = name or ("y" if case.op == "softmax_backward" else "x")  # the array the kernel takes
     values = (case.dy if name == "dy" else case.x)[r]
     if case.cols <= 12:
-        return f"{name}[{r}] = [{', '.join(repr(float(v)) for v in values)}]"
-    finite = values[np.isfinite(values)].astype(np.float64)
-    stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
-             f"std {finite.std():.6g}" if finite.size else "no finite values")
-    return f"{name}[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
+        line = f"{name}[{r}] = [{', '.join(repr(float(v)) for v in values)}]"
+    else:
+        finite = values[np.isfinite(values)].astype(np.float64)
+        stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
+                 f"std {finite.std():.6g}" if finite.size else "no finite values")
+        line = f"{name}[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
+    return line if case.mask is None or name == "dy" else f"{line}; {_mask_text(case.mask[r])}"
+
+
+def _mask_text(keep: np.ndarray) -> str:
+    """Which columns of a row a mask keeps: as 0s and 1s for a short row, else as runs."""
+    if keep.size <= 64:
+        return "mask " + "".join("1" if v else "0" for v in keep)
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], keep, [False]]).astype(np.int8)))
+    runs = [f"[{a}, {b})" for a, b in zip(edges[::2], edges[1::2])]
+    shown = ", ".join(runs[:4]) + (f" and {len(runs) - 4} more" if len(runs) > 4 else "")
+    return f"mask keeps {int(keep.sum())} of {keep.size}" + (f": {shown}" if runs else "")
 
 
 def format_finding(finding: Finding, *, indent: str = "    ") -> str:

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from normprops.case import Case
 from normprops.dtypes import DTYPES, StorageType, get_dtype, to_dtype
+from normprops.masking import SCALES
 from normprops.ops import FLOAT32_EPS, get_op
 
 __all__ = [
@@ -92,6 +93,10 @@ class Family:
     cols: tuple[int, int] | None = None
     edges: tuple[int, ...] = ()
     max_rows: int | None = None
+    # The rows' values and what they mask (True: masked), for an op that takes a mask; the other
+    # families hand it a mask that keeps every entry.
+    layout: Callable[[np.random.Generator, Shape, dict[str, Any]],
+                     tuple[np.ndarray, np.ndarray]] | None = None
 
 
 def _f32(values: np.ndarray) -> np.ndarray:
@@ -507,11 +512,17 @@ def _masked_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
         "offset": st.integers(-4, 2**18),
         "block": st.integers(0, 9).map(lambda i: 13 - i),  # blocks of 8192 down to 16 columns
         "period": st.integers(2, 64),
+        # A boolean mask leaves values under it, which a kernel must never read: the drawn ones,
+        # or ones far above the kept values.
+        **({"masked_values": st.sampled_from(("drawn", "large"))} if get_op(op).has_mask else {}),
     })
 
 
-def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+def _masked_layout(rng: np.random.Generator, shape: Shape,
+                   p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' values and, separately, what the layouts mask (True: masked)."""
     x = _f32(p["scale"] * rng.standard_normal((shape.rows, shape.cols)))
+    masked = np.zeros(x.shape, dtype=bool)
     for r in range(shape.rows):
         masks = [_row_mask(layout, r, shape, p, rng)
                  for layout in p["patterns"][r % len(p["patterns"])].split("+")]
@@ -521,7 +532,16 @@ def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> 
         # drawn as such: "full", negative causal offsets).
         if mask.all() and not any(m.all() for m in masks):
             mask = masks[-1]
-        x[r, mask] = -np.inf
+        masked[r] = mask
+    if p.get("masked_values") == "large":
+        # Far above every kept value: a kernel whose max sees masked entries underflows the row.
+        x[masked] = F32(1e4)
+    return x, masked
+
+
+def _masked_build(rng: np.random.Generator, shape: Shape, p: dict[str, Any]) -> np.ndarray:
+    x, masked = _masked_layout(rng, shape, p)
+    x[masked] = -np.inf
     return x
 
 
@@ -537,6 +557,8 @@ def _masked_describe(shape: Shape, p: dict[str, Any], x: np.ndarray) -> dict[str
 
 
 def _masked_promise(case: Case) -> bool:
+    if case.mask is not None:
+        return bool(not case.mask.all() and np.all(np.isfinite(case.x)))
     return bool(np.any(np.isneginf(case.x)) and not np.any(np.isnan(case.x) | np.isposinf(case.x)))
 
 
@@ -570,8 +592,9 @@ def _nonfinite_promise(case: Case) -> bool:
     return bool(finite_rows.any() and not finite_rows.all())
 
 
-_ALL = frozenset({"softmax", "layernorm", "rmsnorm"})
+_ALL = frozenset({"softmax", "layernorm", "rmsnorm", "masked_softmax"})
 _NORMS = frozenset({"layernorm", "rmsnorm"})
+_SOFTMAX = frozenset({"softmax", "masked_softmax"})
 
 FAMILIES: dict[str, Family] = {
     f.name: f
@@ -579,7 +602,7 @@ FAMILIES: dict[str, Family] = {
         Family("ordinary", "activations as models produce them", _ALL, _ordinary_params,
                _ordinary_build, _all_finite_moderate),
         Family("overflow_logits", "row max above 88.7 (expf overflows), anywhere in the row",
-               frozenset({"softmax"}), _overflow_params, _overflow_build,
+               _SOFTMAX, _overflow_params, _overflow_build,
                lambda c: bool(np.all(np.max(c.x, axis=1) > 88.7))),
         Family("wide_span", "spreads of 100 to 1e4 inside a row", _ALL, _wide_span_params,
                _wide_span_build, _wide_span_promise),
@@ -596,8 +619,8 @@ FAMILIES: dict[str, Family] = {
         Family("ragged", "shape edge cases with ordinary values", _ALL, _ragged_params,
                _ragged_build, lambda c: c.cols in EDGE_COLS, edge_cols_only=True),
         Family("masked", "-inf entries: attention masks, thread shares, fully masked rows",
-               frozenset({"softmax"}), _masked_params, _masked_build, _masked_promise, min_rows=2,
-               describe=_masked_describe),
+               _SOFTMAX, _masked_params, _masked_build, _masked_promise, min_rows=2,
+               describe=_masked_describe, layout=_masked_layout),
         Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)", _ALL,
                _nonfinite_params, _nonfinite_build, _nonfinite_promise, min_rows=2),
         Family("long_rows", "1 or 2 rows of 2^15 - 1 to 2^18 + 1 columns, ordinary values", _ALL,
@@ -649,9 +672,11 @@ def _beta(rng: np.random.Generator, kind: str, cols: int, large: float = 1e4) ->
 
 def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: dict[str, Any],
               gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None,
-              dtype: str = "float32") -> Case:
+              dtype: str = "float32", scale: float = 1.0, mask_fill: float | None = None) -> Case:
     """Build a case deterministically from drawn parameters (what the strategies call); for a
-    narrow ``dtype`` x, gamma and beta are rounded to it (:func:`to_dtype`)."""
+    narrow ``dtype`` x, gamma and beta are rounded to it (:func:`to_dtype`). A masked softmax
+    takes ``scale`` (a float32 value) and its mask from the family's layout (every entry kept in a
+    family without one), handed over as ``mask_fill`` says (:class:`~normprops.case.Case`)."""
     spec = get_op(op)
     kind = get_dtype(dtype)
     fam = get_family(family)
@@ -667,13 +692,26 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
             raise ValueError(f"eps must be a positive float32 but was {eps!r}")
     rng = np.random.default_rng(seed)
     shape = Shape(rows, cols, op, eps_value)
-    x = fam.build(rng, shape, params)
+    keep = None
+    if spec.has_mask and fam.layout is not None:
+        x, masked = fam.layout(rng, shape, params)
+        keep = ~masked
+    elif spec.has_mask:
+        x = fam.build(rng, shape, params)
+        keep = np.ones(x.shape, dtype=bool)
+    else:
+        x = fam.build(rng, shape, params)
     x = to_dtype(x, dtype)
     gamma = to_dtype(_gamma(rng, gamma_kind, cols, kind.large_weight), dtype) if spec.has_gamma else None
     beta = to_dtype(_beta(rng, beta_kind, cols, kind.large_weight), dtype) if spec.has_beta else None
     shown = dict(params)
     if fam.describe is not None:
-        shown.update(fam.describe(shape, params, x))
+        shown.update(fam.describe(shape, params, x if keep is None else np.where(keep, x, -np.inf)))
+    elif keep is not None:
+        shown["masks"] = "none"
+    if spec.has_mask:
+        scale = float(F32(scale))
+        shown["softmax_scale"] = scale
     shown["seed"] = seed
     if spec.has_gamma:
         shown["gamma"] = gamma_kind
@@ -682,7 +720,8 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
     if dtype != "float32":
         shown["dtype"] = dtype
     return Case(op=op, family=family, x=x, gamma=gamma, beta=beta, eps=eps_value, params=shown,
-                dtype=dtype)
+                dtype=dtype, mask=keep, scale=scale if spec.has_mask else None,
+                mask_fill=mask_fill if spec.has_mask else None)
 
 
 def _check_positive(name: str, value: int, minimum: int = 1) -> None:
@@ -727,8 +766,8 @@ def _family_cols(fam: Family, min_cols: int, max_cols: int, multiple_of: int) ->
 
 
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
-          max_cols: int | None = None, cols_multiple_of: int = 1,
-          dtype: str = "float32") -> st.SearchStrategy[Case]:
+          max_cols: int | None = None, cols_multiple_of: int = 1, dtype: str = "float32",
+          mask_fill: float | None = None) -> st.SearchStrategy[Case]:
     """Cases of ``family`` for ``op``: a batch of rows plus gamma, beta and eps where the op has them.
 
     ``min_rows`` is raised to the family's own minimum (``masked`` and ``nonfinite`` need a clean
@@ -737,7 +776,9 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     widths (:func:`edge_cols`) or anywhere in the range; ``ragged`` draws only edge widths.
     ``max_cols`` None is the family's own widest: :data:`MAX_COLS` (twice ``min_cols`` where that
     is more), for ``long_rows`` 2^18 + 1. ``long_rows`` draws from :data:`LONG_COLS` inside the
-    range, or, when no width there lies in it, from its upper half.
+    range, or, when no width there lies in it, from its upper half. A masked softmax's cases draw
+    their scale from :data:`~normprops.masking.SCALES` and hand their mask over as ``mask_fill``
+    says (None: booleans).
     """
     spec = get_op(op)
     get_dtype(dtype)
@@ -787,6 +828,7 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     params_strategy = fam.params(op)
     gamma_strategy = st.sampled_from(GAMMA_KINDS)
     beta_strategy = st.sampled_from(BETA_KINDS)
+    scale_strategy = st.sampled_from(SCALES) if spec.has_mask else st.just(1.0)
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
@@ -801,6 +843,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
             beta_kind=draw(beta_strategy, label="beta") if spec.has_beta else "zeros",
             eps=draw(eps_strategy, label="eps"),
             dtype=dtype,
+            scale=draw(scale_strategy, label="scale") if spec.has_mask else 1.0,
+            mask_fill=mask_fill,
         )
 
     return draw_case()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import normprops
-from normprops.specs import ErrorModel
+from normprops.errormodel import ErrorModel
 
 BF16 = ml_dtypes.bfloat16
 F32 = np.float32

@@ -16,6 +16,7 @@ import normprops
 from normprops.backward import grad_reference, grad_tolerance, row_depth
 from normprops.backward_strategies import GRAD_FAMILIES, grad_cases, make_grad_case
 from normprops.case import Case
+from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.errors import ContractError, FixtureError
 from normprops.examples import backward_correct as correct
 from normprops.hunt import HuntConfig, hunt
@@ -24,7 +25,6 @@ from normprops.launch import target_from_callable
 from normprops.ops import BACKWARD_FAMILIES, OPS, is_backward
 from normprops.properties import evaluate
 from normprops.regressions import load_fixture, replay, save_fixture
-from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.strategies import families_for
 from tests.cli_harness import run
 

@@ -39,7 +39,7 @@ def test_cases_scale_with_the_l2() -> None:
     cases = bench_cases(l2_bytes=H200_L2)
     assert [c.name for c in cases] == ["16384x1024", "4096x4096", "262144x1024", "65536x4096",
                                       "16384x16384"]
-    assert {c.mib for c in cases if c.set == "seed"} == {64.0}
+    assert {c.mib for c in cases if c.set == "textbook"} == {64.0}
     assert {c.mib for c in cases if c.set == "l2"} == {1024.0}  # >= 16 x 60 MiB, a power of two
     assert all(c.elements * 4 >= 16 * H200_L2 for c in cases if c.set == "l2")
     t4 = bench_cases(l2_bytes=4 << 20, sets=("l2",))
@@ -49,7 +49,7 @@ def test_cases_scale_with_the_l2() -> None:
 
 
 def _rows(rms_ms: float, two_ms: float, case: BenchCase | None = None):
-    case = case or BenchCase("16384x1024", "seed", 16384, 1024)
+    case = case or BenchCase("16384x1024", "textbook", 16384, 1024)
     times = {"copyFloor": [0.050, 0.051, 0.049], "memcpy": [0.040] * 3,
              "rmsNormRow": [rms_ms] * 3, "layerNormRowTwoPass": [two_ms] * 3,
              "layerNormRowWelford": [rms_ms * 1.02] * 3, "softmaxRowSafe": [0.08, 0.081, 0.079]}
@@ -456,7 +456,7 @@ def test_the_report_holds_the_table_and_every_verdict() -> None:
     rows = _rows(0.062, 0.075) + _lead_rows(0.52, 0.80, None, 0.50)
     notes = [Note("262144x2048 bf16", "liger.layer_norm", "not run: too wide")]
     text = bench.format_report(bench.Measurement(rows, notes, []))
-    assert text.startswith(format_table(rows) + "\n\npredictions (seed cases):\n  refuted: every kernel")
+    assert text.startswith(format_table(rows) + "\n\npredictions (textbook cases):\n  refuted: every kernel")
     assert "\n\ngates:\n  PASS 16384x1024: time rmsNormRow / layerNormRowTwoPass 0.827 (limit 1.050)" in text
     assert "\n\nthe lead (96% of memcpy where DRAM-bound, no slower than the fastest peer): 1 of 2" in text
     assert "  MISSED 262144x2048 bf16: layerNormFastBf16 time / quack.layernorm 1.040 (limit 1)" in text

@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings, target
 
+from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.examples import correct
 from normprops.examples.correct import CORRECT, Impl
 from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.judge import softmax_ratios
 from normprops.launch import target_from_callable
 from normprops.oracles import reference, tolerance
-from normprops.specs import FOREIGN_ERROR_MODEL
 from normprops.strategies import cases, families_for
 
 pytestmark = pytest.mark.numerics

@@ -8,9 +8,9 @@ import re
 import numpy as np
 import pytest
 
+from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.judge import Verdict, bits_equal, judge_output
 from normprops.oracles import reference, tolerance
-from normprops.specs import FOREIGN_ERROR_MODEL
 from normprops.strategies import Case
 
 F32 = np.float32

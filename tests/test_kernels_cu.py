@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from normprops.cuda.build import SOURCES, source_text, unit_text
+from normprops.cuda.layout import PROD_VARIANTS
 from normprops.cuda.prod import DTYPE_CODES, PACKED_VPTS, VPTS
-from normprops.specs import KERNELS, PROD_VARIANTS
+from normprops.specs import KERNELS
 
 NVCC = shutil.which("nvcc")
 

@@ -10,11 +10,12 @@ from dataclasses import replace
 import pytest
 
 from normprops.hunt import HuntResult, hunt
+from normprops.kernelspec import KernelSpec, KnownBug
 from normprops.launch import GPU_BACKENDS, target_from_spec
 from normprops.plugin import HUNT_PROPERTY
 from normprops.registry_hunt import caught, registry_cell_text, registry_target
 from normprops.regressions import save_findings
-from normprops.specs import KERNELS, KernelSpec, KnownBug, backend_status
+from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
 
 pytestmark = pytest.mark.numerics

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
+from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.examples import correct, planted
 from normprops.judge import judge_output
 from normprops.oracles import U, mp_reference, reference, row_sum, tolerance
-from normprops.specs import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.strategies import LONG_COLS, Case, cases, make_case
 
 F32 = np.float32
@@ -120,7 +120,7 @@ def test_table_policy_is_condition_blind() -> None:
 
 
 def test_tree_reduction_depth_is_logarithmic_and_validated() -> None:
-    from normprops.specs import TREE_LEAF_DEPTH
+    from normprops.errormodel import TREE_LEAF_DEPTH
 
     tree = ErrorModel(reduction="tree")
     assert tree.k(16385) == 15 + TREE_LEAF_DEPTH

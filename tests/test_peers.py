@@ -15,7 +15,7 @@ import pytest
 from normprops.backends import peers
 from normprops.backends.peers import (
     LIBRARIES,
-    OPS,
+    PEER_OP_NAMES,
     PEER_OPS,
     PeerUnavailable,
     adapter,
@@ -38,7 +38,7 @@ def _fresh_probe():
 
 def test_every_library_has_every_op_once() -> None:
     for library in LIBRARIES:
-        assert sorted(p.op for p in peer_ops(library=library)) == sorted(OPS), library
+        assert sorted(p.op for p in peer_ops(library=library)) == sorted(PEER_OP_NAMES), library
     names = [p.name for p in PEER_OPS]
     assert len(names) == len(set(names))
     for p in PEER_OPS:
@@ -234,7 +234,8 @@ def test_liger_adapters_call_the_triton_functions(stand_ins: Path) -> None:
                                           "forward only), torch 2.11.0+stand-in")
     x, r, g, b = (_Tensor("bfloat16", s, n)
                   for s, n in (((4, 8), "x"), ((4, 8), "r"), ((8,), "g"), ((8,), "b")))
-    launches = {op: bind(get_peer_op("liger", op), x=x, gamma=g, beta=b, residual=r, eps=1e-5) for op in OPS}
+    launches = {op: bind(get_peer_op("liger", op), x=x, gamma=g, beta=b, residual=r, eps=1e-5)
+                for op in PEER_OP_NAMES}
     results = {op: launch() for op, launch in launches.items()}
     assert results["addrmsnorm"] == ("out", "new_residual")
     import liger_kernel

@@ -20,7 +20,7 @@ from normprops.examples.correct import CORRECT
 from normprops.examples.planted import PLANTED
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_callable
-from normprops.ops import PROPERTIES
+from normprops.ops import OPS, PROPERTIES
 from normprops.strategies import families_for
 
 pytestmark = pytest.mark.numerics
@@ -49,7 +49,7 @@ def test_every_planted_bug_is_a_hunt_it_can_run() -> None:
         assert p.family in families_for(p.op), f"{p.func}: family {p.family!r} is not drawn for {p.op}"
         assert p.property is None or p.property in PROPERTIES, f"{p.func}: unknown property {p.property!r}"
         assert p.opt_in <= set(PROPERTIES), f"{p.func}: unknown opt-in {sorted(p.opt_in)}"
-    assert {p.op for p in PLANTED} == {"softmax", "layernorm", "rmsnorm"}
+    assert {p.op for p in PLANTED} == set(OPS)  # every op has a planted bug
 
 
 @pytest.mark.parametrize("planted", [p for p in PLANTED if not p.opt_in], ids=lambda p: p.func)
@@ -83,7 +83,7 @@ def test_correct_implementation_is_never_flagged(impl, tmp_path: Path) -> None:
     assert report["failures"] == []
 
 
-def _seeds_caught(func: str, *, family: str, seeds: range, examples: int) -> int:
+def _seeds_caught(func: str, *, family: str, seeds: range, examples: int, op: str = "softmax") -> int:
     """Of ``seeds``, how many a hunt of ``examples`` examples catches the planted ``func`` with (the
     hunt's own phases but shrinking, which comes after a catch), in a fresh interpreter: Hypothesis
     mixes the literals of every local module imported so far into its draws, so in this process
@@ -93,7 +93,7 @@ def _seeds_caught(func: str, *, family: str, seeds: range, examples: int) -> int
         from normprops.examples import planted
         from normprops.hunt import HuntConfig, hunt
         from normprops.launch import target_from_callable
-        target = target_from_callable(planted.{func}, op="softmax")
+        target = target_from_callable(planted.{func}, op={op!r})
         unshrunk = settings(database=None, phases=(Phase.explicit, Phase.generate, Phase.target))
         print(sum(not hunt(target, family={family!r}, config=HuntConfig(
             max_examples={examples}, seed=s, parent=unshrunk)).passed for s in {seeds!r}))
@@ -111,9 +111,17 @@ def test_a_masked_leading_block_is_caught_within_the_ci_profiles_examples() -> N
                          examples=100) >= 19
 
 
-@pytest.mark.parametrize("func", ["softmax_blocks", "softmax_online"])
-def test_chunked_softmax_stays_clean_on_every_mask_layout(func: str) -> None:
-    target = target_from_callable(getattr(correct_module, func), op="softmax")
+def test_a_masked_softmax_with_a_leading_chunk_masked_is_caught_within_the_ci_profiles_examples() -> None:
+    """The same bug in a masked softmax's online merge (fn(x, mask, scale), chunks of 1024): only
+    left padding of a whole chunk or more shows it, which the attention layouts draw."""
+    assert _seeds_caught("masked_softmax_leading_chunk_nan", family="masked", seeds=range(20),
+                         examples=100, op="masked_softmax") >= 19
+
+
+@pytest.mark.parametrize("func, op", [("softmax_blocks", "softmax"), ("softmax_online", "softmax"),
+                                      ("masked_softmax_online", "masked_softmax")])
+def test_chunked_softmax_stays_clean_on_every_mask_layout(func: str, op: str) -> None:
+    target = target_from_callable(getattr(correct_module, func), op=op)
     result = hunt(target, family="masked", config=HuntConfig(max_examples=300, seed=0))
     assert result.passed, result.failure.message()
     assert result.examples == 300

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from normprops.cuda.entries import FAST_EXP_C_X, PROD_BLOCK
+from normprops.cuda.layout import PROD_VARIANTS, prod_layout
 from normprops.cuda.prod import PACKED_VPTS, VPTS, Shape, entry_point, launch_shape, split_exact
 from normprops.cuda.shape import (
     CLUSTER_SIZES,
@@ -22,7 +24,7 @@ from normprops.cuda.shape import (
     shape_for,
 )
 from normprops.oracles import reference, tolerance
-from normprops.specs import FAST_EXP_C_X, KERNELS, PROD_BLOCK, PROD_VARIANTS, prod_layout
+from normprops.specs import KERNELS
 from normprops.strategies import DTYPES, get_dtype, make_case, to_dtype
 
 F32 = np.float32

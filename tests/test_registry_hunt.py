@@ -16,9 +16,11 @@ from cli_harness import run
 
 from normprops import cli
 from normprops.case import ShapeConstraints
+from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.hunt import HuntConfig, hunt
+from normprops.kernelspec import KernelSpec, KnownBug
 from normprops.registry_hunt import as_declared, caught, plan_cells, registry_cell_text, registry_target
-from normprops.specs import FOREIGN_ERROR_MODEL, KERNELS, KernelSpec, KnownBug
+from normprops.specs import KERNELS
 from normprops.strategies import families_for
 
 STANDIN = textwrap.dedent('''

@@ -72,16 +72,8 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-@pytest.mark.xfail(strict=True, reason="normprops.cuda.prod -> normprops.specs -> normprops.cuda.prod "
-                   "(specs imports cuda.prod inside a function); goes with the registry split")
 def test_no_import_cycle() -> None:
     assert find_cycle(import_graph()) is None, " -> ".join(find_cycle(import_graph()))
-
-
-def test_no_import_cycle_but_the_known_one() -> None:
-    graph = import_graph()
-    graph["normprops.specs"].discard("normprops.cuda.prod")
-    assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
 def test_the_import_graph_sees_a_cycle_through_a_function(tmp_path: Path) -> None:

@@ -18,9 +18,10 @@ import numpy as np
 from normprops.hunt import HuntConfig, hunt
 from normprops.judge import judge_output
 from normprops.launch import target_from_spec
+from normprops.ops import OPS
 from normprops.oracles import reference, tolerance
 from normprops.properties import evaluate
-from normprops.specs import KERNELS, OPS
+from normprops.specs import KERNELS
 from normprops.strategies import make_case
 
 COLS = 4096

@@ -12,13 +12,13 @@ import sys
 from sweep_prod import SweepKernel  # tools/ is on sys.path when this runs as a script
 
 from normprops.bench.launchers import random_storage
-from normprops.cuda.prod import OPS
-from normprops.strategies import get_dtype
+from normprops.cuda.prod import PROD_OPS
+from normprops.dtypes import get_dtype
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--op", choices=OPS, required=True)
+    ap.add_argument("--op", choices=PROD_OPS, required=True)
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--cols", type=int, default=4096)
     ap.add_argument("--per-thread", type=int)

@@ -19,9 +19,10 @@ import sys
 
 import numpy as np
 
+from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS
 from normprops.cuda.shape import MAX_ROW_THREADS
-from normprops.specs import KERNELS, PROD_PER_THREAD, PROD_VARIANTS
-from normprops.strategies import to_dtype
+from normprops.dtypes import to_dtype
+from normprops.specs import KERNELS
 
 BACKENDS = ("cuda", "cuda-prod", "cuda-cluster")
 # Ragged widths, and for prod.cu each register-path layout plus the streaming path (70001 columns;

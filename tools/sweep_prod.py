@@ -24,7 +24,7 @@ from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, unit_text
 from normprops.cuda.prod import KEPT_BAD_SOURCE, SOURCE, ProdKernel, largest_cluster, vector_width
 from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape
-from normprops.strategies import get_dtype
+from normprops.dtypes import get_dtype
 
 
 @functools.cache

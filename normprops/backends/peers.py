@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 __all__ = [
     "LIBRARIES",
-    "OPS",
+    "PEER_OP_NAMES",
     "SIGNATURES",
     "Library",
     "PeerOp",
@@ -51,7 +51,7 @@ SIGNATURES = {
     "rmsnorm": "rms_norm(x, gamma, eps)",
     "addrmsnorm": "add_rms_norm(x, residual, gamma, eps) -> (out, new_residual)",
 }
-OPS = tuple(SIGNATURES)
+PEER_OP_NAMES = tuple(SIGNATURES)
 _ITEMSIZE = {"float32": 4, "bfloat16": 2, "float16": 2}
 _ALL_DTYPES = ("float32", "bfloat16", "float16")
 
@@ -102,7 +102,7 @@ class PeerOp:
     """One library's kernel for one op: what it accepts and how it computes."""
 
     library: str
-    op: str  # one of OPS
+    op: str  # one of PEER_OP_NAMES
     name: str  # its row in the bench table
     call: str  # the library call the adapter makes
     dtypes: tuple[str, ...]  # storage types (x, out, residual); arithmetic notes in ``math``
@@ -180,8 +180,8 @@ def peer_ops(*, library: str | None = None, op: str | None = None) -> tuple[Peer
     """The registered peer kernels, optionally of one ``library`` and/or one ``op``."""
     if library is not None:
         get_library(library)
-    if op is not None and op not in OPS:
-        raise ValueError(f"op must be one of {OPS} but was {op!r}")
+    if op is not None and op not in PEER_OP_NAMES:
+        raise ValueError(f"op must be one of {PEER_OP_NAMES} but was {op!r}")
     return tuple(p for p in PEER_OPS if library in (None, p.library) and op in (None, p.op))
 
 

@@ -8,13 +8,13 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from normprops.strategies import get_dtype
+from normprops.dtypes import get_dtype
 
-__all__ = ["BenchCase", "bench_cases", "l2_bytes_here", "SETS", "OPS", "NORM_OPS", "L2_MULTIPLE",
+__all__ = ["BenchCase", "bench_cases", "l2_bytes_here", "SETS", "TIMED_OPS", "NORM_OPS", "L2_MULTIPLE",
            "DEFAULT_L2_BYTES", "DECODE_SHAPE", "MODEL_HIDDEN", "MODEL_ODD_HIDDEN", "MODEL_VOCAB",
            "MODEL_VOCAB_DTYPES", "MODEL_DECODE_ROWS"]
 
-SEED_CASE_BYTES = 64 << 20
+TEXTBOOK_CASE_BYTES = 64 << 20
 #: The H200's L2 (60 MiB): the case sizes when no GPU can be asked (``--list-cases`` on a laptop).
 DEFAULT_L2_BYTES = 60 << 20
 L2_MULTIPLE = 16  # a case of at least 16x the L2 each way streams from DRAM: % of memcpy means something
@@ -22,9 +22,9 @@ L2_MULTIPLE = 16  # a case of at least 16x the L2 each way streams from DRAM: % 
 
 #: Case sets: the textbook's two 64 MiB float32 cases; L2-scaled ones (float32, bfloat16, float16);
 #: the decode-sized 64 x 8192 rows (float32 and bfloat16); model-shaped rows (``model``).
-SETS = ("seed", "l2", "l2-bf16", "l2-f16", "decode", "model")
+SETS = ("textbook", "l2", "l2-bf16", "l2-f16", "decode", "model")
 DECODE_SHAPE = (64, 8192)
-OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
+TIMED_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm")
 NORM_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
 #: Hidden sizes of current models (Llama 3 8B 4096, 70B 8192; gpt-oss 2880; Mistral 5120; DeepSeek
 #: V3 7168; ...), normalized in bfloat16.
@@ -91,13 +91,13 @@ def _model_cases(l2_bytes: int, scaled: int) -> list[BenchCase]:
     return out
 
 
-def bench_cases(*, l2_bytes: int, sets: Sequence[str] = ("seed", "l2")) -> list[BenchCase]:
+def bench_cases(*, l2_bytes: int, sets: Sequence[str] = ("textbook", "l2")) -> list[BenchCase]:
     """The textbook's two 64 MiB cases; cases of 1024, 4096 and 16384 columns whose size each way is the
     smallest power of two at least 16x the L2 (1 GiB for the H200's 60 MiB), in float32 ("l2"),
     bfloat16 ("l2-bf16") or float16 ("l2-f16"); the decode-sized 64 x 8192 ("decode", float32 and
     bfloat16); model-shaped cases ("model": :data:`MODEL_HIDDEN` and :data:`MODEL_ODD_HIDDEN` for the
     norms in bfloat16, :data:`MODEL_VOCAB` for softmax, each at :data:`MODEL_DECODE_ROWS` rows and at
-    prefill, the fewest rows of at least that power of two). Every case of the seed and L2 sets moves
+    prefill, the fewest rows of at least that power of two). Every case of the textbook and L2 sets moves
     the same bytes. A case named twice (64x8192 bf16 is in "decode" and "model") is kept once, with
     the ops of both."""
     if l2_bytes < 1:
@@ -108,8 +108,8 @@ def bench_cases(*, l2_bytes: int, sets: Sequence[str] = ("seed", "l2")) -> list[
     out: list[BenchCase] = []
     scaled = 1 << math.ceil(math.log2(L2_MULTIPLE * l2_bytes))
     for name in sets:
-        if name == "seed":
-            out += [_case("seed", SEED_CASE_BYTES, 1024), _case("seed", SEED_CASE_BYTES, 4096)]
+        if name == "textbook":
+            out += [_case("textbook", TEXTBOOK_CASE_BYTES, cols) for cols in (1024, 4096)]
         elif name.startswith("l2"):
             dtype = {"l2": "float32", "l2-bf16": "bfloat16", "l2-f16": "float16"}[name]
             out += [_case(name, scaled, c, dtype, dram_bound=True) for c in (1024, 4096, 16384)]

@@ -85,14 +85,14 @@ PEERS = {"softmax": "torch.softmax", "layernorm": "F.layer_norm", "rmsnorm": "F.
 def launchers_for(case: BenchCase, progress: TextIO | None = None, *,
                peers: Sequence[str] = ()) -> Launchers:
     """One zero-argument launch per kernel on this case's buffers: the floors, the textbook kernels
-    (float32, seed and l2 sets), the production kernels of the case's storage type, PyTorch's when
+    (float32, textbook and l2 sets), the production kernels of the case's storage type, PyTorch's when
     importable, and the ``peers`` libraries' kernels that take the case (the others get a note)."""
     import cupy
 
     from normprops.cuda.build import module
+    from normprops.cuda.layout import PROD_VARIANTS
     from normprops.cuda.prod import ProdKernel
     from normprops.cuda.textbook import THREADS
-    from normprops.specs import PROD_VARIANTS
 
     rng = cupy.random.default_rng(0)
     shape = (case.rows, case.cols)
@@ -109,19 +109,19 @@ def launchers_for(case: BenchCase, progress: TextIO | None = None, *,
     if case.dtype == "float32":
         mod = module("default")
         grid, block = (case.rows,), (THREADS,)
-        seed_args = {"softmax": (x, out, cols), "layernorm": (x, out, gamma, beta, cols, eps),
+        textbook_args = {"softmax": (x, out, cols), "layernorm": (x, out, gamma, beta, cols, eps),
                      "rmsnorm": (x, out, gamma, cols, eps)}
 
-        def seed(name: str, op_args: tuple[Any, ...]) -> Callable[[], None]:
+        def textbook(name: str, op_args: tuple[Any, ...]) -> Callable[[], None]:
             fn = mod.get_function(name)
             return lambda: fn(grid, block, op_args)
 
-        launchers.add(COPY_FLOOR, seed(COPY_FLOOR, (x, out, cols)), op="", library="")
-        if case.set in ("seed", "l2"):
+        launchers.add(COPY_FLOOR, textbook(COPY_FLOOR, (x, out, cols)), op="", library="")
+        if case.set in ("textbook", "l2"):
             for spec in KERNELS:
                 if spec.backend == "cuda" and spec.bench and case.runs(spec.op):
-                    launchers.add(spec.name, seed(spec.name, seed_args[spec.op]), op=spec.op,
-                                  library="normprops-seed", touches=spec.touches)
+                    launchers.add(spec.name, textbook(spec.name, textbook_args[spec.op]), op=spec.op,
+                                  library="normprops-textbook", touches=spec.touches)
     for spec in KERNELS:
         if spec.backend != "cuda-prod" or not spec.bench or spec.dtype != case.dtype:
             continue

@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from normprops.bench.cases import L2_MULTIPLE, OPS, BenchCase
+from normprops.bench.cases import L2_MULTIPLE, TIMED_OPS, BenchCase
 from normprops.bench.launchers import Note
 from normprops.bench.timing import BenchRow, LaunchRow, Measurement
 from normprops.bench.verdicts import (
@@ -24,7 +24,7 @@ from normprops.bench.verdicts import (
     predictions,
     targets,
 )
-from normprops.strategies import get_dtype
+from normprops.dtypes import get_dtype
 
 __all__ = ["format_cases", "format_case_list", "format_run_header", "format_report", "format_table",
            "format_lead_table", "write_outputs"]
@@ -103,12 +103,12 @@ def format_run_header(*, device: str, l2_bytes: int, rounds: int, reps: int,
 
 
 def format_report(result: Measurement) -> str:
-    """The table, then what it decides: the predictions (when the seed cases ran), the gates, the
+    """The table, then what it decides: the predictions (when the textbook cases ran), the gates, the
     targets and the lead, and the lead table with its notes and launch costs."""
     rows = result.rows
     lines = [format_table(rows)]
-    if any(r.set == "seed" for r in rows):
-        lines.append("\npredictions (seed cases):")
+    if any(r.set == "textbook" for r in rows):
+        lines.append("\npredictions (textbook cases):")
         lines += [f"  {'held' if p.held else 'refuted'}: {p.text} ({p.numbers})" for p in predictions(rows)]
     found_gates = gates(rows)
     if found_gates:
@@ -196,7 +196,7 @@ def _plot_lead(lead: Sequence[LeadRow], path: Path) -> None:
     if not lead:
         raise ValueError("lead_png_path: no production kernel ran, so there is no lead table to plot")
     plt = _pyplot()
-    ops = [op for op in OPS if any(r.op == op for r in lead)]
+    ops = [op for op in TIMED_OPS if any(r.op == op for r in lead)]
     widest = max(sum(r.op == op for r in lead) for op in ops)
     fig, axes = plt.subplots(len(ops), 1, figsize=(max(10, 0.45 * widest), 3.4 * len(ops)), squeeze=False)
     width = 0.8 / len(PEER_TABLE_LIBRARIES)

@@ -29,7 +29,7 @@ from normprops.bench.launchers import (
     launchers_for,
     one_line,
 )
-from normprops.strategies import get_dtype
+from normprops.dtypes import get_dtype
 
 __all__ = ["BenchError", "BenchRow", "LaunchRow", "Measurement", "rows_for", "run_bench", "measure",
            "spin_wait", "event_ms", "SPIN_CYCLES"]
@@ -56,7 +56,7 @@ class BenchRow:
     pct_memcpy: float
     dtype: str = "float32"
     op: str = ""  # the op it computes; "" for the floors
-    library: str = ""  # "normprops", "normprops-seed", "torch", "liger", "quack"; "" for the floors
+    library: str = ""  # "normprops", "normprops-textbook", "torch", "liger", "quack"; "" for the floors
     rows: int = 0
     cols: int = 0
     decode: bool = False

@@ -53,7 +53,7 @@ MEMCPY_TARGET = 90.0  # % of the device memcpy the production kernels must reach
 def targets(rows: Sequence[BenchRow]) -> list[Gate]:
     """The production kernels' first targets: at least 90% of the memcpy floor at the L2-scaled
     cases, and no slower than PyTorch's kernel for the same op at every case where both ran."""
-    from normprops.specs import PROD_VARIANTS
+    from normprops.cuda.layout import PROD_VARIANTS
 
     by = {(r.case, r.kernel): r for r in rows}
     out = []
@@ -101,7 +101,7 @@ class LeadRow:
 def lead_table(rows: Sequence[BenchRow]) -> list[LeadRow]:
     """One row per case and op where a production kernel ran: its time, the peers' (PyTorch,
     Liger, QuACK), the ratio to the fastest, and % of memcpy where the case is DRAM-bound."""
-    from normprops.specs import PROD_VARIANTS
+    from normprops.cuda.layout import PROD_VARIANTS
 
     out = []
     for r in rows:
@@ -141,7 +141,7 @@ class Prediction:
     numbers: str
 
 
-def predictions(rows: Sequence[BenchRow], *, set_name: str = "seed") -> list[Prediction]:
+def predictions(rows: Sequence[BenchRow], *, set_name: str = "textbook") -> list[Prediction]:
     """The textbook kernels' predictions, re-read on this card (its third, on the overflow row, is
     ``normprops census``'s): every kernel within 70% of the floor; RMS norm beats two-pass layer
     norm; RMS norm and Welford (both three touches) tie within 5%; the copyFloor kernel is the floor
@@ -149,8 +149,8 @@ def predictions(rows: Sequence[BenchRow], *, set_name: str = "seed") -> list[Pre
     sel = [r for r in rows if r.set == set_name]
     by = {(r.case, r.kernel): r for r in sel}
     cases = list(dict.fromkeys(r.case for r in sel))
-    seed = {k.name for k in KERNELS if k.backend == "cuda"}
-    kernels = [r for r in sel if r.kernel in seed]
+    textbook = {k.name for k in KERNELS if k.backend == "cuda"}
+    kernels = [r for r in sel if r.kernel in textbook]
     out = []
     low = [f"{r.kernel}@{r.case} {r.pct_copy_floor:.0f}%" for r in kernels if r.pct_copy_floor < 70]
     out.append(Prediction("every kernel reaches 70% of the copyFloor floor", not low,

@@ -25,17 +25,17 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.cuda.build import module
+from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
-from normprops.specs import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 
 __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
            "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
+PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
 PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per thread
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 SOURCE = "prod.cu"
@@ -195,8 +195,8 @@ class ProdKernel:
 
     def __init__(self, op: str, *, dtype: str, path: str = "auto", build: str = "default",
                  per_thread: int | None = None, packed: bool | None = None) -> None:
-        if op not in OPS:
-            raise ValueError(f"op must be one of {OPS} but was {op!r}")
+        if op not in PROD_OPS:
+            raise ValueError(f"op must be one of {PROD_OPS} but was {op!r}")
         if dtype not in DTYPE_CODES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_CODES)} but was {dtype!r}")
         if path not in ("auto", "stream", "cluster"):

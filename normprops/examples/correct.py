@@ -3,12 +3,15 @@
 Each function follows the ``normprops hunt`` calling contract:
 
 * ``softmax(x)``
+* ``masked_softmax(x, mask, scale)``
 * ``layernorm(x, gamma, beta, eps)``
 * ``rmsnorm(x, gamma, eps)``
 
 ``x`` is a C-contiguous float32 array of shape ``(rows, cols)``; ``gamma`` and
 ``beta`` are float32 of shape ``(cols,)``; ``eps`` is a Python float holding a
-float32 value.  Every function returns float32 of the shape of ``x`` and works
+float32 value; ``mask`` is a boolean array of ``x``'s shape (True: the entry
+takes part) and ``scale`` a Python float holding a float32 value.  Every
+function returns float32 of the shape of ``x`` and works
 row by row, so one row never influences another.
 
 The ``*_f64`` versions compute in float64 and round once at the end.  The
@@ -32,6 +35,7 @@ __all__ = [
     "layernorm_f64",
     "layernorm_kahan",
     "layernorm_welford",
+    "masked_softmax_online",
     "rmsnorm_f32",
     "rmsnorm_f64",
     "rmsnorm_pairwise",
@@ -353,6 +357,54 @@ def softmax_logsumexp(x: np.ndarray) -> np.ndarray:
         return np.exp(d - lse).astype(np.float32)
 
 
+def _masked_logits(x: np.ndarray, mask: np.ndarray, scale: float) -> tuple[np.ndarray, np.float32]:
+    """The kept entries of ``x`` (-inf elsewhere) and ``|scale|``, the row negated for a negative
+    scale (exactly), so that the largest logit ``scale * x`` is always the largest kept entry."""
+    x = np.asarray(x, dtype=_F32)
+    return np.where(mask, x if scale >= 0 else -x, _F32(-np.inf)), _F32(abs(scale))
+
+
+def _masked_exp(kept: np.ndarray, m: np.ndarray, a: np.float32) -> np.ndarray:
+    """``exp(a (x - m))`` at kept entries, 0 at masked ones. The scale multiplies ``x - m``, never
+    ``x``: no product overflows however large the scale and the row."""
+    return np.where(kept > -np.inf, np.exp(a * (kept - m)), _F32(0))
+
+
+def _masked_chunk(kept: np.ndarray, a: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk's max and sum of ``exp(a (x - max))``: -inf and 0 when it keeps nothing (its sum
+    would be ``exp(-inf - -inf)``, NaN)."""
+    m_c = np.max(kept, axis=-1, keepdims=True)
+    s_c = _row_sum(_masked_exp(kept, m_c, a))
+    return m_c, np.where(m_c > -np.inf, s_c, _F32(0))
+
+
+def _merge_chunk(m: np.ndarray, s: np.ndarray, m_c: np.ndarray, s_c: np.ndarray,
+                 a: np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """The running (max, sum) with one chunk's merged in, each side rescaled to the larger max; a
+    side that has kept nothing yet (max -inf) adds nothing."""
+    m_new = np.maximum(m, m_c)
+    s_new = (np.where(m > -np.inf, s * np.exp(a * (m - m_new)), _F32(0))
+             + np.where(m_c > -np.inf, s_c * np.exp(a * (m_c - m_new)), _F32(0)))
+    return m_new, s_new.astype(_F32)
+
+
+def masked_softmax_online(x: np.ndarray, mask: np.ndarray, scale: float) -> np.ndarray:
+    """Chunked online masked softmax: each chunk of 1024 columns gives the max of its kept entries
+    and its sum, merged into a running (max, sum); a second pass writes ``exp(a (x - max)) / sum``.
+    A chunk that keeps nothing adds nothing, a fully masked row gives zeros (a NaN kept gives NaN),
+    and the scale multiplies
+    ``x - max`` rather than ``x`` (a negative scale negates the row first), so ``scale * x`` past
+    float32's range never overflows."""
+    with np.errstate(all="ignore"):
+        kept, a = _masked_logits(x, mask, scale)
+        rows, cols = kept.shape
+        m = np.full((rows, 1), -np.inf, dtype=_F32)
+        s = np.zeros((rows, 1), dtype=_F32)
+        for start in range(0, cols, BLOCK):
+            m, s = _merge_chunk(m, s, *_masked_chunk(kept[:, start : start + BLOCK], a), a)
+        return np.where(m == -np.inf, _F32(0), _masked_exp(kept, m, a) / s).astype(np.float32)
+
+
 def _chan_merge(a: tuple[np.ndarray, ...], b: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """Chan, Golub & LeVeque's merge of two (count, mean, M2) states; an empty side is the other."""
     na, ma, qa = a
@@ -472,4 +524,6 @@ CORRECT: tuple[Impl, ...] = (
     Impl("layernorm", "layernorm_welford", "float32 layer norm, 32-lane Welford with Chan merges"),
     Impl("layernorm", "layernorm_kahan", "float32 two-pass layer norm with Kahan sums"),
     Impl("rmsnorm", "rmsnorm_pairwise", "float32 RMS norm, pairwise-tree sum of squares"),
+    Impl("masked_softmax", "masked_softmax_online",
+         "float32 chunked online masked softmax, per-chunk max merged, scale applied after the max"),
 )

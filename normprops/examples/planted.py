@@ -24,6 +24,9 @@ from .correct import (
     _EPS_DOMINATES,
     BLOCK,
     _ln_apply,
+    _masked_chunk,
+    _masked_exp,
+    _masked_logits,
     _rms_apply,
     _row_exponent,
     _row_sum,
@@ -41,6 +44,7 @@ __all__ = [
     "layernorm_one_pass",
     "layernorm_textbook",
     "layernorm_unbiased",
+    "masked_softmax_leading_chunk_nan",
     "rmsnorm_batch_scale",
     "rmsnorm_coarse_rsqrt",
     "rmsnorm_dropped_tail",
@@ -276,6 +280,27 @@ def softmax_leading_block_nan(x: np.ndarray) -> np.ndarray:
             s = np.where(live, merged, s).astype(_F32)
             m = np.where(live, m_new, m).astype(_F32)
         return (_shifted_exp(x, m) / s).astype(np.float32)
+
+
+def masked_softmax_leading_chunk_nan(x: np.ndarray, mask: np.ndarray, scale: float) -> np.ndarray:
+    """The chunked online masked softmax of :mod:`~normprops.examples.correct` whose running
+    (max, sum) starts as chunk 0's, taken without the check the later chunks get: when chunk 0 keeps
+    nothing (left padding of 1024 columns or more) its sum is ``exp(-inf - -inf)`` = NaN, and the
+    whole row is NaN."""
+    with np.errstate(all="ignore"):
+        kept, a = _masked_logits(x, mask, scale)
+        head = kept[:, :BLOCK]
+        m = np.max(head, axis=-1, keepdims=True)
+        # BUG: chunk 0's sum without the check that a chunk keeping nothing adds nothing
+        s = _row_sum(np.exp(a * (head - m)))
+        for start in range(BLOCK, kept.shape[-1], BLOCK):
+            m_c, s_c = _masked_chunk(kept[:, start : start + BLOCK], a)
+            live = m_c > -np.inf
+            m_new = np.maximum(m, m_c)
+            merged = s * np.exp(a * (m - m_new)) + s_c * np.exp(a * (m_c - m_new))
+            s = np.where(live, merged, s).astype(_F32)
+            m = np.where(live, m_new, m).astype(_F32)
+        return np.where(m == -np.inf, _F32(0), _masked_exp(kept, m, a) / s).astype(np.float32)
 
 
 # --------------------------------------------------------------------------
@@ -561,6 +586,8 @@ PLANTED: tuple[Planted, ...] = (
     Planted("softmax", "softmax_masked_chunk_nan", "masked", "fully masked thread share gives NaN merge"),
     Planted("softmax", "softmax_leading_block_nan", "masked",
             "split-row merge starts from block 0 unchecked: NaN when block 0 is all -inf", "finite"),
+    Planted("masked_softmax", "masked_softmax_leading_chunk_nan", "masked",
+            "online merge starts from chunk 0 unchecked: NaN when chunk 0 keeps nothing", "finite"),
     Planted("rmsnorm", "rmsnorm_square_overflow", "huge", "x*x overflows without prescaling",
             "range_safety", opt_in=frozenset({"range_safety"})),
     Planted("rmsnorm", "rmsnorm_unscaled_eps", "eps_scale", "eps not rescaled with the prescaled row"),

@@ -1,0 +1,118 @@
+"""The registry's entries for other projects' kernels (:mod:`normprops.backends.ecosystem`), and
+what the hunt found in them."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from importlib.resources import files
+
+from normprops.case import ShapeConstraints
+from normprops.errormodel import FOREIGN_ERROR_MODEL
+from normprops.kernelspec import NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
+
+__all__ = ["ECOSYSTEM_KERNELS"]
+
+# Other projects' kernels (normprops/backends/ecosystem.py), present when the library imports. What
+# each promises, as its documentation or source says: none promises batch invariance, so none is
+# judged on it; none of the norms scales its rows, so none claims "huge" (range safety); Flax's
+# LayerNorm defaults to use_fast_variance=True ("faster, but less numerically stable": E[x^2] -
+# E[x]^2) and jax.nn.standardize computes E[x^2] - E[x]^2 (its source says so). Its error grows
+# like kappa^2 u (kappa = |mean| / std), which every family that draws |mean| >> std shows:
+# large_mean, the spiked rows of constant, and ordinary's rows of loc 1-3 and scale 0.1 (kappa up
+# to ~80 over a few columns: err/tol 1.4-8.7 in deep hunts). Neither claims those three families.
+# QuACK's softmax loads 16-byte vectors and asserts rows of a multiple of 16 bytes.
+_NOT_PROMISED = frozenset({"batch_invariance"})
+_ONE_PASS_VARIANCE_LIMITS = frozenset({"huge", "large_mean", "constant", "ordinary"})
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_ECOSYSTEM_OPS: tuple[tuple[str, str, str, str, frozenset[str], str], ...] = (
+    # backend, entry op, user op, name, claims, how it computes
+    ("torch-compile", "softmax", "softmax", "compiled.softmax", SOFTMAX_FAMILIES,
+     "torch.compile(dynamic=True) of torch.softmax (Inductor's generated Triton kernel)"),
+    ("torch-compile", "layernorm", "layernorm", "compiled.layer_norm", NORM_FAMILIES - {"huge"},
+     "torch.compile(dynamic=True) of F.layer_norm"),
+    ("torch-compile", "rmsnorm", "rmsnorm", "compiled.rms_norm", NORM_FAMILIES - {"huge"},
+     "torch.compile(dynamic=True) of F.rms_norm"),
+    ("liger", "softmax", "softmax", "liger.softmax", SOFTMAX_FAMILIES,
+     "Liger-Kernel's Triton softmax (float32 inside)"),
+    ("liger", "layernorm", "layernorm", "liger.layer_norm", NORM_FAMILIES - {"huge"},
+     "Liger-Kernel's Triton layer norm (float32 statistics)"),
+    ("liger", "rmsnorm", "rmsnorm", "liger.rms_norm", NORM_FAMILIES - {"huge"},
+     "Liger-Kernel's Triton RMS norm, casting mode 'gemma' (float32 inside)"),
+    ("liger", "addrmsnorm", "rmsnorm", "liger.fused_add_rms_norm", NORM_FAMILIES - {"huge"},
+     "Liger-Kernel's fused add + RMS norm, hunted as rms_norm(x) on an exact split x = a + b"),
+    ("quack", "softmax", "softmax", "quack.softmax", SOFTMAX_FAMILIES,
+     "QuACK's CuTe DSL online softmax (float32 inside)"),
+    ("quack", "layernorm", "layernorm", "quack.layernorm", NORM_FAMILIES - {"huge"},
+     "QuACK's CuTe DSL layer norm (float32 gamma and beta)"),
+    ("quack", "rmsnorm", "rmsnorm", "quack.rmsnorm", NORM_FAMILIES - {"huge"},
+     "QuACK's CuTe DSL RMS norm"),
+    ("quack", "addrmsnorm", "rmsnorm", "quack.rmsnorm+residual", NORM_FAMILIES - {"huge"},
+     "QuACK's rmsnorm with a residual, hunted as rms_norm(x) on an exact split x = a + b"),
+    ("jax", "softmax", "softmax", "jax.nn.softmax", SOFTMAX_FAMILIES,
+     "jax.jit of jax.nn.softmax(x, axis=-1)"),
+    ("jax", "layernorm", "layernorm", "jax.nn.standardize", NORM_FAMILIES - _ONE_PASS_VARIANCE_LIMITS,
+     "jax.jit of jax.nn.standardize(x, epsilon=eps) * gamma + beta (variance as E[x^2] - E[x]^2)"),
+    ("flax", "layernorm", "layernorm", "flax.LayerNorm", NORM_FAMILIES - _ONE_PASS_VARIANCE_LIMITS,
+     "jax.jit of flax.linen.LayerNorm with its defaults (use_fast_variance=True)"),
+    ("flax", "rmsnorm", "rmsnorm", "flax.RMSNorm", NORM_FAMILIES - {"huge"},
+     "jax.jit of flax.linen.RMSNorm with its defaults"),
+)
+
+
+def _ecosystem(backend: str, entry_op: str, op: str, name: str, claims: frozenset[str],
+               summary: str, dtype: str) -> KernelSpec:
+    framework = "jax" if backend in ("jax", "flax") else "torch"
+    constraints = ShapeConstraints()
+    if backend == "quack" and entry_op == "softmax":
+        constraints = ShapeConstraints(cols_multiple_of=16 // {"float32": 4}.get(dtype, 2))
+    # JAX computes jax.nn's ops in the arrays' own type (its type promotion rules): on bfloat16
+    # arrays every exp, sum and division rounds to bfloat16. Flax's norms take their statistics
+    # in float32, as torch and the CUDA libraries do.
+    model = FOREIGN_ERROR_MODEL
+    if backend == "jax" and dtype == "bfloat16":
+        model = replace(model, arithmetic="bfloat16")
+    if backend == "torch-compile":
+        # Inductor's looped reduction: R0_BLOCK lanes each add every R0_BLOCK-th element in turn,
+        # then tl.sum folds the lanes. With dynamic=True the block is tuned once, for the size hint
+        # of the first shape compiled, and kept for every later width; a process whose first rows
+        # are narrow (a hunt's always are) gets R0_BLOCK = 2, so a row of 16385 is two sequential
+        # sums of 8193 (the compiled RMS norm's outputs on constant rows match that emulation to
+        # 1 ulp at 257-16385 columns, 148-302 ulps from the exact result). T = 2 describes it.
+        model = replace(model, threads=2)
+    module = "normprops.backends.ecosystem"
+    return KernelSpec(f"{name}-{_SHORT[dtype]}", op, backend,
+                      f"{module}:{backend.replace('-', '_')}__{entry_op}", 2, model,
+                      claims, summary, exempt=_NOT_PROMISED, bench=False, dtype=dtype,
+                      framework=framework, device="cuda" if framework == "torch" else None,
+                      constraints=constraints)
+
+
+def _findings() -> tuple[dict[str, tuple[KnownBug, ...]], dict[str, ShapeConstraints]]:
+    """What the hunt found in these kernels, as data (ecosystem_findings.json, beside this module;
+    docs/ecosystem.md has a reproducer for each): the known bugs of each entry, and the widths its
+    claims are hunted at where a bug takes some away (each bug is still hunted at every width)."""
+    doc = json.loads(files("normprops.backends").joinpath("ecosystem_findings.json").read_text())
+    found: dict[str, tuple[KnownBug, ...]] = {}
+    for row in doc["known_bugs"]:
+        fields = {k: v for k, v in row.items() if k != "kernel"}
+        found[row["kernel"]] = (*found.get(row["kernel"], ()), KnownBug(**fields))
+    widths = {name: ShapeConstraints(**w) for name, w in doc["claims_widths"].items()}
+    return found, widths
+
+
+_FOUND, _AROUND_BUGS = _findings()
+
+
+def _with_findings(spec: KernelSpec) -> KernelSpec:
+    if spec.name not in _FOUND:
+        return spec
+    if spec.name not in _AROUND_BUGS:
+        return replace(spec, bugs=_FOUND[spec.name])
+    return replace(spec, bugs=_FOUND[spec.name], constraints=_AROUND_BUGS[spec.name],
+                   bug_widths=spec.constraints)
+
+
+ECOSYSTEM_KERNELS: tuple[KernelSpec, ...] = tuple(
+    _with_findings(_ecosystem(*row, dtype=dtype))
+    for row in _ECOSYSTEM_OPS for dtype in ("float32", "bfloat16"))
