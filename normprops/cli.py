@@ -60,7 +60,7 @@ from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.masking import MASK_KINDS
-from normprops.ops import IGNORABLE, OPS, OPTIONAL, check_ignore, check_opt_in
+from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS, check_ignore, check_opt_in, is_backward
 from normprops.oracles import ORACLES, POLICIES
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.regressions import (
@@ -185,6 +185,11 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--reduction", choices=REDUCTIONS, default="sequential",
                    help="how its sums run: each of T threads adds its share in turn, then they "
                         "meet in a tree (sequential, the default), or a pairwise tree over the row")
+    g.add_argument("--row-reduction", choices=ROW_REDUCTIONS, default="blocks",
+                   help="gradient ops: how it combines rows into dgamma and dbeta, the depth of "
+                        "their bound: per-block partials over --threads blocks joined in a tree "
+                        "(blocks, the default), one running sum over the rows (sequential), or a "
+                        "pairwise tree (tree)")
     g.add_argument("--arithmetic", choices=("float32", "bfloat16"), default="float32",
                    help="the type it computes in (default float32); bfloat16 when every operation "
                         "rounds to bfloat16 (bounds 65536 times wider; needs --dtype bfloat16: "
@@ -231,8 +236,10 @@ def _parser() -> argparse.ArgumentParser:
     what = h.add_mutually_exclusive_group()
     what.add_argument("--impl", metavar="MODULE:FUNC",
                       help="a Python function with the op's signature: softmax fn(x), masked_softmax "
-                           "fn(x, mask, scale), layernorm "
-                           "fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, eps)")
+                           "fn(x, mask, scale), layernorm fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, "
+                           "eps); gradients: softmax_backward fn(dy, y) -> dx, rmsnorm_backward fn(dy, x, "
+                           "gamma, eps) -> (dx, dgamma), layernorm_backward fn(dy, x, gamma, beta, eps) "
+                           "-> (dx, dgamma, dbeta)")
     what.add_argument("--cuda-source", type=Path, metavar="FILE",
                       help="a CUDA file holding an extern \"C\" kernel with the standard signature "
                            "(softmax (const float* in, float* out, size_t cols); layernorm adds "
@@ -583,8 +590,11 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
                                       reduction=args.reduction, arithmetic=args.arithmetic,
                                       opt_in=args.check, timeout_s=args.call_timeout,
-                                      **_mask_keywords(args))
+                                      row_reduction=args.row_reduction, **_mask_keywords(args))
         return target, args.impl
+    if is_backward(args.op):
+        raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
+                         f"takes the forward ops' standard signatures")
     if not args.kernel:
         raise UsageError("--cuda-source needs --kernel NAME")
     if args.mask is not None or args.mask_fill is not None:
@@ -734,6 +744,7 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--ignore", bool(args.ignore)), ("--ftz", args.ftz), ("--check", bool(args.check)),
              ("--reduction", args.reduction != "sequential"),
              ("--arithmetic", args.arithmetic != "float32"),
+             ("--row-reduction", args.row_reduction != "blocks"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
              ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
@@ -889,7 +900,7 @@ class _ReplayTargets:
                 self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
                 framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
                 ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
-                timeout_s=a.call_timeout, **_mask_keywords(a))
+                timeout_s=a.call_timeout, row_reduction=a.row_reduction, **_mask_keywords(a))
         return self.made[dtype]
 
 
