@@ -30,7 +30,7 @@ from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.information import hunt_information
 from normprops.launch import Target, target_from_callable
-from normprops.ops import get_op
+from normprops.ops import get_op, is_backward
 from normprops.regressions import save_findings
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
@@ -108,6 +108,7 @@ def target_json(target: Target) -> dict[str, Any]:
         "information": sorted(target.information),
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
+        **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
         **({"mask": "bool" if target.mask_fill is None else "additive",
             "mask_fill": _fill_json(target.mask_fill)} if get_op(target.op).has_mask else {}),
     }
@@ -138,13 +139,17 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = None, time_budget: float | None = None,
-                mask: str = "bool", mask_fill: float | str | None = None) -> Report:
+                row_reduction: str = "blocks", mask: str = "bool",
+                mask_fill: float | str | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
-    rmsnorm ``fn(x, gamma, eps)``, masked_softmax ``fn(x, mask, scale)``) on ``framework``'s
-    arrays of ``dtype`` on ``device`` (torch: ``"cuda"`` when available, else ``"cpu"``), and
-    returns the same kind of array.
+    rmsnorm ``fn(x, gamma, eps)``, masked_softmax ``fn(x, mask, scale)``; the gradients
+    ``softmax_backward`` ``fn(dy, y) -> dx``, ``rmsnorm_backward`` ``fn(dy, x, gamma, eps) ->
+    (dx, dgamma)``, ``layernorm_backward`` ``fn(dy, x, gamma, beta, eps) -> (dx, dgamma, dbeta)``)
+    on ``framework``'s arrays of ``dtype`` on ``device`` (torch: ``"cuda"`` when available, else
+    ``"cpu"``), and returns the same kind of array (a gradient: one per output, dgamma and dbeta of
+    gamma's shape).
 
     - ``ignore``: properties ``fn`` does not promise (e.g. ``"batch_invariance"``): not judged.
     - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
@@ -162,6 +167,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops.
     - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
       found (``report.cut_short``, each result's ``examples`` says how far it got).
+    - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta: "blocks"
+      (per-block partials over ``threads`` blocks joined in a tree, the default), "sequential" (one
+      running sum over the rows) or "tree" (pairwise).
     - ``mask`` (masked_softmax only): ``"bool"`` hands ``fn`` a boolean mask (True: the entry
       takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
       ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
@@ -181,7 +189,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     target = target_from_callable(fn, op=op, dtype=dtype, framework=framework, device=device,
                                   ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
                                   reduction=reduction, arithmetic=arithmetic, opt_in=tuple(opt_in),
-                                  timeout_s=call_timeout, mask=mask, mask_fill=mask_fill)
+                                  timeout_s=call_timeout, row_reduction=row_reduction, mask=mask,
+                                  mask_fill=mask_fill)
     chosen = _families(op, families)
     current = hypothesis_settings()
     try:
@@ -257,7 +266,9 @@ def _replay_flags(target: dict[str, Any]) -> str:
              ("--check", ",".join(target.get("opt_in", ())) or None),
              ("--threads", threads if threads not in (None, 32) else None),
              ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
-             ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None)]
+             ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
+             ("--row-reduction", target.get("row_reduction")
+              if target.get("row_reduction", "blocks") != "blocks" else None)]
     if target.get("mask") == "additive":
         flags += [("--mask", "additive"), ("--mask-fill", _fill_flag(target["mask_fill"]))]
     line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)

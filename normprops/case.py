@@ -18,10 +18,11 @@ class Case:
     """A batch of rows plus gamma, beta and eps where the op has them, or a mask and a scale.
 
     ``x``, ``gamma`` and ``beta`` are float32 arrays whose values are exactly representable in
-    ``dtype`` (the storage type the kernel reads and writes; see :mod:`normprops.dtypes`).
-    ``mask`` (masked softmax) is boolean, True where an entry takes part; ``mask_fill`` None hands
-    it to the kernel as it is, a number as an additive mask of 0 and that fill
-    (:mod:`normprops.masking`).
+    ``dtype`` (the storage type the kernel reads and writes; see :mod:`normprops.dtypes`). A
+    gradient op's case also holds ``dy``, of ``x``'s shape; for ``softmax_backward`` ``x`` holds
+    the softmax output ``y`` the kernel receives. ``mask`` (masked softmax) is boolean, True where
+    an entry takes part; ``mask_fill`` None hands it to the kernel as it is, a number as an additive
+    mask of 0 and that fill (:mod:`normprops.masking`).
     """
 
     op: str
@@ -32,6 +33,7 @@ class Case:
     eps: float | None = None  # the exact value of a float32
     params: dict[str, Any] = field(default_factory=dict)  # the drawn parameters, for reports
     dtype: str = "float32"
+    dy: np.ndarray | None = None  # gradient ops: the upstream gradient, float32, x's shape
     mask: np.ndarray | None = None  # bool, x's shape
     scale: float | None = None  # the exact value of a float32
     mask_fill: float | None = None  # None: a boolean mask; else an additive one with this fill
@@ -47,8 +49,8 @@ class Case:
     def args(self) -> tuple[Any, ...]:
         """The positional arguments of the op's user signature."""
         op = get_op(self.op)
-        values = {"x": self.x, "gamma": self.gamma, "beta": self.beta, "eps": self.eps,
-                  "scale": self.scale}
+        values = {"x": self.x, "y": self.x, "dy": self.dy, "gamma": self.gamma, "beta": self.beta,
+                  "eps": self.eps, "scale": self.scale}
         if op.has_mask:
             values["mask"] = mask_argument(self.mask, self.mask_fill)
         return tuple(values[p] for p in op.params)
@@ -56,7 +58,7 @@ class Case:
     def replace(self, **changes: Any) -> Case:
         fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,
                   "beta": self.beta, "eps": self.eps, "params": self.params, "dtype": self.dtype,
-                  "mask": self.mask, "scale": self.scale, "mask_fill": self.mask_fill}
+                  "dy": self.dy, "mask": self.mask, "scale": self.scale, "mask_fill": self.mask_fill}
         fields.update(changes)
         return Case(**fields)
 

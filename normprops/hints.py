@@ -115,9 +115,11 @@ def _at_width(case: Case, cols: int) -> Case:
     def fit(a: np.ndarray | None) -> np.ndarray | None:
         return None if a is None else np.ascontiguousarray(np.tile(a, reps)[..., :cols])
 
-    mask = None if case.mask is None else np.ascontiguousarray(np.tile(case.mask, (1, reps))[:, :cols])
-    return case.replace(x=np.ascontiguousarray(np.tile(case.x, (1, reps))[:, :cols]),
-                        gamma=fit(case.gamma), beta=fit(case.beta), mask=mask)
+    def rows(a: np.ndarray | None) -> np.ndarray | None:
+        return None if a is None else np.ascontiguousarray(np.tile(a, (1, reps))[:, :cols])
+
+    return case.replace(x=rows(case.x), gamma=fit(case.gamma), beta=fit(case.beta), dy=rows(case.dy),
+                        mask=rows(case.mask))
 
 
 def _width_candidates(widths: list[int]) -> list[tuple[_Declaration, ShapeConstraints]]:

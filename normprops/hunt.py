@@ -22,11 +22,12 @@ from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
 from normprops import interrupt
+from normprops.backward_strategies import grad_cases
 from normprops.case import Case
 from normprops.errors import FatalTargetError
 from normprops.judge import Verdict
 from normprops.launch import Target
-from normprops.ops import PROPERTIES
+from normprops.ops import PROPERTIES, is_backward
 from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate
 from normprops.strategies import cases, families_for
@@ -193,10 +194,12 @@ def _strategy(target: Target, family: str, config: HuntConfig):
     max_cols = c.max_cols
     if max_cols is None and config.max_cols is not None:
         max_cols = max(config.max_cols, 2 * min_cols)
-    return cases(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
-                 min_cols=min_cols, max_cols=max_cols,
-                 cols_multiple_of=c.cols_multiple_of, dtype=target.dtype,
-                 mask_fill=target.mask_fill)
+    widths = dict(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
+                  min_cols=min_cols, max_cols=max_cols, cols_multiple_of=c.cols_multiple_of,
+                  dtype=target.dtype)
+    if is_backward(target.op):
+        return grad_cases(**widths)
+    return cases(**widths, mask_fill=target.mask_fill)
 
 
 def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case], None]) -> Any:

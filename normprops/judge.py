@@ -76,6 +76,9 @@ class Verdict:
     # into a stress batch, reversed, alone): that input, in words. ``row`` is still the case's row
     # whose copy failed, so the case describes the values.
     batch: str | None = None
+    # Gradient ops: the output the verdict is about ("dx", "dgamma", "dbeta"); dgamma and dbeta
+    # have no row.
+    output: str | None = None
 
     @classmethod
     def contract(cls, label: str, family: str, reason: str) -> Verdict:
@@ -86,6 +89,10 @@ class Verdict:
         head = f"{self.label} {self.family} {self.property}"
         where = ("" if self.row is None
                  else f" row {self.row}" + ("" if self.col is None else f" col {self.col}"))
+        if self.output is not None:
+            parts = [f"{name} {value}" for name, value in (("row", self.row), ("col", self.col))
+                     if value is not None]
+            where = f" {self.output}[{' '.join(parts)}]:" if parts else f" {self.output}:"
         if self.error is not None and self.tolerance is not None:
             ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
             got, expected = _distinct(self.got, self.expected)

@@ -26,7 +26,16 @@ from normprops.errors import ContractError, FatalTargetError, ImplError, UsageEr
 from normprops.frameworks import Adapter, get_adapter
 from normprops.kernelspec import KernelSpec
 from normprops.masking import MASK_KINDS, mask_fill_value
-from normprops.ops import INFORMATIVE, JUDGED_BY_DEFAULT, OPTIONAL, check_ignore, check_opt_in, get_op
+from normprops.ops import (
+    INFORMATIVE,
+    JUDGED_BY_DEFAULT,
+    OPTIONAL,
+    ROW_REDUCTIONS,
+    OpSpec,
+    check_ignore,
+    check_opt_in,
+    get_op,
+)
 
 __all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
            "target_from_callable", "target_from_cuda_source"]
@@ -83,6 +92,8 @@ class Target:
     # finding, so that a hunt meets it whatever the seed).
     examples: tuple[Case, ...] = field(default=(), compare=False, repr=False)
     warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
+    # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS).
+    row_reduction: str = "blocks"
     # Masked softmax: None, the mask is handed over as booleans; else as an additive float mask of
     # 0 and this fill (its value in the storage type).
     mask_fill: float | None = None
@@ -104,8 +115,9 @@ class Target:
         for a norm that does not ask for it); never those it declines with ``ignore``."""
         return (INFORMATIVE & self.unjudged) - self.ignore
 
-    def run(self, case: Case, *, check_inputs: bool = True) -> np.ndarray:
-        """Call the target on fresh copies of ``case``'s inputs; the output as float32 numpy.
+    def run(self, case: Case, *, check_inputs: bool = True) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Call the target on fresh copies of ``case``'s inputs; the output as float32 numpy (a
+        gradient op of several outputs: a tuple of them, in ``OpSpec.outputs`` order).
         ``check_inputs``: read the inputs back and raise ContractError if the call changed them
         (the stress batches skip it: they repeat rows whose own launch was checked)."""
         if case.op != self.op:
@@ -115,15 +127,19 @@ class Target:
         if case.mask_fill != self.mask_fill:
             raise ValueError(f"case hands its mask over as {case.mask_fill!r} but target "
                              f"{self.label} takes {self.mask_fill!r}")
-        params = get_op(self.op).params
+        spec = get_op(self.op)
+        params = spec.params
         native = tuple(self._native(a, name) for name, a in zip(params, case.args()))
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             out = _call_with_timeout(self.fn, native, self.timeout_s)
         self.warnings.add(caught)
-        if isinstance(out, tuple) and len(out) == 1:
-            out = out[0]
-        result = self.adapter.from_native(out, case.x.shape, "the output")
+        if spec.forward is not None:
+            result = _gradient_outputs(self.adapter, out, case, spec)
+        else:
+            if isinstance(out, tuple) and len(out) == 1:
+                out = out[0]
+            result = self.adapter.from_native(out, case.x.shape, "the output")
         for name, before, after in zip(params, case.args(), native):
             if check_inputs and isinstance(before, np.ndarray):
                 what = f"input {name} after the call"
@@ -137,6 +153,21 @@ class Target:
         if not isinstance(a, np.ndarray):
             return a
         return self.adapter.mask_to_native(a) if a.dtype == bool else self.adapter.to_native(a, name)
+
+
+def _gradient_outputs(adapter: Adapter, out: object, case: Case,
+                      spec: OpSpec) -> np.ndarray | tuple[np.ndarray, ...]:
+    """A gradient kernel's outputs as float32 numpy: dx of x's shape, dgamma and dbeta of gamma's;
+    ContractError naming what came back when it returned another number of arrays."""
+    names = spec.outputs
+    items = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    if len(items) != len(names):
+        returns = names[0] if len(names) == 1 else f"({', '.join(names)})"
+        raise ContractError(f"returned {len(items)} array{'' if len(items) == 1 else 's'}; "
+                            f"{spec.name} returns {returns}")
+    shapes = {"dx": case.x.shape, "dgamma": (case.cols,), "dbeta": (case.cols,)}
+    arrays = tuple(adapter.from_native(a, shapes[n], n) for n, a in zip(names, items))
+    return arrays[0] if len(arrays) == 1 else arrays
 
 
 class _CallTimeout(BaseException):
@@ -226,8 +257,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                          threads: int | None = None, ftz: bool = False,
                          reduction: str = "sequential", arithmetic: str = "float32",
                          opt_in: frozenset[str] | tuple[str, ...] = (),
-                         timeout_s: float | None = None, mask: str = "bool",
-                         mask_fill: float | str | None = None) -> Target:
+                         timeout_s: float | None = None, row_reduction: str = "blocks",
+                         mask: str = "bool", mask_fill: float | str | None = None) -> Target:
     """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
     arrays of ``dtype`` on ``device`` and returns the same kind of array.
 
@@ -241,7 +272,10 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     (pairwise); ``arithmetic``: the type it computes in ("float32", or "bfloat16" for a kernel
     whose every operation rounds to bfloat16). ``ftz``: the kernel flushes subnormals to zero (the
     tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant";
-    "range_safety", which a norm is otherwise hunted on for information only).
+    "range_safety", which a norm is otherwise hunted on for information only; "row_order" for a
+    gradient whose dgamma and dbeta do not depend on the order of the rows). ``row_reduction``: how a
+    gradient kernel combines rows into dgamma and dbeta (``ops.ROW_REDUCTIONS``; default "blocks",
+    per-block partials over ``threads`` blocks joined in a tree).
     Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
         raise UsageError(f"fn must be callable but was {a_or_an(type(fn).__name__)}")
@@ -254,6 +288,9 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
         raise UsageError(f"threads must be a positive integer but was {threads!r}")
     if timeout_s is not None and not timeout_s > 0:
         raise UsageError(f"call timeout must be a positive number of seconds but was {timeout_s!r}")
+    if row_reduction not in ROW_REDUCTIONS:
+        raise UsageError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
+                         f"{row_reduction!r}")
     adapter = get_adapter(framework, dtype=dtype, device=device)
     fill = _mask_fill(op, mask, mask_fill, dtype)
     try:
@@ -267,7 +304,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
                   ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
-                  adapter=adapter, constraints=constraints, mask_fill=fill)
+                  adapter=adapter, constraints=constraints, row_reduction=row_reduction,
+                  mask_fill=fill)
 
 
 def _mask_fill(op: str, mask: str, mask_fill: float | str | None, dtype: str) -> float | None:

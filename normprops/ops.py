@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE", "check_ignore",
-           "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in"]
+__all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE",
+           "check_ignore", "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in",
+           "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
@@ -23,6 +24,12 @@ class OpSpec:
     params: tuple[str, ...]
     default_eps: float | None
     formula: str
+    # A gradient op: the forward op it differentiates, the arrays it returns (in order) and the
+    # families it is hunted on (normprops.backward_strategies draws them). None: a forward op, which
+    # returns one array of x's shape and is hunted on normprops.strategies.FAMILIES.
+    forward: str | None = None
+    outputs: tuple[str, ...] = ("y",)
+    families: tuple[str, ...] | None = None
 
     @property
     def signature(self) -> str:
@@ -66,6 +73,64 @@ OPS: dict[str, OpSpec] = {
 #: The ops judged as a softmax.
 SOFTMAX_OPS = frozenset({"softmax", "masked_softmax"})
 
+#: The families a gradient is hunted on, and what each draws: a forward family's x (for softmax,
+#: the logits whose softmax is the y the kernel receives) with an upstream gradient dy of its own
+#: kind. normprops/backward_strategies.py builds them; docs/tolerances.md, "Gradients".
+BACKWARD_FAMILIES: dict[str, str] = {
+    "ordinary": "ordinary x (logits), ordinary dy",
+    "large_mean": "x with |mean|/std from 1e2 to 1e7, dy of every kind (recomputed statistics)",
+    "wide_span": "spreads of 100 to 1e4 in x: softmax y with subnormal and zero entries",
+    "constant": "zero-variance, one-hot and spike rows of x (uniform or one-hot y)",
+    "tiny": "x down to subnormals; dy ordinary or tiny (products that underflow)",
+    "eps_scale": "mean square or variance of x near eps",
+    "huge": "x up to float32 max (range safety)",
+    "ragged": "edge column counts only, ordinary values",
+    "nonfinite": "NaN and +-inf in some rows of x (y): those rows' dx non-finite, others untouched",
+    "cancelling_dy": "dy nearly constant along y (softmax), nearly a + b*xhat over gamma (norms): "
+                     "dx nearly 0, its terms cancel",
+    "orthogonal_dy": "dy orthogonal to y (softmax) or g = dy*gamma orthogonal to xhat (norms), up "
+                     "to dy's rounding: the projection term vanishes",
+    "one_hot_dy": "one nonzero dy per row",
+    "dy_scale": "dy from 1e-38 to 1e30 (products that underflow or grow)",
+    "tall": "64 to 1024 rows of 1 to 64 columns (dgamma and dbeta sum many rows)",
+}
+
+_SOFTMAX_BACKWARD_FAMILIES = ("ordinary", "wide_span", "constant", "tiny", "ragged", "nonfinite",
+                              "cancelling_dy", "orthogonal_dy", "one_hot_dy", "dy_scale", "tall")
+_NORM_BACKWARD_FAMILIES = ("ordinary", "large_mean", "wide_span", "constant", "tiny", "eps_scale",
+                           "huge", "ragged", "nonfinite", "cancelling_dy", "orthogonal_dy",
+                           "one_hot_dy", "dy_scale", "tall")
+
+OPS.update({
+    op.name: op
+    for op in (
+        OpSpec("softmax_backward", ("dy", "y"), None,
+               "dx = y * (dy - sum(dy * y)) per row, y the softmax output "
+               "(PyTorch's _softmax_backward_data)",
+               forward="softmax", outputs=("dx",), families=_SOFTMAX_BACKWARD_FAMILIES),
+        OpSpec("rmsnorm_backward", ("dy", "x", "gamma", "eps"), FLOAT32_EPS,
+               "dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma, xhat = x * rstd; "
+               "dgamma = sum over rows of dy * xhat",
+               forward="rmsnorm", outputs=("dx", "dgamma"), families=_NORM_BACKWARD_FAMILIES),
+        OpSpec("layernorm_backward", ("dy", "x", "gamma", "beta", "eps"), 1e-5,
+               "dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, "
+               "xhat = (x - mean) * rstd; dgamma = sum over rows of dy * xhat, dbeta = sum of dy",
+               forward="layernorm", outputs=("dx", "dgamma", "dbeta"),
+               families=_NORM_BACKWARD_FAMILIES),
+    )
+})
+
+
+#: How a gradient kernel combines its rows into dgamma and dbeta (docs/tolerances.md, "Gradients"):
+#: ``blocks`` (the default) per-block partials over ``threads`` blocks, each adding its rows in turn,
+#: then a tree; ``sequential`` one running sum over the rows; ``tree`` a pairwise sum.
+ROW_REDUCTIONS = ("blocks", "sequential", "tree")
+
+
+def is_backward(op: str) -> bool:
+    """Whether ``op`` is a gradient op (``OpSpec.forward`` set)."""
+    return get_op(op).forward is not None
+
 
 def get_op(name: str) -> OpSpec:
     try:
@@ -94,6 +159,8 @@ PROPERTIES: dict[str, str] = {
     "batch_invariance": "a row's output is bitwise the same alone, in any batch, at any position",
     "shift_invariance": "adding an exact constant to a row changes nothing (softmax, layer norm)",
     "scale_invariance": "scaling x by 2^k and eps by 4^k changes nothing (norms)",
+    "row_order": "opt-in, gradients: dgamma and dbeta are bitwise the same with the rows in "
+                 "another order",
 }
 
 
@@ -102,7 +169,7 @@ PROPERTIES: dict[str, str] = {
 #: users hold and others do not. ``exact_constant``: docs/tolerances.md, "Exactly constant rows".
 #: ``range_safety``: a norm's squares overflow float32 past |x| of about 1.8e19 unless it scales
 #: each row first, which PyTorch's, Liger's, QuACK's and the textbook norms do not.
-OPTIONAL = frozenset({"exact_constant", "range_safety"})
+OPTIONAL = frozenset({"exact_constant", "range_safety", "row_order"})
 
 #: Optional properties an op judges whether asked or not: softmax kernels subtract the row max, so
 #: a row of any finite magnitude (family huge) is ordinary for them; a masked softmax can subtract
@@ -117,7 +184,7 @@ INFORMATIVE = frozenset({"range_safety"})
 #: What a kernel may declare it does not promise: everything but the calling contract, finite
 #: outputs for finite results, and ``exact_constant`` (not judged unless asked for). Range safety
 #: is both: a softmax may decline it, a norm may ask for it.
-IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite", "exact_constant"}
+IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite", "exact_constant", "row_order"}
 
 
 def _property_names(value: object, *, allowed: frozenset[str], what: str, wrong: str) -> frozenset[str]:

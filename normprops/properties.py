@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from normprops.backward_properties import evaluate_grad
 from normprops.case import Case
 from normprops.dtypes import get_dtype, to_dtype
 from normprops.errors import ContractError, FatalTargetError, describe_exit
@@ -27,7 +28,7 @@ from normprops.judge import (
     range_rows,
 )
 from normprops.launch import Target
-from normprops.ops import PROPERTIES, check_opt_in
+from normprops.ops import PROPERTIES, check_opt_in, is_backward
 from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
 
 __all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale"]
@@ -250,6 +251,11 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
     the output itself passed."""
     check_opt_in(target.opt_in)
     skip = frozenset(skip) | target.unjudged
+    if is_backward(target.op):
+        failures, worst = evaluate_grad(target, case, call=_call, policy=policy, oracle=oracle,
+                                        metamorphic=metamorphic, skip=skip)
+        failures.sort(key=lambda v: _ORDER[v.property])
+        return Evaluation(tuple(failures), worst)
     out = _call(target, case)
     if isinstance(out, Verdict):  # a contract failure: nothing else can be judged
         return Evaluation(() if out.property in skip else (out,), math.inf)

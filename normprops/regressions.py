@@ -40,9 +40,9 @@ from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.jsonio import read_json_document, write_json_atomically
 from normprops.judge import Verdict
 from normprops.launch import Target
-from normprops.ops import OPS, PROPERTIES
+from normprops.ops import OPS, PROPERTIES, is_backward
 from normprops.properties import evaluate
-from normprops.strategies import FAMILIES
+from normprops.strategies import FAMILIES, families_for
 
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
            "list_fixtures", "FixtureListing", "Unreadable", "select_fixtures", "Selection", "Skipped",
@@ -109,6 +109,8 @@ def _jsonable(value: Any) -> Any:
 
 def _encode_case(case: Case) -> dict[str, Any]:
     out: dict[str, Any] = {"shape": list(case.x.shape), "x": encode_array(case.x)}
+    if case.dy is not None:
+        out["dy"] = encode_array(case.dy)
     if case.gamma is not None:
         out["gamma"] = encode_array(case.gamma)
     if case.beta is not None:
@@ -226,13 +228,21 @@ def _decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
     dtype = blob.get("dtype", "float32")
     if dtype not in DTYPES:
         raise ValueError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    dy = None
+    if ("dy" in spec.params) != ("dy" in blob):
+        raise ValueError(f"{what}: {op} {'needs' if 'dy' in spec.params else 'takes no'} dy")
+    if "dy" in blob:
+        dy = decode_array(blob["dy"], what=f"{what}.dy")
+        if dy.shape != x.shape:
+            raise ValueError(f"{what}.dy: shape {list(dy.shape)} does not match x's {list(x.shape)}")
+        vectors["dy"] = dy
     for name, a in (("x", x), *vectors.items()):
         if not np.array_equal(to_dtype(a, dtype), a, equal_nan=True):
             raise ValueError(f"{what}.{name}: values are not exact in its dtype {dtype}")
     mask, scale, fill = _decode_mask_args(blob, x, op=op, what=what)
     params = blob.get("params", {})
     return Case(op=op, family=family, x=x, gamma=vectors.get("gamma"), beta=vectors.get("beta"),
-                eps=eps, params=params if isinstance(params, dict) else {}, dtype=dtype,
+                eps=eps, params=params if isinstance(params, dict) else {}, dtype=dtype, dy=dy,
                 mask=mask, scale=scale, mask_fill=fill)
 
 
@@ -242,7 +252,7 @@ def case_id(case: Case, *, kernel: str | None = None, property: str | None = Non
     h.update(f"{case.op}/{case.family}/{case.x.shape}".encode())
     if case.dtype != "float32":  # float32 ids stay what they were before narrow types existed
         h.update(case.dtype.encode())
-    for a in (case.x, case.gamma, case.beta):
+    for a in (case.x, case.gamma, case.beta, case.dy):
         if a is not None:
             h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
     if case.eps is not None:
@@ -347,7 +357,7 @@ class Fixture:
     def fits(self, dtype: str) -> bool:
         """Whether a kernel of storage type ``dtype`` can replay it (its values are exact there)."""
         return all(a is None or np.array_equal(to_dtype(a, dtype), a, equal_nan=True)
-                   for case in self.cases() for a in (case.x, case.gamma, case.beta))
+                   for case in self.cases() for a in (case.x, case.gamma, case.beta, case.dy))
 
 
 def _text(doc: dict[str, Any], key: str, allowed: Any = None) -> str:
@@ -376,7 +386,7 @@ def load_fixture(path: Path) -> Fixture:
     doc = read_json_document(path, format=FORMAT, kind="fixture", error=FixtureError)
     try:
         op = _text(doc, "op", OPS)
-        family = _text(doc, "family", FAMILIES)
+        family = _text(doc, "family", families_for(op) if is_backward(op) else FAMILIES)
         prop = _text(doc, "property", PROPERTIES)
         minimal = _decode_case(doc.get("minimal"), op=op, family=family, what="minimal")
         worst = (_decode_case(doc["worst"], op=op, family=family, what="worst")

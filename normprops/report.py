@@ -63,11 +63,16 @@ def describe_case(case: Case, verdict: Verdict | None = None) -> str:
     r = 0 if row is None else row
     lines.append(_row_line(case, r))
     if case.cols > 12 and col is not None:
-        lines.append(f"x[{r}, {col}] = {float(case.x[r, col])!r}")
+        lines.append(f"{'y' if case.op == 'softmax_backward' else 'x'}[{r}, {col}] = "
+                     f"{float(case.x[r, col])!r}")
     # The other rows too, when there are few: a row can spoil its neighbours (a batch-wide max, a
     # NaN that leaks), and the failing row alone would then look harmless.
     if case.rows <= 4:
         lines += [_row_line(case, other) for other in range(case.rows) if other != r]
+    if case.dy is not None:  # a gradient op's upstream gradient, the same rows
+        lines.append(_row_line(case, r, "dy"))
+        if case.rows <= 4:
+            lines += [_row_line(case, other, "dy") for other in range(case.rows) if other != r]
     for name in ("gamma", "beta"):
         arr = getattr(case, name)
         if arr is not None and case.cols <= 12:
@@ -77,16 +82,17 @@ def describe_case(case: Case, verdict: Verdict | None = None) -> str:
     return "\n".join(lines)
 
 
-def _row_line(case: Case, r: int) -> str:
-    values = case.x[r]
+def _row_line(case: Case, r: int, name: str | None = None) -> str:
+    name = name or ("y" if case.op == "softmax_backward" else "x")  # the array the kernel takes
+    values = (case.dy if name == "dy" else case.x)[r]
     if case.cols <= 12:
-        line = f"x[{r}] = [{', '.join(repr(float(v)) for v in values)}]"
+        line = f"{name}[{r}] = [{', '.join(repr(float(v)) for v in values)}]"
     else:
         finite = values[np.isfinite(values)].astype(np.float64)
         stats = (f"min {finite.min():.6g}, max {finite.max():.6g}, mean {finite.mean():.6g}, "
                  f"std {finite.std():.6g}" if finite.size else "no finite values")
-        line = f"x[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
-    return line if case.mask is None else f"{line}; {_mask_text(case.mask[r])}"
+        line = f"{name}[{r}]: {stats}; {np.count_nonzero(~np.isfinite(values))} non-finite"
+    return line if case.mask is None or name == "dy" else f"{line}; {_mask_text(case.mask[r])}"
 
 
 def _mask_text(keep: np.ndarray) -> str:

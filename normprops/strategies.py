@@ -166,7 +166,9 @@ def get_family(name: str) -> Family:
 
 
 def families_for(op: str) -> tuple[str, ...]:
-    get_op(op)
+    spec = get_op(op)
+    if spec.families is not None:  # a gradient op: normprops.backward_strategies draws them
+        return spec.families
     return tuple(name for name, f in FAMILIES.items() if op in f.ops)
 
 

@@ -20,7 +20,7 @@ from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describ
 from normprops.hunt import HuntConfig
 from normprops.jsonio import check_can_create_in
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
-from normprops.ops import OPS, check_ignore, check_opt_in
+from normprops.ops import OPS, check_ignore, check_opt_in, is_backward
 from normprops.report import Report
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
@@ -265,8 +265,11 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
                                       reduction=args.reduction, arithmetic=args.arithmetic,
                                       opt_in=args.check, timeout_s=args.call_timeout,
-                                      **_mask_keywords(args))
+                                      row_reduction=args.row_reduction, **_mask_keywords(args))
         return target, args.impl
+    if is_backward(args.op):
+        raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
+                         f"takes the forward ops' standard signatures")
     if not args.kernel:
         raise UsageError("--cuda-source needs --kernel NAME")
     if args.mask is not None or args.mask_fill is not None:
@@ -300,6 +303,7 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--ignore", bool(args.ignore)), ("--ftz", args.ftz), ("--check", bool(args.check)),
              ("--reduction", args.reduction != "sequential"),
              ("--arithmetic", args.arithmetic != "float32"),
+             ("--row-reduction", args.row_reduction != "blocks"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
              ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
@@ -329,7 +333,7 @@ class _ReplayTargets:
                 self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
                 framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
                 ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
-                timeout_s=a.call_timeout, **_mask_keywords(a))
+                timeout_s=a.call_timeout, row_reduction=a.row_reduction, **_mask_keywords(a))
         return self.made[dtype]
 
 

@@ -27,7 +27,7 @@ from normprops.dtypes import DTYPES
 from normprops.errormodel import REDUCTIONS
 from normprops.frameworks import FRAMEWORKS
 from normprops.masking import MASK_KINDS
-from normprops.ops import IGNORABLE, OPS, OPTIONAL
+from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS
 from normprops.oracles import ORACLES, POLICIES
 
 
@@ -63,6 +63,11 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--reduction", choices=REDUCTIONS, default="sequential",
                    help="how its sums run: each of T threads adds its share in turn, then they "
                         "meet in a tree (sequential, the default), or a pairwise tree over the row")
+    g.add_argument("--row-reduction", choices=ROW_REDUCTIONS, default="blocks",
+                   help="gradient ops: how it combines rows into dgamma and dbeta, the depth of "
+                        "their bound: per-block partials over --threads blocks joined in a tree "
+                        "(blocks, the default), one running sum over the rows (sequential), or a "
+                        "pairwise tree (tree)")
     g.add_argument("--arithmetic", choices=("float32", "bfloat16"), default="float32",
                    help="the type it computes in (default float32); bfloat16 when every operation "
                         "rounds to bfloat16 (bounds 65536 times wider; needs --dtype bfloat16: "
@@ -109,8 +114,10 @@ def _parser() -> argparse.ArgumentParser:
     what = h.add_mutually_exclusive_group()
     what.add_argument("--impl", metavar="MODULE:FUNC",
                       help="a Python function with the op's signature: softmax fn(x), masked_softmax "
-                           "fn(x, mask, scale), layernorm "
-                           "fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, eps)")
+                           "fn(x, mask, scale), layernorm fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, "
+                           "eps); gradients: softmax_backward fn(dy, y) -> dx, rmsnorm_backward fn(dy, x, "
+                           "gamma, eps) -> (dx, dgamma), layernorm_backward fn(dy, x, gamma, beta, eps) "
+                           "-> (dx, dgamma, dbeta)")
     what.add_argument("--cuda-source", type=Path, metavar="FILE",
                       help="a CUDA file holding an extern \"C\" kernel with the standard signature "
                            "(softmax (const float* in, float* out, size_t cols); layernorm adds "

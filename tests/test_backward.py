@@ -1,0 +1,399 @@
+"""The gradient ops: contracts, exact references, bounds, families, verdicts by output, fixtures,
+the CLI and the API."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import normprops
+from normprops.backward import grad_reference, grad_tolerance, row_depth
+from normprops.backward_strategies import GRAD_FAMILIES, grad_cases, make_grad_case
+from normprops.case import Case
+from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
+from normprops.errors import ContractError, FixtureError
+from normprops.examples import backward_correct as correct
+from normprops.hunt import HuntConfig, hunt
+from normprops.judge import Verdict
+from normprops.launch import target_from_callable
+from normprops.ops import BACKWARD_FAMILIES, OPS, is_backward
+from normprops.properties import evaluate
+from normprops.regressions import load_fixture, replay, save_fixture
+from normprops.strategies import families_for
+from tests.cli_harness import run
+
+GRADS = [op for op in OPS if is_backward(op)]
+F32 = np.float32
+
+
+def _case(op: str, family: str = "ordinary", *, rows: int = 3, cols: int = 7, seed: int = 1,
+          dy_kind: str = "ordinary", dy_params: dict | None = None, x_family: str = "ordinary",
+          x_params: dict | None = None, **kw) -> Case:
+    x_params = x_params if x_params is not None else {"loc": 0.5, "scale": 1.0, "spikes": []}
+    dy_params = dy_params if dy_params is not None else {"loc": 0.1, "scale": 1.0}
+    return make_grad_case(op=op, family=family, rows=rows, cols=cols, seed=seed, x_family=x_family,
+                          x_params=x_params, dy_kind=dy_kind, dy_params=dy_params,
+                          gamma_kind=kw.pop("gamma_kind", "random"),
+                          beta_kind=kw.pop("beta_kind", "random"), eps=kw.pop("eps", None), **kw)
+
+
+# --- the ops and their families ---------------------------------------------------------------
+
+
+def test_every_gradient_family_is_drawn_and_described() -> None:
+    assert set(GRAD_FAMILIES) == set(BACKWARD_FAMILIES)
+    for op in GRADS:
+        assert set(families_for(op)) <= set(GRAD_FAMILIES), op
+    assert "eps_scale" not in families_for("softmax_backward")
+    assert "huge" in families_for("rmsnorm_backward")
+
+
+@pytest.mark.parametrize(("op", "family"), [(op, f) for op in GRADS for f in families_for(op)])
+def test_families_draw_cases_of_the_op(op: str, family: str) -> None:
+    @settings(max_examples=8, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(grad_cases(op=op, family=family, max_cols=300))
+    def check(case: Case) -> None:
+        assert case.op == op and case.family == family
+        assert case.dy.shape == case.x.shape and case.dy.dtype == np.float32
+        assert np.isfinite(case.dy).all()
+        if family == "tall":
+            assert case.rows >= 64 and case.cols <= 64
+        if family == "one_hot_dy":
+            assert ((case.dy != 0).sum(axis=1) <= 1).all()
+        if family == "nonfinite":
+            assert not np.isfinite(case.x).all()
+        if op == "softmax_backward" and family != "nonfinite":
+            assert ((case.x >= 0) & (case.x <= 1)).all()  # x holds y, a softmax output
+
+    check()
+
+
+def test_orthogonal_dy_makes_the_projection_vanish() -> None:
+    case = _case("rmsnorm_backward", "orthogonal_dy", cols=257, dy_kind="orthogonal",
+                 dy_params={"scale": 1.0})
+    ref = grad_reference(case)
+    g = case.dy.astype(np.float64) * case.gamma.astype(np.float64)
+    projection = np.abs(np.sum(g * ref.xhat, axis=1))
+    assert (projection <= 1e-6 * np.sum(np.abs(g * ref.xhat), axis=1)).all()
+    case = _case("softmax_backward", "orthogonal_dy", cols=257, dy_kind="orthogonal",
+                 dy_params={"scale": 1.0})
+    s = np.sum(case.dy.astype(np.float64) * case.x, axis=1)
+    assert (np.abs(s) <= 1e-6 * np.sum(np.abs(case.dy * case.x), axis=1)).all()
+
+
+# --- exact references --------------------------------------------------------------------------
+
+
+def _forward(op: str, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float) -> np.ndarray:
+    if op == "rmsnorm_backward":
+        return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * gamma
+    c = x - np.mean(x, axis=-1, keepdims=True)
+    return c / np.sqrt(np.mean(c * c, axis=-1, keepdims=True) + eps) * gamma + beta
+
+
+@pytest.mark.parametrize("op", ["rmsnorm_backward", "layernorm_backward"])
+def test_norm_gradients_are_those_of_the_forward(op: str) -> None:
+    """Central differences of the float64 forward: dx, dgamma and dbeta as the chain rule gives
+    them (a missing projection term or eps in the wrong place would differ by far more)."""
+    case = _case(op, cols=6, eps=1e-3)
+    ref = grad_reference(case)
+    x, dy = case.x.astype(np.float64), case.dy.astype(np.float64)
+    gamma = case.gamma.astype(np.float64)
+    beta = np.zeros_like(gamma) if case.beta is None else case.beta.astype(np.float64)
+    h = 1e-6
+    for r in range(case.rows):
+        for c in range(case.cols):
+            up, down = x[r].copy(), x[r].copy()
+            up[c] += h
+            down[c] -= h
+            slope = (_forward(op, up, gamma, beta, case.eps) - _forward(op, down, gamma, beta,
+                                                                          case.eps)) / (2 * h)
+            assert np.dot(dy[r], slope) == pytest.approx(ref.z["dx"][r, c], rel=1e-6, abs=1e-8)
+    y_hat = _forward(op, x, np.ones_like(gamma), np.zeros_like(beta), case.eps)
+    np.testing.assert_allclose(ref.z["dgamma"][0], np.sum(dy * y_hat, axis=0), rtol=1e-12)
+    if op == "layernorm_backward":
+        np.testing.assert_allclose(ref.z["dbeta"][0], np.sum(dy, axis=0), rtol=1e-12)
+
+
+def test_softmax_gradient_is_the_jacobian_product() -> None:
+    case = _case("softmax_backward", cols=5)
+    ref = grad_reference(case)
+    y, dy = case.x.astype(np.float64), case.dy.astype(np.float64)
+    for r in range(case.rows):
+        jacobian = np.diag(y[r]) - np.outer(y[r], y[r])
+        np.testing.assert_allclose(ref.z["dx"][r], jacobian @ dy[r], rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize(("op", "family"), [(op, f) for op in GRADS for f in families_for(op)
+                                             if f in ("cancelling_dy", "large_mean", "tiny", "tall")])
+def test_float64_agrees_with_mpmath(op: str, family: str) -> None:
+    @settings(max_examples=5, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(grad_cases(op=op, family=family, max_cols=40))
+    def check(case: Case) -> None:
+        fast, exact = grad_reference(case), grad_reference(case, oracle="mpmath")
+        tol = grad_tolerance(case, exact, model=FOREIGN_ERROR_MODEL)
+        for name, z in exact.z.items():
+            judged = np.isfinite(z) & np.isfinite(tol.tol[name])
+            assert (np.abs(fast.z[name] - z)[judged] <= 1e-6 * tol.tol[name][judged]).all(), name
+
+    check()
+
+
+# --- bounds ------------------------------------------------------------------------------------
+
+
+def test_row_depth_follows_the_declared_reduction() -> None:
+    model = ErrorModel(threads=32)
+    assert row_depth(model, 1024, "blocks") == 32 - 1 + 5
+    assert row_depth(model, 1024, "sequential") == 1023
+    assert row_depth(model, 1024, "tree") == 10 + 18
+    with pytest.raises(ValueError, match="row_reduction must be one of"):
+        row_depth(model, 4, "pairwise")
+
+
+def test_the_bound_scales_with_the_terms_that_cancel() -> None:
+    """Nearly constant dy: dx is tiny, the bound stays on the scale of |dy| (what a correct float32
+    kernel loses), far above |dx| times u."""
+    case = _case("softmax_backward", "cancelling_dy", cols=64, dy_kind="cancelling",
+                 dy_params={"level": 10.0, "slope": 0.0, "noise": 1e-6})
+    ref = grad_reference(case)
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol["dx"]
+    y = case.x.astype(np.float64)
+    assert (tol >= 10 * 2.0**-24 * y * 10).all()
+    assert (tol > 2.0**-24 * np.abs(ref.z["dx"]) * 1e3).any()
+
+
+def test_a_sequential_row_sum_needs_its_declaration() -> None:
+    """dgamma summed row after row is judged with k_R = R - 1 when declared, tighter otherwise."""
+    case = _case("rmsnorm_backward", "tall", rows=1000, cols=4, x_family="constant",
+                 x_params={"pattern": "constant", "value": 3.0, "spike": 0.0, "position": 0},
+                 dy_kind="ordinary", dy_params={"loc": 1.0, "scale": 0.0})
+    ref = grad_reference(case)
+    blocks = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol["dgamma"]
+    running = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL,
+                             row_reduction="sequential").tol["dgamma"]
+    assert (running > 10 * blocks).all()
+
+
+# --- the contract ------------------------------------------------------------------------------
+
+
+def test_a_wrong_number_of_outputs_is_one_clear_line() -> None:
+    target = target_from_callable(lambda dy, x, gamma, eps: dy.copy(), op="rmsnorm_backward")
+    with pytest.raises(ContractError, match=r"^returned 1 array; rmsnorm_backward returns \(dx, dgamma\)$"):
+        target.run(_case("rmsnorm_backward"))
+    target = target_from_callable(lambda dy, y: (dy, dy), op="softmax_backward")
+    with pytest.raises(ContractError, match=r"^returned 2 arrays; softmax_backward returns dx$"):
+        target.run(_case("softmax_backward"))
+
+
+def test_a_dgamma_of_the_wrong_shape_is_named() -> None:
+    target = target_from_callable(lambda dy, x, gamma, eps: (dy.copy(), dy.copy()),
+                                  op="rmsnorm_backward")
+    with pytest.raises(ContractError, match=r"^dgamma is numpy.ndarray, dtype float32, shape \(3, 7\), "
+                                            r"device cpu; expected a numpy float32 array of shape \(7,\)$"):
+        target.run(_case("rmsnorm_backward"))
+
+
+def test_a_verdict_names_its_output() -> None:
+    verdict = Verdict("rmsnorm_backward[k]", "accuracy", "tall", None, 17, 1.5, 1.25, 0.25, 0.01,
+                      25.0, "", output="dgamma")
+    assert verdict.message().startswith("rmsnorm_backward[k] tall accuracy: dgamma[col 17]: got 1.5")
+    verdict = replace(verdict, output="dx", row=2)
+    assert "accuracy: dx[row 2 col 17]: got" in verdict.message()
+
+
+# --- properties --------------------------------------------------------------------------------
+
+
+def _rms_with_f64_dgamma(dy, x, gamma, eps):
+    dx, _ = correct.rmsnorm_backward_f32(dy, x, gamma, eps)
+    return dx, correct.rmsnorm_backward_f64(dy, x, gamma, eps)[1]
+
+
+def test_a_dgamma_error_is_reported_by_name() -> None:
+    def off_by_a_percent(dy, x, gamma, eps):
+        dx, dgamma = correct.rmsnorm_backward_f32(dy, x, gamma, eps)
+        return dx, dgamma * F32(1.01)
+
+    target = target_from_callable(off_by_a_percent, op="rmsnorm_backward")
+    result = hunt(target, family="ordinary", config=HuntConfig(max_examples=50, seed=0))
+    assert result.properties == ("accuracy",)
+    assert " accuracy: dgamma[col " in result.failure.message()
+
+
+def test_a_poisoned_row_must_stay_non_finite_and_others_untouched() -> None:
+    def zeroes_nan(dy, y):
+        return np.nan_to_num(correct.softmax_backward_f32(dy, y), nan=0.0)
+
+    target = target_from_callable(zeroes_nan, op="softmax_backward")
+    result = hunt(target, family="nonfinite", config=HuntConfig(max_examples=50, seed=0))
+    assert result.properties == ("nan_propagation",)
+    assert target_from_callable(correct.softmax_backward_f32, op="softmax_backward") is not None
+    clean = hunt(target_from_callable(correct.softmax_backward_f32, op="softmax_backward"),
+                 family="nonfinite", config=HuntConfig(max_examples=50, seed=0))
+    assert clean.passed, clean.failure.message()
+
+
+def test_batch_invariance_of_dx() -> None:
+    def batch_dependent(dy, y):
+        dx = correct.softmax_backward_f32(dy, y)
+        return correct.softmax_backward_f64(dy, y) if dy.shape[0] == 1 else dx
+
+    target = target_from_callable(batch_dependent, op="softmax_backward")
+    result = hunt(target, family="ordinary", config=HuntConfig(max_examples=50, seed=0))
+    assert result.properties == ("batch_invariance",)
+    assert "dx[row" in result.failure.message()
+
+
+def test_row_order_is_judged_only_when_promised() -> None:
+    target = target_from_callable(correct.rmsnorm_backward_f32, op="rmsnorm_backward")
+    config = HuntConfig(max_examples=60, seed=0)
+    assert hunt(target, family="tall", config=config).passed
+    promised = hunt(replace(target, opt_in=frozenset({"row_order"})), family="tall", config=config)
+    assert promised.properties == ("row_order",)
+    assert "row_order: dgamma[col" in promised.failure.message()
+    # A column sum in float64, rounded once, does not depend on the order of the rows.
+    exact = target_from_callable(_rms_with_f64_dgamma, op="rmsnorm_backward", opt_in=("row_order",))
+    assert hunt(exact, family="tall", config=config).passed
+
+
+def test_a_gradient_evaluation_needs_no_forward_machinery() -> None:
+    target = target_from_callable(correct.layernorm_backward_f32, op="layernorm_backward")
+    evaluation = evaluate(target, _case("layernorm_backward", rows=4, cols=33))
+    assert evaluation.passed and 0 < evaluation.worst_ratio < 1
+
+
+# --- fixtures ----------------------------------------------------------------------------------
+
+
+def test_a_gradient_fixture_round_trips_and_replays(tmp_path: Path) -> None:
+    target = target_from_callable(
+        lambda dy, x, gamma, eps: (correct.rmsnorm_backward_f32(dy, x, gamma, eps)[0] * F32(2),
+                                   correct.rmsnorm_backward_f32(dy, x, gamma, eps)[1]),
+        op="rmsnorm_backward", name="doubled")
+    result = hunt(target, family="ordinary", config=HuntConfig(max_examples=20, seed=0))
+    finding = result.findings[0]
+    path = save_fixture(finding, target=target, directory=tmp_path)
+    fixture = load_fixture(path)
+    assert np.array_equal(fixture.minimal.dy, finding.minimal.dy)
+    assert np.array_equal(fixture.minimal.x, finding.minimal.x)
+    assert np.array_equal(fixture.minimal.gamma, finding.minimal.gamma)
+    assert replay(target, fixture)[0].property == "accuracy"
+    good = target_from_callable(correct.rmsnorm_backward_f32, op="rmsnorm_backward")
+    assert replay(good, fixture) == []
+    doc = json.loads(path.read_text())
+    del doc["minimal"]["dy"]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FixtureError, match="rmsnorm_backward needs dy"):
+        load_fixture(path)
+
+
+# --- CLI and API -------------------------------------------------------------------------------
+
+USER_MODULE_NAME = "mygrads"
+USER_MODULE = textwrap.dedent("""
+    from normprops.examples.backward_correct import rmsnorm_backward_f32, softmax_backward_f32
+
+    def rms_grad(dy, x, gamma, eps):
+        return rmsnorm_backward_f32(dy, x, gamma, eps)
+
+    def rms_dx_only(dy, x, gamma, eps):
+        return rmsnorm_backward_f32(dy, x, gamma, eps)[0]
+
+    def softmax_grad(dy, y):
+        return softmax_backward_f32(dy, y)
+""")
+
+
+def test_cli_hunts_a_gradient(user_module: str) -> None:
+    code, out, err = run("hunt", "--op", "rmsnorm_backward", "--impl", f"{user_module}:rms_grad",
+                         "--families", "ordinary,tall", "--max-examples", "20", "--seed", "0",
+                         "--no-fixtures")
+    assert code == 0, out + err
+    code, out, err = run("hunt", "--op", "rmsnorm_backward", "--impl", f"{user_module}:rms_dx_only",
+                         "--families", "ordinary", "--max-examples", "20", "--seed", "0",
+                         "--fixtures-dir", "fx")
+    assert code == 1
+    assert "contract: returned 1 array; rmsnorm_backward returns (dx, dgamma)" in out
+    code, out, err = run("replay", "--op", "rmsnorm_backward", "--impl", f"{user_module}:rms_grad",
+                         "--fixtures-dir", "fx")
+    assert code == 0, out + err
+
+
+def test_cli_takes_the_row_reduction(user_module: str) -> None:
+    code, out, err = run("hunt", "--op", "softmax_backward", "--impl", f"{user_module}:softmax_grad",
+                         "--families", "tall", "--max-examples", "10", "--seed", "0",
+                         "--row-reduction", "sequential", "--no-fixtures")
+    assert code == 0, out + err
+    code, out, err = run("hunt", "--op", "softmax_backward", "--impl", f"{user_module}:softmax_grad",
+                         "--row-reduction", "pairwise")
+    assert code == 2 and "--row-reduction" in err
+
+
+def test_help_shows_the_gradient_signatures_and_the_row_reduction(capsys: pytest.CaptureFixture) -> None:
+    assert run("hunt", "--help")[0] == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--row-reduction {blocks,sequential,tree}" in shown
+    assert "rmsnorm_backward fn(dy, x, gamma, eps) -> (dx, dgamma)" in shown
+
+
+def test_the_api_hunts_a_gradient(tmp_path: Path) -> None:
+    report = normprops.hunt_kernel(correct.layernorm_backward_saved_stats, op="layernorm_backward",
+                                   families=["ordinary", "tall"], max_examples=20, seed=0,
+                                   row_reduction="sequential")
+    assert report.passed
+    assert report.targets[0]["row_reduction"] == "sequential"
+    with pytest.raises(AssertionError, match=r"contract: returned 1 array; layernorm_backward "
+                                             r"returns \(dx, dgamma, dbeta\)"):
+        normprops.assert_robust(lambda dy, x, gamma, beta, eps: dy, op="layernorm_backward",
+                                families="ordinary", max_examples=5, seed=0)
+    with pytest.raises(ValueError, match="row_reduction must be one of blocks, sequential, tree"):
+        normprops.hunt_kernel(correct.layernorm_backward_f32, op="layernorm_backward",
+                              row_reduction="pairwise")
+
+
+def test_torch_gradients_take_tensors() -> None:
+    pytest.importorskip("torch", reason="torch is not installed here")
+    from normprops.backends import grads
+
+    for op, fn in (("softmax_backward", grads.torch_softmax_backward),
+                   ("rmsnorm_backward", grads.torch_rmsnorm_backward),
+                   ("layernorm_backward", grads.torch_layernorm_backward)):
+        report = normprops.hunt_kernel(fn, op=op, framework="torch", device="cpu",
+                                       families="ordinary,cancelling_dy,tall", max_examples=30,
+                                       seed=0, ignore=["batch_invariance"])
+        assert report.passed, [f.message for f in report.failures]
+
+
+def test_a_width_hint_moves_dy_with_the_rows() -> None:
+    def even_only(dy, y):
+        if y.shape[1] % 2 or dy.shape != y.shape:
+            raise ValueError(f"odd widths are not taken: dy {dy.shape}, y {y.shape}")
+        return correct.softmax_backward_f32(dy, y)
+
+    report = normprops.hunt_kernel(even_only, op="softmax_backward", families="ragged",
+                                   max_examples=30, seed=0)
+    assert [f.property for f in report.failures] == ["contract"]
+    assert any("--cols-multiple-of 2" in hint for hint in report.hints), report.hints
+
+
+def test_dbeta_keeps_room_at_the_worst_rounding_of_a_row_sum() -> None:
+    """1 + 2^-24 summed in float32 rounds by exactly u times the sum: the first-order bound
+    k_R u sum|dy| would sit at err/tol 1; the bound keeps two roundings of room."""
+    case = _case("layernorm_backward", rows=2, cols=3)
+    dy = np.array([[1.0, 1.0, 1.0], [2.0**-24, 2.0**-24, 2.0**-24]], dtype=F32)
+    case = case.replace(dy=dy)
+    ref = grad_reference(case)
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL, row_reduction="sequential")
+    err = np.abs((dy[0] + dy[1]).astype(np.float64) - ref.z["dbeta"][0])
+    assert (err == 2.0**-24).all()
+    assert (err / tol.tol["dbeta"][0] <= 0.5).all()
