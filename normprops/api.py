@@ -246,11 +246,11 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"
         lines.append(f"replay: normprops replay --op {target['op']} --impl {impl} "
-                     f"--fixtures-dir {kwargs.get('fixtures_dir')}{_replay_flags(target)}")
+                     f"--fixtures-dir {kwargs.get('fixtures_dir')}{replay_flags(target)}")
     raise AssertionError("\n".join(lines))
 
 
-def _replay_flags(target: dict[str, Any]) -> str:
+def replay_flags(target: dict[str, Any]) -> str:
     """The flags that make ``normprops replay`` take the fixtures of the kernel ``target`` describes
     (:func:`target_json`) and judge them as the hunt did: its arrays, storage type and widths, and
     what it declared (properties not promised or promised too, flushing, reduction, arithmetic)."""

@@ -22,7 +22,7 @@ from normprops.errormodel import TREE_LEAF_DEPTH, ErrorModel
 from normprops.errors import FatalTargetError
 from normprops.hunt import Finding
 from normprops.launch import Target
-from normprops.ops import PROPERTIES
+from normprops.ops import PROPERTIES, is_backward
 from normprops.properties import evaluate
 
 __all__ = ["hints", "TOLERANCE_PROPERTIES"]
@@ -86,7 +86,10 @@ def _model_groups(target: Target) -> list[list[tuple[_Declaration, ErrorModel]]]
             "--threads 1", "threads=1",
             f"It declares that one thread adds each whole row in order (a loop, a cumulative sum): "
             f"the bounds' depth becomes {_depth(one)} instead of {_depth(model)}"), one))
-    if depth:
+    # A gradient's bounds take their depth from the threads twice: over the columns (dx) and over
+    # the blocks of rows summed into dgamma and dbeta (backward.row_depth). A depth hint there would
+    # loosen one while its words explain the other, so none is offered.
+    if depth and not is_backward(target.op):
         groups.append(depth)
     return groups
 

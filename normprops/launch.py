@@ -291,6 +291,13 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     if row_reduction not in ROW_REDUCTIONS:
         raise UsageError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
                          f"{row_reduction!r}")
+    if spec.forward is None:  # the row sums below exist in the gradient ops only
+        if row_reduction != "blocks":
+            raise UsageError(f"--row-reduction (row_reduction=) applies to the gradient ops only; op "
+                             f"{op} sums no rows into dgamma or dbeta")
+        if "row_order" in _check_promises(ignore, opt_in)[1]:
+            raise UsageError(f"--check row_order (opt_in=) applies to the gradient ops only; op {op} "
+                             f"has no dgamma or dbeta")
     adapter = get_adapter(framework, dtype=dtype, device=device)
     fill = _mask_fill(op, mask, mask_fill, dtype)
     try:

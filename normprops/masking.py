@@ -63,8 +63,11 @@ def mask_fill_value(fill: float | str, *, dtype: str = "float32") -> float:
         raise ValueError(wrong)
     if value == -math.inf:
         return value
-    return float(to_dtype(np.array([value], dtype=np.float64).clip(-FLT_MAX, None).astype(F32),
-                          dtype)[0])
+    stored = float(to_dtype(np.array([value], dtype=np.float64).clip(-FLT_MAX, None).astype(F32),
+                            dtype)[0])
+    if not stored < 0:  # a fill too small for the storage type rounds to -0, which masks nothing
+        raise ValueError(f"{wrong}; {value!r} rounds to {stored!r} in {dtype}")
+    return stored
 
 
 def describe_fill(fill: float | None) -> str:

@@ -3,6 +3,7 @@ the CLI and the API."""
 
 from __future__ import annotations
 
+import io
 import json
 import textwrap
 from dataclasses import replace
@@ -17,7 +18,7 @@ from normprops.backward import grad_reference, grad_tolerance, row_depth
 from normprops.backward_strategies import GRAD_FAMILIES, grad_cases, make_grad_case
 from normprops.case import Case
 from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
-from normprops.errors import ContractError, FixtureError
+from normprops.errors import ContractError, FixtureError, UsageError
 from normprops.examples import backward_correct as correct
 from normprops.hunt import HuntConfig, hunt
 from normprops.judge import Verdict
@@ -397,3 +398,28 @@ def test_dbeta_keeps_room_at_the_worst_rounding_of_a_row_sum() -> None:
     err = np.abs((dy[0] + dy[1]).astype(np.float64) - ref.z["dbeta"][0])
     assert (err == 2.0**-24).all()
     assert (err / tol.tol["dbeta"][0] <= 0.5).all()
+
+
+@pytest.mark.parametrize("flags, named", [(("--row-reduction", "sequential"), "--row-reduction"),
+                                          (("--check", "row_order"), "--check row_order")])
+def test_a_gradient_declaration_for_a_forward_op_is_a_usage_error(flags: tuple[str, ...],
+                                                                  named: str) -> None:
+    from normprops.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["hunt", "--op", "rmsnorm", "--impl", "normprops.examples.correct:rmsnorm_f32",
+                 "--max-examples", "5", "--no-fixtures", *flags], out=out, err=err)
+    assert code == 2 and named in err.getvalue() and len(err.getvalue().strip().splitlines()) == 1
+    with pytest.raises(UsageError, match="gradient ops only"):
+        normprops.hunt_kernel(lambda x, g, e: x, op="rmsnorm", row_reduction="tree")
+
+
+def test_no_depth_hint_explains_a_dgamma_bug_away() -> None:
+    """dgamma summed in bfloat16 over many rows (tall): --threads 1 would also deepen dgamma's row sum and
+    so hide the bug, under words about the columns; a gradient gets no depth hint."""
+    from normprops.examples import backward_planted
+
+    report = normprops.hunt_kernel(backward_planted.rmsnorm_backward_bf16_dgamma, op="rmsnorm_backward",
+                                   families="tall", seed=5, max_examples=60)
+    assert not report.passed
+    assert not any("--threads" in h or "--reduction" in h for h in report.hints), report.hints

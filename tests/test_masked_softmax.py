@@ -355,3 +355,35 @@ def test_assert_robust_names_the_replay_of_an_additive_kernel(user_module: Path)
     assert replay.endswith(f"--mask additive --mask-fill {-float(np.finfo(np.float32).max)!r}")
     code, out, _ = run(*replay.removeprefix("replay: normprops ").split())
     assert code == 1 and "FAIL" in out
+
+
+@pytest.mark.parametrize("fill, dtype", [("-1e-50", "float32"), ("-1e-10", "float16")])
+def test_a_fill_that_rounds_to_zero_in_the_storage_type_is_a_usage_error(fill: str, dtype: str) -> None:
+    """-1e-50 is -0 in float32 (and -1e-10 in float16): an additive mask of it masks nothing, and
+    its fixtures could not be read back."""
+    from normprops.masking import mask_fill_value
+
+    with pytest.raises(ValueError, match=f"rounds to -0.0 in {dtype}"):
+        mask_fill_value(fill, dtype=dtype)
+    assert mask_fill_value("-1e-30", dtype="float32") < 0
+
+
+def test_the_option_after_mask_fill_is_not_taken_for_its_value(user_module: Path) -> None:
+    code, _, err = _hunt("--impl", f"{MODULE}:additive_f32", "--mask", "additive", "--mask-fill",
+                         "--max-examples", "5")
+    assert code == 2 and "--mask-fill" in err and "expected one argument" in err
+
+
+def test_the_hunt_prints_the_replay_command_with_its_mask_flags(user_module: Path, tmp_path: Path) -> None:
+    """A hunt that saved fixtures prints the whole replay command, the additive mask and its fill
+    among its flags; run as printed, it finds the bug again."""
+    fx = tmp_path / "fx"
+    code, out, _ = run("hunt", "--op", "masked_softmax", "--seed", "0", "--impl",
+                       f"{MODULE}:additive_ignores_mask", "--mask", "additive", "--mask-fill", "-10000",
+                       "--families", "masked", "--max-examples", "30", "--fixtures-dir", str(fx))
+    assert code == 1
+    command = out.split("replay with: ", 1)[1].splitlines()[0]
+    assert command == (f"normprops replay --op masked_softmax --impl {MODULE}:additive_ignores_mask "
+                       f"--fixtures-dir {fx} --mask additive --mask-fill -10000.0")
+    code, out, err = run(*command.split()[1:])
+    assert code == 1 and "failed" in out, out + err

@@ -60,11 +60,22 @@ def _joined_fill(argv: Sequence[str] | None) -> list[str] | None:
         argv = sys.argv[1:]
     out: list[str] = []
     for token in argv:
-        if out and out[-1] == "--mask-fill" and token.startswith("-"):
+        if out and out[-1] == "--mask-fill" and _is_negative_number(token):
             out[-1] = f"--mask-fill={token}"
         else:
             out.append(token)
     return out
+
+
+def _is_negative_number(token: str) -> bool:
+    """``-inf``, ``-1e4``, ``-10000``: a fill, not the next option (``--max-examples``)."""
+    if not token.startswith("-") or token.startswith("--"):
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
 
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,

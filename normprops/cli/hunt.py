@@ -10,7 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
 
-from normprops.api import deadline_after, hunt_families, target_json
+from normprops.api import deadline_after, hunt_families, replay_flags, target_json
 from normprops.cli.common import (
     BACKEND_PREFERENCE,
     EXIT_FOUND,
@@ -63,12 +63,15 @@ def _warnings_line(result: HuntResult) -> str | None:
             f"(first: {result.first_warning})")
 
 
-def _fixtures_line(results: list[HuntResult], directory: Path | None) -> str | None:
+def _fixtures_line(results: list[HuntResult], directory: Path | None,
+                   replay: str = "normprops replay") -> str | None:
+    """Where the findings were saved, and the command that replays them (``replay``: the whole
+    command where the kernel and its declarations are known)."""
     saved = {f.fixture for r in results for f in r.findings if f.fixture is not None}
     if directory is None or not saved:
         return None
     return (f"fixtures: {len(saved)} saved under {directory}/ (--fixtures-dir DIR to change, "
-            f"--no-fixtures to skip; replay with normprops replay)")
+            f"--no-fixtures to skip); replay with: {replay}")
 
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -99,7 +102,11 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         cells = [Cell(target.label, target.name, r.family, cell_text(r)) for r in results]
         print("\n" + render_matrix(cells), file=out)
         print(matrix_legend(cells), file=out)
-        line = _fixtures_line(results, fixtures)
+        replay = "normprops replay"
+        if args.impl and fixtures is not None:
+            replay = (f"normprops replay --op {args.op} --impl {args.impl} --fixtures-dir {fixtures}"
+                      f"{replay_flags(target_json(target))}")
+        line = _fixtures_line(results, fixtures, replay)
         if line:
             print(line, file=out)
 
