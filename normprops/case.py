@@ -63,9 +63,13 @@ class Case:
         return Case(**fields)
 
     def take(self, rows: np.ndarray) -> Case:
-        """The case made of ``rows`` of this one (repeated, reordered, alone), each with its mask."""
-        mask = None if self.mask is None else np.ascontiguousarray(self.mask[rows])
-        return self.replace(x=np.ascontiguousarray(self.x[rows]), mask=mask)
+        """The case made of ``rows`` of this one (repeated, reordered, alone), each with its mask
+        and its upstream gradient."""
+
+        def pick(a: np.ndarray | None) -> np.ndarray | None:
+            return None if a is None else np.ascontiguousarray(a[rows])
+
+        return self.replace(x=pick(self.x), mask=pick(self.mask), dy=pick(self.dy))
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{k}={v!r}" for k, v in self.params.items())

@@ -423,3 +423,9 @@ def test_no_depth_hint_explains_a_dgamma_bug_away() -> None:
                                    families="tall", seed=5, max_examples=60)
     assert not report.passed
     assert not any("--threads" in h or "--reduction" in h for h in report.hints), report.hints
+
+
+def test_taking_rows_of_a_gradient_case_takes_their_dy() -> None:
+    case = _case("rmsnorm_backward", rows=3, cols=4)
+    one = case.take(np.array([2]))
+    assert one.x.shape == one.dy.shape == (1, 4) and np.array_equal(one.dy[0], case.dy[2])
