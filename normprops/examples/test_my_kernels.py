@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import normprops
-from normprops.examples.correct import layernorm_f32, rmsnorm_f32, softmax_f64
+from normprops.examples.backward_correct import rmsnorm_backward_f32
+from normprops.examples.correct import layernorm_f32, masked_softmax_online, rmsnorm_f32, softmax_f64
 from normprops.examples.planted import softmax_no_shift
 
 
@@ -40,6 +41,17 @@ def test_a_kernel_with_a_width_limit() -> None:
         return softmax_f64(x)
 
     normprops.assert_robust(softmax_vec4, op="softmax", cols_multiple_of=4, max_cols=8192)
+
+
+def test_an_attention_softmax_with_a_mask_and_a_scale() -> None:
+    # fn(x, mask, scale): True in the mask takes part; here a chunked online softmax.
+    normprops.assert_robust(masked_softmax_online, op="masked_softmax", families=["masked", "ordinary"])
+
+
+def test_a_gradient() -> None:
+    # fn(dy, x, gamma, eps) -> (dx, dgamma); dgamma summed over the rows in per-block partials.
+    normprops.assert_robust(rmsnorm_backward_f32, op="rmsnorm_backward",
+                            families=["ordinary", "cancelling_dy", "tall"])
 
 
 def test_the_hunt_catches_a_missing_max_shift() -> None:
