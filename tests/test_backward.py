@@ -415,14 +415,18 @@ def test_a_gradient_declaration_for_a_forward_op_is_a_usage_error(flags: tuple[s
 
 
 def test_no_depth_hint_explains_a_dgamma_bug_away() -> None:
-    """dgamma summed in bfloat16 over many rows (tall): --threads 1 would also deepen dgamma's row sum and
-    so hide the bug, under words about the columns; a gradient gets no depth hint."""
-    from normprops.examples import backward_planted
+    """A gradient's depth comes from the threads twice, over the columns (dx) and over the blocks of
+    rows summed into dgamma: --threads 1 would deepen dgamma's row sum under words about the
+    columns (it hid the bfloat16 dgamma sum of backward_planted), so no depth hint is offered; a
+    forward op still gets one."""
+    from normprops import hints
 
-    report = normprops.hunt_kernel(backward_planted.rmsnorm_backward_bf16_dgamma, op="rmsnorm_backward",
-                                   families="tall", seed=5, max_examples=60)
-    assert not report.passed
-    assert not any("--threads" in h or "--reduction" in h for h in report.hints), report.hints
+    def flags(op: str, fn) -> set[str]:
+        target = target_from_callable(fn, op=op)
+        return {d.flag for group in hints._model_groups(target) for d, _ in group}
+
+    assert not {"--threads 1", "--reduction tree"} & flags("rmsnorm_backward", correct.rmsnorm_backward_f32)
+    assert {"--threads 1", "--reduction tree"} <= flags("rmsnorm", lambda x, g, e: x)
 
 
 def test_taking_rows_of_a_gradient_case_takes_their_dy() -> None:
