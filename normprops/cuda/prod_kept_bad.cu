@@ -2,6 +2,9 @@
 // squares is kept in bfloat16, a bug the hunt must catch. It is no production kernel and is built
 // apart from them: normprops/cuda/build.py compiles this file after prod.cu's device code (with
 // NP_NO_ENTRY_POINTS, so prod.cu's own kernels are not compiled again), whose templates it uses.
+#ifndef NP_BOUNDS
+#error "prod_kept_bad.cu is compiled after prod.cu, as one unit (normprops.cuda.build.unit_text)"
+#endif
 
 // rmsNormBf16Acc: rmsNormRegs<BF16, kVecs> except that each thread's sum of squares is rounded to
 // bfloat16 after every addition (a "bf16 accumulator"). KEPT BAD: with 8 significant bits, once
