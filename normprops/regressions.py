@@ -61,17 +61,23 @@ def encode_array(a: np.ndarray) -> dict[str, Any]:
     return {"shape": list(a.shape), "f32le_base64": base64.b64encode(a.astype("<f4").tobytes()).decode()}
 
 
-def decode_array(blob: Any, *, what: str = "array") -> np.ndarray:
-    """The float32 array a blob of :func:`encode_array` holds; ValueError naming ``what`` if the
-    blob is malformed (wrong shape, wrong length, not hex, not base64)."""
-    if not isinstance(blob, dict) or not isinstance(blob.get("shape"), list):
-        raise ValueError(f"{what}: expected an object with a 'shape' list")
-    shape = blob["shape"]
+def _checked_shape(shape: list[Any], *, what: str) -> tuple[list[int], int]:
+    """A blob's shape and element count; ValueError naming ``what`` if it is no list of
+    non-negative integers or holds more than a fixture can."""
     if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
         raise ValueError(f"{what}: shape {shape!r} is not a list of non-negative integers")
     size = math.prod(shape)
     if size > MAX_ELEMENTS:
         raise ValueError(f"{what}: shape {shape!r} holds {size} elements, more than a fixture can")
+    return shape, size
+
+
+def decode_array(blob: Any, *, what: str = "array") -> np.ndarray:
+    """The float32 array a blob of :func:`encode_array` holds; ValueError naming ``what`` if the
+    blob is malformed (wrong shape, wrong length, not hex, not base64)."""
+    if not isinstance(blob, dict) or not isinstance(blob.get("shape"), list):
+        raise ValueError(f"{what}: expected an object with a 'shape' list")
+    shape, size = _checked_shape(blob["shape"], what=what)
     if "hex" in blob:
         values = blob["hex"]
         if not isinstance(values, list) or len(values) != size:
@@ -143,12 +149,7 @@ def decode_mask(blob: Any, *, what: str = "mask") -> np.ndarray:
     is malformed."""
     if not isinstance(blob, dict) or not isinstance(blob.get("shape"), list) or len(blob["shape"]) != 2:
         raise ValueError(f"{what}: expected an object with a 'shape' of two integers")
-    shape = blob["shape"]
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise ValueError(f"{what}: shape {shape!r} is not a list of non-negative integers")
-    size = math.prod(shape)
-    if size > MAX_ELEMENTS:
-        raise ValueError(f"{what}: shape {shape!r} holds {size} elements, more than a fixture can")
+    shape, size = _checked_shape(blob["shape"], what=what)
     if "rows" in blob:
         rows = blob["rows"]
         if (not isinstance(rows, list) or len(rows) != shape[0]
