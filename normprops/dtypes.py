@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 
 __all__ = ["StorageType", "DTYPES", "get_dtype", "to_dtype", "numpy_dtype", "to_numpy_storage",
-           "from_numpy_storage", "split_exact"]
+           "check_representable", "from_numpy_storage", "split_exact"]
 
 F32 = np.float32
 
@@ -96,10 +96,26 @@ def to_numpy_storage(a: np.ndarray, dtype: str, *, name: str = "array") -> np.nd
     return out
 
 
+def check_representable(a: np.ndarray, dtype: str, *, name: str = "array") -> None:
+    """Raise ValueError naming ``name`` and the first float32 value of ``a`` that ``dtype`` cannot
+    hold exactly. bfloat16 is a float32's top half, so its test reads the bits: no conversion."""
+    a = np.ascontiguousarray(a, dtype=F32)
+    if dtype == "float32":
+        return
+    if dtype == "bfloat16":
+        bad = ((a.view(np.uint32) & np.uint32(0xFFFF)) != 0) & ~np.isnan(a)
+    else:
+        with np.errstate(all="ignore"):
+            back = a.astype(numpy_dtype(dtype)).astype(F32)
+        bad = ~((back == a) | np.isnan(a))
+    if bad.any():
+        raise not_representable(a, int(np.argmax(bad)), dtype=dtype, name=name)
+
+
 def not_representable(a: np.ndarray, flat_index: int, *, dtype: str, name: str) -> ValueError:
     """The error for ``a``'s element at ``flat_index``, which ``dtype`` cannot hold exactly."""
     i = np.unravel_index(flat_index, a.shape)
-    return ValueError(f"{name}[{', '.join(map(str, i))}] = {a[i]!r} is not exactly representable "
+    return ValueError(f"{name}[{', '.join(map(str, i))}] = {float(a[i])!r} is not exactly representable "
                       f"in {dtype}; round it first (normprops.dtypes.to_dtype)")
 
 

@@ -18,7 +18,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from normprops.dtypes import from_numpy_storage, get_dtype, not_representable, numpy_dtype, to_numpy_storage
+from normprops.dtypes import (
+    check_representable,
+    from_numpy_storage,
+    get_dtype,
+    numpy_dtype,
+    to_numpy_storage,
+)
 from normprops.errors import ContractError, UsageError
 
 __all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status"]
@@ -40,6 +46,12 @@ class Adapter:
     # A boolean mask (masked softmax) into the framework's bool array on the device, and back.
     mask_to_native: Callable[[np.ndarray], Any] | None = None
     mask_from_native: Callable[[Any, tuple[int, ...], str], np.ndarray] | None = None
+    # Whether a call changed its inputs, judged where they live: ``snapshot`` copies an input
+    # before the call, ``changed`` takes (name, input after the call, its snapshot) for each and
+    # says how the first changed one changed (None: none did), in one round trip to the device.
+    # None: the inputs are read back to the host and compared there.
+    snapshot: Callable[[Any], Any] | None = None
+    changed: Callable[[list[tuple[str, Any, Any]]], str | None] | None = None
 
     @property
     def description(self) -> str:
@@ -68,7 +80,7 @@ def _numpy_adapter(dtype: str, device: str | None) -> Adapter:
         raise UsageError(f"device must be 'cpu' (or left out) for framework numpy but was {device!r}")
     want = numpy_dtype(dtype)
 
-    def to_native(a: np.ndarray, name: str) -> np.ndarray:
+    def to_native(a: np.ndarray, name: str, check: bool = True) -> np.ndarray:
         return to_numpy_storage(a, dtype, name=name)
 
     def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -107,18 +119,13 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
             raise UsageError(f"device {device!r}: torch sees {torch.cuda.device_count()} CUDA devices")
     want = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
-    def to_native(a: np.ndarray, name: str) -> Any:
+    def to_native(a: np.ndarray, name: str, check: bool = True) -> Any:
         a = np.ascontiguousarray(a, dtype=np.float32)
+        if check:  # on the host: a check on the device would cost a round trip of its own
+            check_representable(a, dtype, name=name)
         wide = torch.from_numpy(a).to(dev, copy=True)  # a copy, never the case's own memory
-        if dtype == "float32":
-            return wide
-        # Rounded (to nearest even) and checked where the tensor lives: on a GPU a stress batch's
-        # million values convert in microseconds, in numpy in milliseconds.
-        t = wide.to(want)
-        bad = (t.to(torch.float32) != wide) & ~torch.isnan(wide)
-        if bool(bad.any()):
-            raise not_representable(a, int(bad.flatten().nonzero()[0, 0]), dtype=dtype, name=name)
-        return t
+        # Narrowed where the tensor lives: a stress batch converts in microseconds there.
+        return wide if dtype == "float32" else wide.to(want)
 
     def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
         expected = f"a torch.Tensor of dtype {want} and shape {shape} on {dev}"
@@ -137,8 +144,19 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, f"a torch.Tensor of dtype torch.bool and shape {shape} on {dev}")
         return obj.detach().cpu().numpy().copy()
 
+    def changed(inputs: list[tuple[str, Any, Any]]) -> str | None:
+        resized = next((name for name, after, before in inputs if after.shape != before.shape), None)
+        if resized is not None:
+            return f"changed the shape of its input {resized} in place"
+        flags = [((after != before) & ~(after.isnan() & before.isnan())).any()
+                 if after.is_floating_point() else (after != before).any()
+                 for _, after, before in inputs]
+        hit = torch.stack(flags).cpu().numpy() if flags else np.zeros(0, bool)
+        return next((f"modified its input {name} in place"
+                     for (name, _, _), h in zip(inputs, hit) if h), None)
+
     return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native,
-                   mask_to_native, mask_from_native)
+                   mask_to_native, mask_from_native, lambda t: t.clone(), changed)
 
 
 # --- JAX ---------------------------------------------------------------------------------------
@@ -152,7 +170,7 @@ def _jax_adapter(dtype: str, device: str | None) -> Adapter:
         raise UsageError(f"device {device!r}: JAX has no such device ({exc}); try 'cpu' or 'gpu'") from None
     want = numpy_dtype(dtype)  # JAX's bfloat16 is ml_dtypes'
 
-    def to_native(a: np.ndarray, name: str) -> Any:
+    def to_native(a: np.ndarray, name: str, check: bool = True) -> Any:
         return jax.device_put(to_numpy_storage(a, dtype, name=name), dev)
 
     def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
@@ -168,8 +186,15 @@ def _jax_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, f"a jax.Array of dtype bool and shape {shape} on {dev}")
         return np.array(obj, dtype=bool)
 
+    def changed(inputs: list[tuple[str, Any, Any]]) -> str | None:
+        # A jax.Array cannot change; a kernel can only donate it (jit's donate_argnums), which
+        # deletes it under the caller.
+        return next((f"donated its input {name} (the array was deleted by the call)"
+                     for name, after, _ in inputs if after.is_deleted()), None)
+
     return Adapter("jax", dtype, str(dev), dev.platform == "gpu", to_native, from_native,
-                   lambda m: jax.device_put(np.array(m, dtype=bool), dev), mask_from_native)
+                   lambda m: jax.device_put(np.array(m, dtype=bool), dev), mask_from_native,
+                   lambda a: a, changed)
 
 
 def _jax_platform(device: str) -> str:
@@ -199,7 +224,7 @@ def _cupy_adapter(dtype: str, device: str | None) -> Adapter:
                          f"through --framework torch or jax")
     want = np.dtype(getattr(cupy, "bfloat16", None) if dtype == "bfloat16" else numpy_dtype(dtype))
 
-    def to_native(a: np.ndarray, name: str) -> Any:
+    def to_native(a: np.ndarray, name: str, check: bool = True) -> Any:
         with cupy.cuda.Device(index):
             return cupy.asarray(to_numpy_storage(a, dtype, name=name))
 
@@ -220,8 +245,20 @@ def _cupy_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, f"a cupy.ndarray of dtype bool and shape {shape} on cuda:{index}")
         return cupy.asnumpy(obj)
 
+    def changed(inputs: list[tuple[str, Any, Any]]) -> str | None:
+        resized = next((name for name, after, before in inputs if after.shape != before.shape), None)
+        if resized is not None:
+            return f"changed the shape of its input {resized} in place"
+        with cupy.cuda.Device(index):
+            flags = [((after != before) & ~(cupy.isnan(after) & cupy.isnan(before))).any()
+                     if after.dtype.kind == "f" else (after != before).any()
+                     for _, after, before in inputs]
+            hit = cupy.asnumpy(cupy.stack(flags)) if flags else np.zeros(0, bool)
+        return next((f"modified its input {name} in place"
+                     for (name, _, _), h in zip(inputs, hit) if h), None)
+
     return Adapter("cupy", dtype, f"cuda:{index}", True, to_native, from_native, mask_to_native,
-                   mask_from_native)
+                   mask_from_native, lambda a: a.copy(), changed)
 
 
 def _import(name: str) -> Any:

@@ -118,8 +118,9 @@ class Target:
     def run(self, case: Case, *, check_inputs: bool = True) -> np.ndarray | tuple[np.ndarray, ...]:
         """Call the target on fresh copies of ``case``'s inputs; the output as float32 numpy (a
         gradient op of several outputs: a tuple of them, in ``OpSpec.outputs`` order).
-        ``check_inputs``: read the inputs back and raise ContractError if the call changed them
-        (the stress batches skip it: they repeat rows whose own launch was checked)."""
+        ``check_inputs``: check the inputs are exact in the storage type, and raise ContractError
+        if the call changed them (the stress batches skip both: they repeat rows whose own launch
+        was checked)."""
         if case.op != self.op:
             raise ValueError(f"case is for op {case.op!r} but target {self.label} computes {self.op!r}")
         if case.dtype != self.dtype:
@@ -129,7 +130,11 @@ class Target:
                              f"{self.label} takes {self.mask_fill!r}")
         spec = get_op(self.op)
         params = spec.params
-        native = tuple(self._native(a, name) for name, a in zip(params, case.args()))
+        native = tuple(self._native(a, name, check_inputs) for name, a in zip(params, case.args()))
+        arrays = [(name, before, after) for name, before, after in zip(params, case.args(), native)
+                  if check_inputs and isinstance(before, np.ndarray)]
+        snapshot = self.adapter.snapshot
+        snapshots = [snapshot(after) for _, _, after in arrays] if snapshot is not None else []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             out = _call_with_timeout(self.fn, native, self.timeout_s)
@@ -140,19 +145,25 @@ class Target:
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
             result = self.adapter.from_native(out, case.x.shape, "the output")
-        for name, before, after in zip(params, case.args(), native):
-            if check_inputs and isinstance(before, np.ndarray):
-                what = f"input {name} after the call"
-                now = (self.adapter.mask_from_native(after, before.shape, what) if before.dtype == bool
-                       else self.adapter.from_native(after, before.shape, what))
-                if not np.array_equal(before, now, equal_nan=before.dtype != bool):
-                    raise ContractError(f"modified its input {name} in place")
+        if snapshot is not None and arrays:
+            how = self.adapter.changed([(name, after, snap)
+                                        for (name, _, after), snap in zip(arrays, snapshots)])
+            if how is not None:
+                raise ContractError(how)
+        for name, before, after in arrays if snapshot is None else ():
+            what = f"input {name} after the call"
+            now = (self.adapter.mask_from_native(after, before.shape, what) if before.dtype == bool
+                   else self.adapter.from_native(after, before.shape, what))
+            if not np.array_equal(before, now, equal_nan=before.dtype != bool):
+                raise ContractError(f"modified its input {name} in place")
         return result
 
-    def _native(self, a: object, name: str) -> object:
+    def _native(self, a: object, name: str, check: bool) -> object:
         if not isinstance(a, np.ndarray):
             return a
-        return self.adapter.mask_to_native(a) if a.dtype == bool else self.adapter.to_native(a, name)
+        if a.dtype == bool:
+            return self.adapter.mask_to_native(a)
+        return self.adapter.to_native(a, name, check)
 
 
 def _gradient_outputs(adapter: Adapter, out: object, case: Case,

@@ -219,6 +219,64 @@ def test_stress_batch_tells_position_dependence_from_a_race() -> None:
     assert failures and failures[0].property == "determinism"
 
 
+def test_a_stressed_target_is_called_four_times_an_example() -> None:
+    """With a stress batch, determinism and the reversed rows are judged inside it: the case, the
+    batch twice and the middle row alone. Without one (a CPU target), the case is called again and
+    the rows reversed are a batch of their own."""
+    from dataclasses import replace as dc_replace
+
+    from normprops.properties import evaluate
+
+    shapes: list[tuple[int, int]] = []
+
+    def counted(x):
+        shapes.append(x.shape)
+        return _softmax64(x)
+
+    case = _case("softmax", np.random.default_rng(3).standard_normal((3, 40)))
+    stressed = dc_replace(_python_target("_np_counted", counted), stress_rows=64)
+    assert evaluate(stressed, case).passed
+    # then the case shifted by a power of two (shift invariance), of the case's shape
+    assert shapes[:4] == [(3, 40), (64, 40), (64, 40), (1, 40)] and shapes[4:] == [(3, 40)]
+    shapes.clear()
+    assert evaluate(dc_replace(stressed, stress_rows=0), case).passed
+    assert shapes[:4] == [(3, 40), (3, 40), (1, 40), (4, 40)] and shapes[4:] == [(3, 40)]
+
+
+def test_a_leak_from_the_next_row_is_caught_in_the_stress_batch() -> None:
+    """A kernel whose row r reads a little of row r + 1 is right on the case only where the next
+    row happens to match; the stress batch puts other rows next to each (the tiling wraps, the
+    tail is reversed)."""
+    from dataclasses import replace as dc_replace
+
+    from normprops.properties import evaluate
+
+    def leaky(x):
+        out = _softmax64(x)
+        nxt = np.vstack([x[1:], x[:1]])[:, :1].astype(F32)  # row r + 1's first entry, wrapping
+        return np.where(nxt > 100, np.nextafter(out, F32(2)), out)
+
+    x = np.random.default_rng(4).standard_normal((3, 40))
+    x[:, 0] = [0.5, 200.0, 0.25]  # only row 0 sees a big neighbour (row 1) in the case itself
+    case = _case("softmax", x)
+    target = dc_replace(_python_target("_np_leaky", leaky), stress_rows=64)
+    failures = evaluate(target, case).failures
+    assert failures and failures[0].property == "batch_invariance"
+
+
+def test_stress_order_starts_with_the_case_and_depends_on_the_width() -> None:
+    from normprops.properties import STRESS_ELEMENTS, stress_order
+
+    for rows in (1, 2, 3, 7, 20):
+        order = stress_order(rows, 1000, 2048)
+        assert len(order) == STRESS_ELEMENTS // 1000  # one shape per width: one compile
+        assert order[:rows].tolist() == list(range(rows))
+        assert order[-rows - 1:].tolist() == list(range(rows))[::-1] + [rows // 2]
+        assert np.bincount(order, minlength=rows).min() >= 2
+    wide = stress_order(40, 100_000, 2048)  # more rows than the elements allow: two copies each
+    assert len(wide) == 81 and np.bincount(wide).min() == 2
+
+
 def test_ratio_fit_is_the_worst_pair() -> None:
     from normprops.judge import ratio_fit
 

@@ -212,6 +212,25 @@ def test_split_is_exact(dtype: str) -> None:
     assert np.count_nonzero(b) > 500  # the split is not the trivial x + 0
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_device_split_is_the_host_split(dtype: str) -> None:
+    """The fused kernel's operands are split on the device; bit for bit as split_exact does it,
+    flush-to-zero or not (a b that would be subnormal falls back to x + 0)."""
+    import cupy
+
+    from normprops.cuda.prod import _split_kernel
+
+    rng = np.random.default_rng(1)
+    x = to_dtype(np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.integers(-45, 38, 4000),
+                                 [0.0, -0.0, 1e-39, -1e-40, np.nan, np.inf, -np.inf, 3e38, 65504.0,
+                                  2.0**-24, 2.0**-14, 2.0**-126, 2.0**-149]]).astype(F32), dtype)
+    a, b = _split_kernel(dtype)(cupy.asarray(x).view(cupy.uint32))
+    want_a, want_b = split_exact(x, dtype)
+    assert np.array_equal(cupy.asnumpy(a), want_a.view(np.uint32))
+    assert np.array_equal(cupy.asnumpy(b), want_b.view(np.uint32))
+
+
 def test_registry_has_every_variant_and_the_kept_bad_one() -> None:
     prod = {k.name: k for k in KERNELS if k.backend in ("cuda-prod", "cuda-cluster")}
     assert set(prod) == set(PROD_VARIANTS)

@@ -534,3 +534,41 @@ def test_a_kernel_that_changes_its_input_is_caught_on_the_case_and_not_reread_in
     result = normprops.hunt_kernel(_scales_x_in_place, op="softmax", families="ordinary",
                                    max_examples=5)
     assert not result.passed and "modified its input x in place" in str(result)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_torch_kernel_that_changes_its_input_is_caught_where_the_tensors_live(dtype: str) -> None:
+    """The torch adapter compares each input with a copy taken before the call, on its device,
+    in one round trip; a kernel that scales gamma in place is named, one that leaves its inputs
+    alone passes."""
+    pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from normprops.errors import ContractError
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    def scales_gamma(x, gamma, eps):
+        gamma.mul_(2)
+        return F.rms_norm(x.float(), (x.shape[-1],), gamma.float(), eps).to(x.dtype)
+
+    def leaves_it(x, gamma, eps):
+        return F.rms_norm(x.float(), (x.shape[-1],), gamma.float(), eps).to(x.dtype)
+
+    case = make_case(op="rmsnorm", family="ordinary", rows=2, cols=8, seed=0, dtype=dtype,
+                     params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    bad = target_from_callable(scales_gamma, op="rmsnorm", dtype=dtype, framework="torch", device="cpu")
+    with pytest.raises(ContractError, match="modified its input gamma in place"):
+        bad.run(case)
+    good = target_from_callable(leaves_it, op="rmsnorm", dtype=dtype, framework="torch", device="cpu")
+    assert good.run(case).shape == (2, 8)
+
+
+def test_a_value_the_storage_type_cannot_hold_is_named_before_the_call() -> None:
+    from normprops.dtypes import check_representable
+
+    check_representable(np.array([1.0, np.nan, -0.0, 2.0**-133], np.float32), "bfloat16", name="x")
+    with pytest.raises(ValueError, match=r"x\[1\] = 1\.0009765625 is not exactly representable in bfloat16"):
+        check_representable(np.array([1.0, 1.0 + 2**-10], np.float32), "bfloat16", name="x")
+    with pytest.raises(ValueError, match=r"gamma\[0\] = 65520\.0 is not exactly representable in float16"):
+        check_representable(np.array([65520.0], np.float32), "float16", name="gamma")

@@ -162,6 +162,59 @@ def _to_storage_kernel(dtype: str) -> Any:
                                   preamble="#include <cuda_fp16.h>")
 
 
+def _split_body(dtype: str) -> str:
+    """:func:`normprops.dtypes.split_exact` on float32 bits: a keeps the top half of each
+    significand, b = x - a (exact in float32 wherever it is normal; a flushed b fails ``au == u``
+    and falls back to x + 0); both must be exact in ``dtype``, else a = x, b = +0."""
+    info = get_dtype(dtype)
+    drop = 24 - info.bits + info.bits // 2
+    exact = {"float32": "((void)v, true)", "bfloat16": "((__float_as_uint(v) & 0xFFFFu) == 0u)",
+             "float16": "(__float_as_uint(__half2float(__float2half_rn(v))) == __float_as_uint(v))"}[dtype]
+    return f"""
+        const unsigned int au = u & {(0xFFFFFFFF << drop) & 0xFFFFFFFF:#x}u;
+        const float x = __uint_as_float(u), af = __uint_as_float(au), bf = x - af;
+        const bool finite = (u & 0x7F800000u) != 0x7F800000u;
+        float v = af; const bool a_exact = {exact};
+        v = bf; const bool b_exact = {exact};
+        const bool ok = finite && (au == u || fabsf(bf) >= {info.min_normal!r}f) && a_exact && b_exact;
+        const bool zero = (u & 0x7FFFFFFFu) == 0u;  // -0 splits into -0 + -0
+        a = (zero || !ok) ? u : au;
+        b = zero ? u : (ok ? __float_as_uint(bf) : 0u);
+    """
+
+
+@functools.cache
+def _split_kernel(dtype: str) -> Any:
+    import cupy
+
+    return cupy.ElementwiseKernel("uint32 u", "uint32 a, uint32 b", _split_body(dtype),
+                                  f"normprops_split_{dtype}", preamble="#include <cuda_fp16.h>")
+
+
+@functools.cache
+def _residual_check_kernel() -> Any:
+    """The fused kernel's updated residual (widened to float32 bits) against x's bits: a
+    mismatch, unless both are NaN or x + residual is a float32 subnormal the GPU flushed to 0."""
+    import cupy
+
+    return cupy.ElementwiseKernel("uint32 got, uint32 want", "bool bad", """
+        const bool nan_got = (got & 0x7FFFFFFFu) > 0x7F800000u, nan_want = (want & 0x7FFFFFFFu) > 0x7F800000u;
+        const bool flushed = (want & 0x7FFFFFFFu) < 0x00800000u && (got & 0x7FFFFFFFu) == 0u;
+        bad = !(got == want || (nan_got && nan_want) || flushed);
+    """, "normprops_residual_check")
+
+
+def _widen(dev: Any, dtype: str) -> Any:
+    """A CuPy array of the storage type widened (exactly) to float32 on the device."""
+    import cupy
+
+    if dtype == "bfloat16":
+        return (dev.astype(cupy.uint32) << 16).view(cupy.float32)
+    if dtype == "float16":
+        return dev.view(cupy.float16).astype(cupy.float32)
+    return dev
+
+
 def to_storage(a: np.ndarray, dtype: str, *, name: str) -> Any:
     """float32 values (exact in ``dtype``) -> a CuPy array of the storage type (uint16 bits for the
     16-bit types). Raises ValueError naming ``name`` and the first value ``dtype`` cannot hold."""
@@ -181,11 +234,7 @@ def from_storage(dev: Any, dtype: str) -> np.ndarray:
     """A CuPy array of the storage type -> float32 numpy (exact: every value widens on the device)."""
     import cupy
 
-    if dtype == "bfloat16":
-        dev = (dev.astype(cupy.uint32) << 16).view(cupy.float32)
-    elif dtype == "float16":
-        dev = dev.view(cupy.float16).astype(cupy.float32)
-    return cupy.asnumpy(dev)
+    return cupy.asnumpy(_widen(dev, dtype))
 
 
 class ProdKernel:
@@ -333,39 +382,70 @@ def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., n
         import cupy
 
         try:
-            residual = None
-            if op == "addrmsnorm":
-                a, b = split_exact(np.asarray(x), dtype)
-                xs, residual = to_storage(a, dtype, name="x"), to_storage(b, dtype, name="x")
-            else:
-                xs = to_storage(np.asarray(x), dtype, name="x")
-            out = cupy.empty_like(xs)
-            gs, bs = (None if v is None else to_storage(np.asarray(v), dtype, name=n)
-                      for v, n in ((gamma, "gamma"), (beta, "beta")))
-            arrays = kernel.operands(x=xs, out=out, residual=residual, gamma=gs, beta=bs)
-            kernel.launch(*arrays, rows=rows, cols=cols, eps=eps)
-            cupy.cuda.get_current_stream().synchronize()
-            result = from_storage(out, dtype)
-            if op == "addrmsnorm":
-                updated = from_storage(residual, dtype)
-                want = np.asarray(x, dtype=np.float32)
-                same = ((updated.view(np.uint32) == want.view(np.uint32))
-                        | (np.isnan(updated) & np.isnan(want)))
-                # The GPU flushes float32 subnormal results to zero: a subnormal
-                # x + residual may come back as a zero.
-                flushed = (np.abs(want) < np.float32(2.0**-126)) & (updated == 0)
-                bad = ~(same | flushed)
-                if bad.any():
-                    r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
-                    raise ContractError(f"the updated residual at row {r} col {c} is {updated[r, c]!r}; "
-                                        f"x + residual is {want[r, c]!r} ({a[r, c]!r} + {b[r, c]!r})")
-            return result
+            return _run_once(kernel, op, dtype, x, gamma, beta, eps, rows=rows, cols=cols)
         except (cupy.cuda.driver.CUDADriverError, cupy.cuda.runtime.CUDARuntimeError) as exc:
             raise KernelFault(f"kernel faulted: {exc}") from exc
 
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"prod.cu {op} ({dtype}, path {path}) with the {user_op} user signature."
     return run
+
+
+def _run_once(kernel: ProdKernel, op: str, dtype: str, x: Any, gamma: Any, beta: Any,
+              eps: float | None, *, rows: int, cols: int) -> np.ndarray:
+    """One call of a user function in two round trips to the device: every input up in one copy,
+    converted and checked there; the output, the check flags and (fused) the residual check down
+    in one copy. Under many processes sharing one GPU each round trip waits its turn, so the count
+    of round trips, not the kernel, sets a hunt's pace."""
+    import cupy
+
+    named = {n: np.ascontiguousarray(v, dtype=np.float32)
+             for n, v in (("x", x), ("gamma", gamma), ("beta", beta)) if v is not None}
+    host = np.concatenate([v.ravel() for v in named.values()])
+    up = cupy.asarray(host)
+    dev, at = {}, 0
+    for n, v in named.items():
+        dev[n], at = up[at:at + v.size].reshape(v.shape), at + v.size
+    flags: list[tuple[str, Any]] = []  # (input name, per-value "not exact in dtype" flags)
+
+    def stored(a32: Any, name: str) -> Any:
+        if dtype == "float32":
+            return a32
+        bits, bad = _to_storage_kernel(dtype)(a32.view(cupy.uint32))
+        flags.append((name, bad))
+        return bits
+
+    residual = None
+    if op == "addrmsnorm":
+        a, b = _split_kernel(dtype)(dev["x"].view(cupy.uint32))
+        xs, residual = stored(a.view(cupy.float32), "x"), stored(b.view(cupy.float32), "x")
+    else:
+        xs = stored(dev["x"], "x")
+    gs, bs = (None if n not in dev else stored(dev[n], n) for n in ("gamma", "beta"))
+    out = cupy.empty_like(xs)
+    arrays = kernel.operands(x=xs, out=out, residual=residual, gamma=gs, beta=bs)
+    kernel.launch(*arrays, rows=rows, cols=cols, eps=eps)
+    if residual is not None:
+        flags.append(("residual", _residual_check_kernel()(_widen(residual, dtype).view(cupy.uint32),
+                                                            dev["x"].view(cupy.uint32))))
+    tail = [f.any().astype(cupy.uint32).reshape(1) for _, f in flags]
+    down = cupy.asnumpy(cupy.concatenate([_widen(out, dtype).view(cupy.uint32).ravel(), *tail]))
+    result = down[:out.size].view(np.float32).reshape(rows, cols)
+    for (name, bad), hit in zip(flags, down[out.size:]):
+        if not hit:
+            continue
+        if name == "residual":
+            _raise_residual(cupy.asnumpy(bad), from_storage(residual, dtype), named["x"],
+                            cupy.asnumpy(a).view(np.float32), cupy.asnumpy(b).view(np.float32))
+        raise not_representable(named[name], int(np.argmax(cupy.asnumpy(bad))), dtype=dtype, name=name)
+    return result
+
+
+def _raise_residual(bad: np.ndarray, updated: np.ndarray, want: np.ndarray, a: np.ndarray,
+                    b: np.ndarray) -> None:
+    r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    raise ContractError(f"the updated residual at row {r} col {c} is {updated[r, c]!r}; "
+                        f"x + residual is {want[r, c]!r} ({a[r, c]!r} + {b[r, c]!r})")
 
 
 @functools.cache
