@@ -219,10 +219,10 @@ def test_stress_batch_tells_position_dependence_from_a_race() -> None:
     assert failures and failures[0].property == "determinism"
 
 
-def test_a_stressed_target_is_called_four_times_an_example() -> None:
-    """With a stress batch, determinism and the reversed rows are judged inside it: the case, the
-    batch twice and the middle row alone. Without one (a CPU target), the case is called again and
-    the rows reversed are a batch of their own."""
+def test_a_stressed_target_is_called_five_times_an_example() -> None:
+    """With a stress batch, determinism is judged inside it: the case, the batch twice, the middle
+    row alone and the rows reversed plus one. Without one (a CPU target), the case is called
+    again instead."""
     from dataclasses import replace as dc_replace
 
     from normprops.properties import evaluate
@@ -237,7 +237,7 @@ def test_a_stressed_target_is_called_four_times_an_example() -> None:
     stressed = dc_replace(_python_target("_np_counted", counted), stress_rows=64)
     assert evaluate(stressed, case).passed
     # then the case shifted by a power of two (shift invariance), of the case's shape
-    assert shapes[:4] == [(3, 40), (64, 40), (64, 40), (1, 40)] and shapes[4:] == [(3, 40)]
+    assert shapes[:5] == [(3, 40), (64, 40), (64, 40), (1, 40), (4, 40)] and shapes[5:] == [(3, 40)]
     shapes.clear()
     assert evaluate(dc_replace(stressed, stress_rows=0), case).passed
     assert shapes[:4] == [(3, 40), (3, 40), (1, 40), (4, 40)] and shapes[4:] == [(3, 40)]

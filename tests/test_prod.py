@@ -219,13 +219,13 @@ def test_device_split_is_the_host_split(dtype: str) -> None:
     flush-to-zero or not (a b that would be subnormal falls back to x + 0)."""
     import cupy
 
-    from normprops.cuda.prod import _split_kernel
+    from normprops.cuda.prod import split_on_device
 
     rng = np.random.default_rng(1)
     x = to_dtype(np.concatenate([rng.standard_normal(4000) * 10.0 ** rng.integers(-45, 38, 4000),
                                  [0.0, -0.0, 1e-39, -1e-40, np.nan, np.inf, -np.inf, 3e38, 65504.0,
                                   2.0**-24, 2.0**-14, 2.0**-126, 2.0**-149]]).astype(F32), dtype)
-    a, b = _split_kernel(dtype)(cupy.asarray(x).view(cupy.uint32))
+    a, b = split_on_device(cupy.asarray(x).view(cupy.uint32), dtype)
     want_a, want_b = split_exact(x, dtype)
     assert np.array_equal(cupy.asnumpy(a), want_a.view(np.uint32))
     assert np.array_equal(cupy.asnumpy(b), want_b.view(np.uint32))

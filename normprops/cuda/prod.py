@@ -32,7 +32,8 @@ from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
 
 __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
-           "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "to_storage", "from_storage"]
+           "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "split_on_device",
+           "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -189,6 +190,12 @@ def _split_kernel(dtype: str) -> Any:
 
     return cupy.ElementwiseKernel("uint32 u", "uint32 a, uint32 b", _split_body(dtype),
                                   f"normprops_split_{dtype}", preamble="#include <cuda_fp16.h>")
+
+
+def split_on_device(bits: Any, dtype: str) -> tuple[Any, Any]:
+    """:func:`split_exact` of a CuPy array of float32 bits (uint32), on the device: (a, b) as
+    uint32 float32 bits, bit for bit what the host split gives."""
+    return _split_kernel(dtype)(bits)
 
 
 @functools.cache
@@ -417,7 +424,7 @@ def _run_once(kernel: ProdKernel, op: str, dtype: str, x: Any, gamma: Any, beta:
 
     residual = None
     if op == "addrmsnorm":
-        a, b = _split_kernel(dtype)(dev["x"].view(cupy.uint32))
+        a, b = split_on_device(dev["x"].view(cupy.uint32), dtype)
         xs, residual = stored(a.view(cupy.float32), "x"), stored(b.view(cupy.float32), "x")
     else:
         xs = stored(dev["x"], "x")
