@@ -230,6 +230,17 @@ def test_the_bound_adds_the_rounding_of_scale_x_only_where_it_rounds() -> None:
     assert np.all(tol[rounds] >= ref.y[rounds] * 2.0**-24 * (10 + s[rounds]))
 
 
+def test_an_exact_weight_below_float64s_range_keeps_the_bound_of_its_rounded_logit() -> None:
+    # scale * x = 1e25 and 7.8e17 more: closer than float32's spacing there (2^60, 1.2e18), so
+    # both round to one float32 and a float32 kernel returns [1/2, 1/2]. The exact weight of the
+    # second, exp(-7.8e17), underflows float64; its bound g exp(p + ln Q) does not.
+    case = _one_row([100000.0078125, 100000.0], [True, True], fill=-math.inf).replace(
+        scale=float(np.float32(1e20)))
+    target = target_from_callable(_kernel("additive_f32"), op="masked_softmax", mask="additive")
+    assert np.all(target.run(case) == 0.5)
+    assert evaluate(target, case).passed
+
+
 # --- fixtures ----------------------------------------------------------------------------------
 
 
