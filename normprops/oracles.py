@@ -310,6 +310,13 @@ def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance
             extra = np.where(ref.y > 0, np.expm1(p + q), 0.0)
             rel = rel + extra * (1 + rel)
         tol = ref.y * rel + 2 * FLT_MIN
+        if case.op == "masked_softmax":
+            # Where g_j underflows float64 its bound g_j exp(p_j + q) need not: a rounding of
+            # scale * x_j wider than t_j's distance below the max can lift y_j to 1/2 (two
+            # logits 7.8e17 apart that round to one float32). Taken in logs, ln g_j = t_j - m - ln S.
+            log_g = ref.logits - ref.row_max + np.log(np.max(ref.y, axis=1, keepdims=True))
+            lifted = ref.judged_rows[:, None] & (ref.y == 0) & np.isfinite(ref.logits)
+            tol = tol + np.where(lifted, np.exp(log_g + p + q) * (1 + rel), 0.0)
     sum_tol = u * (model.rho * k + 10 + 7 * math.log(case.cols)) + 2 * case.cols * FLT_MIN
     return Tolerance(tol, np.zeros(case.rows, bool), sum_tol, _ratio_tolerance(case, ref, model))
 

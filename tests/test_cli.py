@@ -191,6 +191,11 @@ def test_kernels_lists_registry_and_backends() -> None:
     assert code == 0
     assert "backend numpy: available" in out
     assert "layerNormRowOnePass" in out and "BUG in large_mean" in out
+    # One column per field, however long an op's name (masked_softmax).
+    lines = out.splitlines()
+    column = next(line for line in lines if line.startswith("kernel ")).index(" backend ") + 1
+    rows = [line for line in lines if " torch-cpu " in line]
+    assert len(rows) > 3 and all(line[column:].startswith("torch-cpu ") for line in rows), rows
 
 
 def test_registry_hunt_prints_the_matrix(tmp_path: Path) -> None:

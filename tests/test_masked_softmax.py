@@ -230,6 +230,17 @@ def test_the_bound_adds_the_rounding_of_scale_x_only_where_it_rounds() -> None:
     assert np.all(tol[rounds] >= ref.y[rounds] * 2.0**-24 * (10 + s[rounds]))
 
 
+def test_an_exact_weight_below_float64s_range_keeps_the_bound_of_its_rounded_logit() -> None:
+    # scale * x = 1e25 and 7.8e17 more: closer than float32's spacing there (2^60, 1.2e18), so
+    # both round to one float32 and a float32 kernel returns [1/2, 1/2]. The exact weight of the
+    # second, exp(-7.8e17), underflows float64; its bound g exp(p + ln Q) does not.
+    case = _one_row([100000.0078125, 100000.0], [True, True], fill=-math.inf).replace(
+        scale=float(np.float32(1e20)))
+    target = target_from_callable(_kernel("additive_f32"), op="masked_softmax", mask="additive")
+    assert np.all(target.run(case) == 0.5)
+    assert evaluate(target, case).passed
+
+
 # --- fixtures ----------------------------------------------------------------------------------
 
 
@@ -320,6 +331,75 @@ def test_torch_masked_softmaxes_take_the_ops_arguments(name: str) -> None:
                                    framework="torch", device="cpu", families=["masked", "ordinary"],
                                    max_examples=40, seed=0)
     assert report.passed, [f.message for f in report.failures]
+
+
+def test_torch_masked_softmax_names_the_elementwise_mask_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch", reason="torch is not importable here")
+    from normprops.backends import torch_masked
+
+    real, seen = torch._masked_softmax, []
+
+    def as_on_cuda(x, mask, dim=None, mask_type=None):
+        seen.append(mask_type)
+        if mask_type is None:  # PyTorch's CUDA kernel refuses it; the CPU one assumes type 2
+            raise RuntimeError("Mask Type should be defined")
+        return real(x, mask, dim, mask_type)
+
+    monkeypatch.setattr(torch, "_masked_softmax", as_on_cuda)
+    x = torch.tensor([[1.0, 2.0, 3.0], [0.5, 0.0, -1.0]])
+    mask = torch.tensor([[True, False, True], [True, True, True]])
+    y = torch_masked.torch_masked_softmax(x, mask, 0.5)
+    assert seen == [2]
+    assert torch.allclose(y, torch_masked.masked_fill_softmax(x, mask, 0.5))
+
+
+#: The registry's masked softmaxes: (backend, name) -> the function its entry calls.
+TORCH_MASKED_ENTRIES = {
+    (f"torch-{device}", f"{name}-{dtype}"): attr
+    for device, dtypes in (("cuda", ("f32", "bf16")), ("cpu", ("f32",)))
+    for dtype in dtypes
+    for name, attr in (("masked_fill+softmax", "masked_fill_softmax"),
+                       ("torch._masked_softmax", "torch_masked_softmax"))
+}
+
+
+def test_the_registry_holds_pytorchs_masked_softmaxes() -> None:
+    from normprops.backends import torch_masked
+    from normprops.kernelspec import BACKEND_MODULES
+    from normprops.specs import KERNELS
+
+    entries = {(k.backend, k.name): k for k in KERNELS if k.op == "masked_softmax"}
+    assert entries.keys() == TORCH_MASKED_ENTRIES.keys()
+    for (backend, name), spec in entries.items():
+        device = backend.removeprefix("torch-")
+        assert (spec.framework, spec.device) == ("torch", device), name
+        assert spec.entry.startswith(f"{BACKEND_MODULES[backend]}:") and spec.entry.endswith(f"_{device}")
+        assert spec.load() is getattr(torch_masked, TORCH_MASKED_ENTRIES[backend, name]), name
+        assert spec.dtype == {"f32": "float32", "bf16": "bfloat16"}[name.rsplit("-", 1)[1]]
+        # scale * x formed in float32 overflows on those families' largest logits: not claimed.
+        assert spec.claims == set(families_for("masked_softmax")) - {"overflow_logits", "huge",
+                                                                     "long_rows"}, name
+        assert spec.exempt == ({"batch_invariance"} if device == "cuda" else set()), name
+        assert not spec.bugs and not spec.bench
+
+
+def test_a_registry_hunt_of_the_cpu_masked_softmaxes_is_as_declared(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="torch is not importable here")
+    report = tmp_path / "r.json"
+    code, out, err = run("hunt", "--backend", "torch-cpu", "--op", "masked_softmax", "--families",
+                         "masked,huge", "--max-examples", "20", "--seed", "0", "--no-fixtures",
+                         "--json", str(report))
+    assert code == 0, out + err
+    assert "every kernel behaved as its registry entry declares" in out
+    doc = json.loads(report.read_text())
+    cells = {(r["kernel"], r["family"]): r for r in doc["results"]}
+    assert cells.keys() == {(name, family) for backend, name in TORCH_MASKED_ENTRIES
+                            if backend == "torch-cpu" for family in ("masked", "huge")}
+    for (name, family), cell in cells.items():
+        assert cell["expected"] == ("claim" if family == "masked" else "unclaimed"), (name, family)
+        assert cell["passed"] or family == "huge", (name, family)
+        # What huge finds is information: scale * x overflows float32 before the max is subtracted.
+        assert set(cell["properties"]) <= {"range_safety"}, (name, family)
 
 
 def test_a_registry_hunt_of_an_op_no_entry_computes_says_so() -> None:

@@ -33,3 +33,31 @@ TORCH_KERNELS = tuple(
     if (k.name, k.backend) == ("torch.softmax", "torch-cuda") else k
     for k in TORCH_KERNELS
 )
+
+# PyTorch's masked softmaxes (normprops/backends/torch_masked.py), called with torch tensors of the
+# storage type. Both widen x and form scale * x in float32, so the arithmetic is float32 throughout
+# and a bfloat16 entry rounds only its output: the T = 32 model, plus the rounding of scale * x
+# that the masked softmax's bound adds (docs/tolerances.md, "Masked softmax"). Neither claims
+# overflow_logits or huge: a peak up to float32's max times a scale of 1e3 or 1e20 overflows to
+# +inf before the softmax subtracts the row max, and the row comes out NaN; a limit of scaling
+# first, as attention code without a fused kernel does, not of torch's softmax (hunted unclaimed,
+# the matrix shows it as range safety). On CUDA neither promises batch invariance: masked_fill is
+# torch.softmax itself, and _masked_softmax falls back to it past 1024 columns.
+_TORCH_MASKED = (
+    ("masked_fill+softmax", "masked_fill_softmax",
+     "torch.softmax of scale * x filled with -inf where masked"),
+    ("torch._masked_softmax", "masked_softmax", "torch._masked_softmax of scale * x (mask type 2)"),
+)
+_MASKED_CLAIMS = SOFTMAX_FAMILIES - {"overflow_logits", "huge"}
+_MASKED_DTYPES = {"cuda": ("float32", "bfloat16"), "cpu": ("float32",)}
+_SHORT = {"float32": "f32", "bfloat16": "bf16"}
+TORCH_KERNELS += tuple(
+    KernelSpec(f"{name}-{_SHORT[dtype]}", "masked_softmax",
+               f"torch-{device}", f"{BACKEND_MODULES['torch-' + device]}:{attr}_{device}", 2,
+               FOREIGN_ERROR_MODEL, _MASKED_CLAIMS, f"{summary}, {dtype} on the {device.upper()}",
+               exempt=frozenset({"batch_invariance"}) if device == "cuda" else frozenset(),
+               bench=False, dtype=dtype, framework="torch", device=device)
+    for device, dtypes in _MASKED_DTYPES.items()
+    for dtype in dtypes
+    for name, attr, summary in _TORCH_MASKED
+)

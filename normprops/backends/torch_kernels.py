@@ -1,7 +1,10 @@
-"""PyTorch's own kernels as hunted targets: ``torch.softmax``, ``F.layer_norm``, ``F.rms_norm``.
+"""PyTorch's own kernels as hunted targets: ``torch.softmax``, ``F.layer_norm``, ``F.rms_norm``, and
+the masked softmaxes of :mod:`normprops.backends.torch_masked`.
 
 On CUDA the numpy input goes to the device through CuPy and reaches torch zero-copy through DLPack;
-on the CPU ``torch.from_numpy`` shares the numpy buffer. Outputs come back as float32 numpy.
+on the CPU ``torch.from_numpy`` shares the numpy buffer. Outputs come back as float32 numpy. The
+masked softmaxes take torch tensors instead (their entries' framework is torch, whose adapter puts
+the tensors on the entry's device), so each device's name is the same function.
 """
 
 from __future__ import annotations
@@ -11,8 +14,11 @@ from typing import Any
 
 import numpy as np
 
+from normprops.backends.torch_masked import masked_fill_softmax, torch_masked_softmax
+
 __all__ = ["torch_status", "softmax_cuda", "softmax_cpu", "layer_norm_cuda", "layer_norm_cpu",
-           "rms_norm_cuda", "rms_norm_cpu"]
+           "rms_norm_cuda", "rms_norm_cpu", "masked_fill_softmax_cuda", "masked_fill_softmax_cpu",
+           "masked_softmax_cuda", "masked_softmax_cpu"]
 
 
 @functools.cache
@@ -73,3 +79,5 @@ layer_norm_cuda = functools.partial(_layer_norm, device="cuda")
 layer_norm_cpu = functools.partial(_layer_norm, device="cpu")
 rms_norm_cuda = functools.partial(_rms_norm, device="cuda")
 rms_norm_cpu = functools.partial(_rms_norm, device="cpu")
+masked_fill_softmax_cuda = masked_fill_softmax_cpu = masked_fill_softmax
+masked_softmax_cuda = masked_softmax_cpu = torch_masked_softmax

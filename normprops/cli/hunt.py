@@ -328,7 +328,8 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     print(file=out)
     name_w = max(len(k.name) for k in KERNELS)
     backend_w = max(len(k.backend) for k in KERNELS)
-    print(f"{'kernel':{name_w}s} {'op':9s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
+    op_w = max(len(k.op) for k in KERNELS)
+    print(f"{'kernel':{name_w}s} {'op':{op_w}s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
           f"{'T':>4s}  claims; not promised; width limits; known bug", file=out)
     for k in KERNELS:
         parts = [",".join(f for f in families_for(k.op) if f in k.claims) or "nothing"]
@@ -337,7 +338,7 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not k.constraints.unconstrained:
             parts.append(k.constraints.describe())
         parts += [f"BUG in {b.family}: {b.summary}" for b in k.bugs]
-        print(f"{k.name:{name_w}s} {k.op:9s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
+        print(f"{k.name:{name_w}s} {k.op:{op_w}s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
               f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
     return 0
 
