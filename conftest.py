@@ -22,6 +22,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "calibration: hunts of at least 500 examples per family of "
                                        "the example designs; deselected unless --calibration")
+    # pytest-xdist's load scheduling hands each worker a block of consecutive tests (11 at -n 15
+    # over the numerics suite): a worker that drew a block of JAX hunts (25-50 s each) ran them one
+    # after another while the others sat idle. Two tests at a time, taken in collection order
+    # (tests/test_numerics.py collects the slowest first), keeps every worker busy to the end.
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("maxschedchunk", None) is None:
+        config.option.maxschedchunk = 1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
