@@ -231,7 +231,7 @@ def _xhat_error(case: Case, ref: GradReference, model: ErrorModel) -> tuple[np.n
 
 def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction: str) -> GradTolerance:
     """dx: ``rstd [(3k/2 + 12) u (|g_i| + G1 + |xhat_i| G2) + E_i G2 + |xhat_i| mean(|g| E)
-    + e1^2 (|g_i| + G1 + |xhat_i| G2)]`` with ``g = dy gamma``, ``G1 = mean|g|`` (layer norm; 0 for
+    + (e1 + e1^2) (|g_i| + G1 + |xhat_i| G2)]`` with ``g = dy gamma``, ``G1 = mean|g|`` (layer norm; 0 for
     RMS norm), ``G2 = mean|g xhat|`` and ``E`` the forward's error in xhat. dgamma:
     ``(k_R + 2) u sum_r |dy xhat| + sum_r |dy| E``; dbeta: ``(k_R + 2) u sum_r |dy|``, ``k_R`` the
     depth of the row reduction (docs/tolerances.md, "Gradients")."""
@@ -248,7 +248,9 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         g1 = np.mean(g, axis=1, keepdims=True) if layer else 0.0
         g2 = np.mean(g * ax, axis=1, keepdims=True)
         cancelling = g + g1 + ax * g2
-        dx = ref.rstd * (((1.5 * k + 12) * u + e1 * e1) * cancelling + err * g2
+        # The kernel's rstd multiplies every term: off by what the forward's bound accepts of it,
+        # e1 relative (a Welford variance, PyTorch's, loses O(k u kappa); a two-pass one e1^2).
+        dx = ref.rstd * (((1.5 * k + 12) * u + e1 + e1 * e1) * cancelling + err * g2
                          + ax * np.mean(g * err, axis=1, keepdims=True))
         # Products and sums below FLT_MIN: each of the C terms of a mean may lose ``tiny``.
         dx = dx + 4 * tiny * (ref.rstd * (case.cols + 2) * (1 + ax) + 1)

@@ -184,6 +184,32 @@ def test_a_sequential_row_sum_needs_its_declaration() -> None:
     assert (running > 10 * blocks).all()
 
 
+def test_an_rstd_the_forward_accepts_is_accepted_in_dx() -> None:
+    """A Welford variance (PyTorch's layer norms, CPU and CUDA) leaves rstd off by O(k u kappa)
+    relative, which the forward's bound accepts (its e1 |y| term); dx is that rstd times its
+    terms, so its bound accepts the same rstd. The row is from a tall hunt of torch's CPU layer norm
+    backward (kappa 144, one-hot dy), whose saved rstd was 52 u off."""
+    from normprops.oracles import reference, tolerance
+
+    x = np.array([[1.0016100406646729, 0.9941447377204895, 0.9865878224372864]], dtype=F32)
+    dy = np.array([[0.0, 1.0, 0.0]], dtype=F32)
+    case = _case("layernorm_backward", rows=1, cols=3).replace(
+        x=x, dy=dy, gamma=np.ones(3, F32), beta=np.zeros(3, F32), eps=float(F32(1e-5)))
+    ref = grad_reference(case)
+    k = FOREIGN_ERROR_MODEL.k(case.cols)
+    e1 = (k + 4) * 2.0**-24 * ref.kappa[0, 0]
+    rstd = ref.rstd[0, 0] * (1 + e1 / 2)
+    xd = x[0].astype(np.float64) - np.mean(x[0].astype(np.float64))
+    xhat = xd * rstd
+    forward = case.replace(op="layernorm", dy=None)
+    forward_tol = tolerance(forward, reference(forward), model=FOREIGN_ERROR_MODEL).tol[0]
+    assert (np.abs(xhat - reference(forward).z[0]) <= forward_tol).all()
+    g = dy[0].astype(np.float64)
+    dx = rstd * (g - np.mean(g) - xhat * np.mean(g * xhat))
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol["dx"][0]
+    assert (np.abs(dx - ref.z["dx"][0]) <= tol).all()
+
+
 # --- the contract ------------------------------------------------------------------------------
 
 
