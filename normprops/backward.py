@@ -258,13 +258,17 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         sums = ~ref.poisoned[:, None]
         tol["dgamma"] = (np.sum(np.where(sums, (k_rows + 2) * u * dy * ax + dy * err, 0.0), axis=0)
                          + 4 * tiny * (case.rows + 1))[None, :]
+        # A row past e1 = 0.25 adds a term with no digits left (its xhat may be off by any factor:
+        # a Welford variance of two values an ulp apart is 0): such a column is asked to be finite.
+        lost = np.any(sums & (e1 > 0.25) & (dy != 0), axis=0)[None, :]
+        tol["dgamma"] = np.where(lost, np.inf, tol["dgamma"])
         if ref.poisoned.any():
             tol["dgamma"] = np.full_like(tol["dgamma"], np.nan)
         if layer:
             # k_R u sum|dy| is reached (err/tol 0.99999 on two rows summed in turn): two more
             # roundings of room, as dgamma has, for a kernel that stores or converts its partials.
             tol["dbeta"] = ((k_rows + 2) * u * np.sum(dy, axis=0) + 4 * tiny)[None, :]
-    # Past e1 = 0.25 the forward has no digits left to ask for, and nor has dx.
+    # Past e1 = 0.25 the forward has no digits left to ask for, and nor has dx (nor dgamma, above).
     return GradTolerance(tol, e1[:, 0] > 0.25)
 
 
