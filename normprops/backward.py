@@ -231,7 +231,7 @@ def _xhat_error(case: Case, ref: GradReference, model: ErrorModel) -> tuple[np.n
 
 def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction: str) -> GradTolerance:
     """dx: ``rstd [(3k/2 + 12) u (|g_i| + G1 + |xhat_i| G2) + E_i G2 + |xhat_i| mean(|g| E)
-    + e1^2 (|g_i| + G1 + |xhat_i| G2)]`` with ``g = dy gamma``, ``G1 = mean|g|`` (layer norm; 0 for
+    + (e1 + e1^2) (|g_i| + G1 + |xhat_i| G2)]`` with ``g = dy gamma``, ``G1 = mean|g|`` (layer norm; 0 for
     RMS norm), ``G2 = mean|g xhat|`` and ``E`` the forward's error in xhat. dgamma:
     ``(k_R + 2) u sum_r |dy xhat| + sum_r |dy| E``; dbeta: ``(k_R + 2) u sum_r |dy|``, ``k_R`` the
     depth of the row reduction (docs/tolerances.md, "Gradients")."""
@@ -248,7 +248,9 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         g1 = np.mean(g, axis=1, keepdims=True) if layer else 0.0
         g2 = np.mean(g * ax, axis=1, keepdims=True)
         cancelling = g + g1 + ax * g2
-        dx = ref.rstd * (((1.5 * k + 12) * u + e1 * e1) * cancelling + err * g2
+        # The kernel's rstd multiplies every term: off by what the forward's bound accepts of it,
+        # e1 relative (a Welford variance, PyTorch's, loses O(k u kappa); a two-pass one e1^2).
+        dx = ref.rstd * (((1.5 * k + 12) * u + e1 + e1 * e1) * cancelling + err * g2
                          + ax * np.mean(g * err, axis=1, keepdims=True))
         # Products and sums below FLT_MIN: each of the C terms of a mean may lose ``tiny``.
         dx = dx + 4 * tiny * (ref.rstd * (case.cols + 2) * (1 + ax) + 1)
@@ -256,13 +258,17 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         sums = ~ref.poisoned[:, None]
         tol["dgamma"] = (np.sum(np.where(sums, (k_rows + 2) * u * dy * ax + dy * err, 0.0), axis=0)
                          + 4 * tiny * (case.rows + 1))[None, :]
+        # A row past e1 = 0.25 adds a term with no digits left (its xhat may be off by any factor:
+        # a Welford variance of two values an ulp apart is 0): such a column is asked to be finite.
+        lost = np.any(sums & (e1 > 0.25) & (dy != 0), axis=0)[None, :]
+        tol["dgamma"] = np.where(lost, np.inf, tol["dgamma"])
         if ref.poisoned.any():
             tol["dgamma"] = np.full_like(tol["dgamma"], np.nan)
         if layer:
             # k_R u sum|dy| is reached (err/tol 0.99999 on two rows summed in turn): two more
             # roundings of room, as dgamma has, for a kernel that stores or converts its partials.
             tol["dbeta"] = ((k_rows + 2) * u * np.sum(dy, axis=0) + 4 * tiny)[None, :]
-    # Past e1 = 0.25 the forward has no digits left to ask for, and nor has dx.
+    # Past e1 = 0.25 the forward has no digits left to ask for, and nor has dx (nor dgamma, above).
     return GradTolerance(tol, e1[:, 0] > 0.25)
 
 

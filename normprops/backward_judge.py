@@ -64,7 +64,9 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             ranged = np.broadcast_to((~ref.in_domain | huge)[:, None], z.shape)
             accurate = judged & (~tol.finite_only)[:, None]
         else:
-            judged = np.isfinite(t) & np.isfinite(z)
+            # A NaN bound is not judged (dgamma beside a poisoned row); an infinite one asks for a
+            # finite sum only.
+            judged = ~np.isnan(t) & np.isfinite(z)
             summed = ~ref.poisoned if name == "dgamma" else np.ones(case.rows, bool)
             out_of_domain = bool((summed & ~ref.in_domain).any()) or huge
             ranged = np.full(z.shape, out_of_domain)

@@ -65,6 +65,10 @@ class KernelSpec:
     # The widths its known bugs are hunted at, where a bug of its own takes some widths away from
     # the claims (QuACK's bfloat16 norms at odd widths); None: the same as ``constraints``.
     bug_widths: ShapeConstraints | None = None
+    # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS), which
+    # sets the depth of their bounds; where its order is not known for every batch size,
+    # "sequential" (R - 1 additions deep), which bounds every order of a sum of R rows.
+    row_reduction: str = "blocks"
 
     @property
     def bug_constraints(self) -> ShapeConstraints:

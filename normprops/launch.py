@@ -221,7 +221,7 @@ def target_from_spec(spec: KernelSpec) -> Target:
     opt_in = frozenset({"range_safety"}) - spec.exempt
     return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
                   stress_rows=stress, ignore=spec.exempt, opt_in=opt_in, dtype=spec.dtype,
-                  adapter=adapter, constraints=spec.constraints)
+                  adapter=adapter, constraints=spec.constraints, row_reduction=spec.row_reduction)
 
 
 def _check_promises(ignore: object, opt_in: object) -> tuple[frozenset[str], frozenset[str]]:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from normprops.backends.ecosystem_entries import ECOSYSTEM_KERNELS
-from normprops.backends.torch_entries import TORCH_KERNELS
+from normprops.backends.ecosystem_entries import ECOSYSTEM_GRAD_KERNELS, ECOSYSTEM_KERNELS
+from normprops.backends.torch_entries import TORCH_GRAD_KERNELS, TORCH_KERNELS
 from normprops.cuda.entries import CUDA_ONLY_KERNELS, PROD_KERNELS, TEXTBOOK_KERNELS
 from normprops.kernelspec import BACKEND_MODULES, KernelSpec, for_backend
 
@@ -25,6 +25,8 @@ KERNELS: tuple[KernelSpec, ...] = (
     *PROD_KERNELS,
     *TORCH_KERNELS,
     *ECOSYSTEM_KERNELS,
+    *TORCH_GRAD_KERNELS,
+    *ECOSYSTEM_GRAD_KERNELS,
 )
 
 

@@ -184,6 +184,78 @@ def test_a_sequential_row_sum_needs_its_declaration() -> None:
     assert (running > 10 * blocks).all()
 
 
+def test_an_rstd_the_forward_accepts_is_accepted_in_dx() -> None:
+    """A Welford variance (PyTorch's layer norms, CPU and CUDA) leaves rstd off by O(k u kappa)
+    relative, which the forward's bound accepts (its e1 |y| term); dx is that rstd times its
+    terms, so its bound accepts the same rstd. The row is from a tall hunt of torch's CPU layer norm
+    backward (kappa 144, one-hot dy), whose saved rstd was 52 u off."""
+    from normprops.oracles import reference, tolerance
+
+    x = np.array([[1.0016100406646729, 0.9941447377204895, 0.9865878224372864]], dtype=F32)
+    dy = np.array([[0.0, 1.0, 0.0]], dtype=F32)
+    case = _case("layernorm_backward", rows=1, cols=3).replace(
+        x=x, dy=dy, gamma=np.ones(3, F32), beta=np.zeros(3, F32), eps=float(F32(1e-5)))
+    ref = grad_reference(case)
+    k = FOREIGN_ERROR_MODEL.k(case.cols)
+    e1 = (k + 4) * 2.0**-24 * ref.kappa[0, 0]
+    rstd = ref.rstd[0, 0] * (1 + e1 / 2)
+    xd = x[0].astype(np.float64) - np.mean(x[0].astype(np.float64))
+    xhat = xd * rstd
+    forward = case.replace(op="layernorm", dy=None)
+    forward_tol = tolerance(forward, reference(forward), model=FOREIGN_ERROR_MODEL).tol[0]
+    assert (np.abs(xhat - reference(forward).z[0]) <= forward_tol).all()
+    g = dy[0].astype(np.float64)
+    dx = rstd * (g - np.mean(g) - xhat * np.mean(g * xhat))
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL).tol["dx"][0]
+    assert (np.abs(dx - ref.z["dx"][0]) <= tol).all()
+
+
+def _welford_f32(row: np.ndarray) -> tuple[np.float32, np.float32]:
+    mean, m2 = row[0], F32(0)
+    for i, v in enumerate(row[1:], start=2):
+        delta = v - mean
+        mean = mean + delta / F32(i)
+        m2 = m2 + delta * (v - mean)
+    return mean, m2 / F32(len(row))
+
+
+def _layernorm_backward_welford(dy, x, gamma, beta, eps):
+    """float32 throughout, statistics by Welford's update (as PyTorch's are), dgamma and dbeta
+    running sums."""
+    stats = [_welford_f32(row) for row in x]
+    mean = np.array([[m] for m, _ in stats], F32)
+    r = F32(1) / np.sqrt(np.array([[v] for _, v in stats], F32) + F32(eps))
+    with np.errstate(all="ignore"):
+        xhat = (x - mean) * r
+        g = dy * gamma
+        n = F32(x.shape[1])
+        dx = r * (g - g.sum(axis=1, keepdims=True, dtype=F32) / n
+                  - xhat * (g * xhat).sum(axis=1, keepdims=True, dtype=F32) / n)
+        return dx, (dy * xhat).sum(axis=0, dtype=F32), dy.sum(axis=0, dtype=F32)
+
+
+def test_a_row_past_the_forwards_digits_leaves_dgamma_finite_only() -> None:
+    """Two values an ulp apart at 4.9e6 (kappa 2e7, e1 = 10): their float32 Welford variance is 0,
+    so the row's xhat is 79 times too large, and no bound on its dgamma term holds. As for dx past
+    e1 = 0.25, dgamma is then asked to be finite, and a non-finite one still fails. A tall hunt of
+    PyTorch's CPU layer norm backward failed on such rows (err/tol 1.1 to 1.5)."""
+    x = np.array([[4869675.5, 4869675.0], [4869675.0, 4869672.5]], F32)
+    dy = np.array([[-0.9008724, -0.9008724], [1.4275078, 1.4275078]], F32)
+    case = _case("layernorm_backward", rows=2, cols=2).replace(
+        x=x, dy=dy, gamma=np.ones(2, F32), beta=np.zeros(2, F32), eps=float(F32(1e-5)))
+    assert _welford_f32(x[0])[1] == 0
+    target = target_from_callable(_layernorm_backward_welford, op="layernorm_backward",
+                                  row_reduction="sequential")
+    assert evaluate(target, case).passed
+
+    def infinite_dgamma(dy, x, gamma, beta, eps):
+        dx, dgamma, dbeta = _layernorm_backward_welford(dy, x, gamma, beta, eps)
+        return dx, np.full_like(dgamma, np.inf), dbeta
+
+    found = evaluate(target_from_callable(infinite_dgamma, op="layernorm_backward"), case).failures
+    assert [(v.property, v.output) for v in found] == [("finite", "dgamma")]
+
+
 # --- the contract ------------------------------------------------------------------------------
 
 

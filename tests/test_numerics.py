@@ -12,6 +12,7 @@ import pytest
 from normprops.hunt import HuntResult, hunt
 from normprops.kernelspec import KernelSpec, KnownBug
 from normprops.launch import GPU_BACKENDS, target_from_spec
+from normprops.ops import is_backward
 from normprops.plugin import HUNT_PROPERTY
 from normprops.registry_hunt import caught, registry_cell_text, registry_target
 from normprops.regressions import save_findings
@@ -128,9 +129,14 @@ def test_known_bug_is_caught(spec: KernelSpec, bug: KnownBug, hunt_config, normp
 
 
 def is_small(case, bug) -> bool:
-    """Shrunk: at most four rows (a masked row's pattern is picked by its position), and no wider
-    than 64 columns or twice the narrowest width that shows ``bug``."""
-    return case.rows <= 4 and case.cols <= max(64, 2 * bug.shows_from_cols)
+    """Shrunk: at most four rows (a masked row's pattern is picked by its position; a family that
+    draws more, as the gradients' ``tall`` does, its fewest), and no wider than 64 columns or twice
+    the narrowest width that shows ``bug``."""
+    from normprops.backward_strategies import GRAD_FAMILIES
+
+    family = GRAD_FAMILIES.get(case.family) if is_backward(case.op) else None
+    fewest = family.rows[0] if family is not None and family.rows is not None else 4
+    return case.rows <= max(4, fewest) and case.cols <= max(64, 2 * bug.shows_from_cols)
 
 
 def test_the_smallness_check_fails_when_nothing_shrinks() -> None:
@@ -147,3 +153,19 @@ def test_the_smallness_check_fails_when_nothing_shrinks() -> None:
     shrunk = hunt(target_from_spec(spec), family=spec.bug.family,
                   config=HuntConfig(max_examples=300, seed=3))
     assert not is_small(drawn, spec.bug) and is_small(shrunk.minimal, spec.bug)
+
+
+def test_a_tall_gradient_case_is_small_at_its_familys_fewest_rows() -> None:
+    """The gradients' ``tall`` family draws 64 rows or more: a counterexample of 64 rows is as
+    small as it shrinks; 65 rows, or 64 rows of another family, is not."""
+    from normprops.backward_strategies import make_grad_case
+
+    bug = KnownBug("tall", "a stand-in")
+
+    def tall(rows: int, family: str = "tall"):
+        return make_grad_case(op="rmsnorm_backward", family=family, rows=rows, cols=1, seed=0,
+                              x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
+                              dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0})
+
+    assert is_small(tall(64), bug) and not is_small(tall(65), bug)
+    assert not is_small(tall(64, family="ordinary"), bug)

@@ -10,8 +10,9 @@ from importlib.resources import files
 from normprops.case import ShapeConstraints
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.kernelspec import NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
+from normprops.ops import get_op
 
-__all__ = ["ECOSYSTEM_KERNELS"]
+__all__ = ["ECOSYSTEM_KERNELS", "ECOSYSTEM_GRAD_KERNELS"]
 
 # Other projects' kernels (normprops/backends/ecosystem.py), present when the library imports. What
 # each promises, as its documentation or source says: none promises batch invariance, so none is
@@ -116,3 +117,33 @@ def _with_findings(spec: KernelSpec) -> KernelSpec:
 ECOSYSTEM_KERNELS: tuple[KernelSpec, ...] = tuple(
     _with_findings(_ecosystem(*row, dtype=dtype))
     for row in _ECOSYSTEM_OPS for dtype in ("float32", "bfloat16"))
+
+
+# Gradients (normprops.backends.grads, torch CUDA tensors in and out), float32: the backward of
+# torch.compile(dynamic=True) of F.rms_norm and F.layer_norm (the registry's compiled forwards, run
+# by autograd: the backward kernels Inductor generates with them) and of Liger's Triton autograd
+# Functions. Neither promises batch invariance; neither norm is range-safe, so none claims 'huge'.
+# The compiled ones are Inductor's looped reductions, tuned once for the first shape compiled, as
+# the forwards' are: T = 2. dgamma and dbeta are sums over the rows in an order none of them fixes
+# for every batch size (Liger: each of the GPU's multiprocessors adds its share of the rows in turn
+# into a partial, then torch.sum folds the partials; Inductor: a reduction over the rows tuned like
+# the others), so each declares "sequential", which bounds every order.
+_GRAD_OPS: tuple[tuple[str, str, str, str], ...] = (
+    # backend, op, name, entry point in normprops.backends.grads
+    ("torch-compile", "rmsnorm_backward", "compiled.rms_norm.backward", "compiled_rmsnorm_backward"),
+    ("torch-compile", "layernorm_backward", "compiled.layer_norm.backward", "compiled_layernorm_backward"),
+    ("liger", "rmsnorm_backward", "liger.rms_norm.backward", "liger_rmsnorm_backward"),
+    ("liger", "layernorm_backward", "liger.layer_norm.backward", "liger_layernorm_backward"),
+)
+
+
+def _grad_entry(backend: str, op: str, name: str, attr: str) -> KernelSpec:
+    model = replace(FOREIGN_ERROR_MODEL, threads=2) if backend == "torch-compile" else FOREIGN_ERROR_MODEL
+    claims = frozenset(get_op(op).families or ()) - {"huge"}
+    return KernelSpec(f"{name}-f32", op, backend, f"normprops.backends.grads:{attr}", 3, model, claims,
+                      f"the backward of {name.removesuffix('.backward')}, by autograd",
+                      exempt=_NOT_PROMISED, bench=False, framework="torch", device="cuda",
+                      row_reduction="sequential")
+
+
+ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_grad_entry(*row) for row in _GRAD_OPS)

@@ -5,8 +5,12 @@
 tensors of the storage type on the tensors' device, as ``normprops hunt --framework torch`` hands
 them, so any of these can be hunted as ``--impl normprops.backends.grads:NAME --framework torch``.
 PyTorch's run its autograd (``aten._softmax_backward_data``, the backward of ``F.rms_norm`` and
-``F.layer_norm``); Liger-Kernel's run the backward of its Triton autograd Functions (CUDA only).
-torch and liger_kernel are imported on the first call.
+``F.layer_norm``); the compiled ones the backward of ``torch.compile(dynamic=True)`` of ``F.rms_norm``
+and ``F.layer_norm`` (the registry's compiled forwards, :mod:`normprops.backends.ecosystem`: the
+kernels Inductor generates for the backward graph); Liger-Kernel's run the backward of its Triton
+autograd Functions (CUDA only). torch and liger_kernel are imported on the first call. The registry's
+gradient entries (:mod:`normprops.backends.torch_entries`, :mod:`normprops.backends.ecosystem_entries`)
+point here.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = ["torch_softmax_backward", "torch_rmsnorm_backward", "torch_layernorm_backward",
-           "liger_rmsnorm_backward", "liger_layernorm_backward"]
+           "compiled_rmsnorm_backward", "compiled_layernorm_backward", "liger_rmsnorm_backward",
+           "liger_layernorm_backward"]
 
 #: Liger's RMS norm casting mode, as the forward adapters use it (normprops.backends.peers).
 LIGER_CASTING_MODE = "gemma"
@@ -54,6 +59,25 @@ def torch_layernorm_backward(dy: Any, x: Any, gamma: Any, beta: Any,
 
     x, gamma, beta = _leaf(x), _leaf(gamma), _leaf(beta)
     out = F.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+    return _backward(out, dy, x, gamma, beta)
+
+
+def compiled_rmsnorm_backward(dy: Any, x: Any, gamma: Any, eps: float) -> tuple[Any, Any]:
+    """The gradient of ``torch.compile(dynamic=True)`` of ``F.rms_norm`` by autograd."""
+    from normprops.backends.ecosystem import entry
+
+    x, gamma = _leaf(x), _leaf(gamma)
+    out = entry("torch-compile", "rmsnorm")(x, gamma, eps)
+    return _backward(out, dy, x, gamma)
+
+
+def compiled_layernorm_backward(dy: Any, x: Any, gamma: Any, beta: Any,
+                                eps: float) -> tuple[Any, Any, Any]:
+    """The gradient of ``torch.compile(dynamic=True)`` of ``F.layer_norm`` by autograd."""
+    from normprops.backends.ecosystem import entry
+
+    x, gamma, beta = _leaf(x), _leaf(gamma), _leaf(beta)
+    out = entry("torch-compile", "layernorm")(x, gamma, beta, eps)
     return _backward(out, dy, x, gamma, beta)
 
 

@@ -6,8 +6,9 @@ from dataclasses import replace
 
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.kernelspec import BACKEND_MODULES, NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
+from normprops.ops import get_op
 
-__all__ = ["TORCH_KERNELS"]
+__all__ = ["TORCH_KERNELS", "TORCH_GRAD_KERNELS"]
 
 # PyTorch's kernels, hunted as foreign code (the T = 32 error model of docs/tolerances.md).
 # F.rms_norm is known not to be range-safe (a float32 row of 3e19 gives 0); nothing here claims
@@ -60,4 +61,67 @@ TORCH_KERNELS += tuple(
     for device, dtypes in _MASKED_DTYPES.items()
     for dtype in dtypes
     for name, attr, summary in _TORCH_MASKED
+)
+# PyTorch's gradients, eager autograd (normprops.backends.grads: torch tensors of the entry's
+# device in and out), float32. What each computes, as read in PyTorch's source:
+# - softmax: aten._softmax_backward_data. It promises no batch invariance, and keeps none: on the
+#   CPU a row's dx changes with the rows beside it (measured), on CUDA it shares the forward's
+#   shape-dependent dispatch.
+# - layer norm: dx from the forward's saved mean and rstd (a Welford variance); dgamma and dbeta
+#   summed over the rows: on CUDA below 128 rows one running sum per column
+#   (GammaBetaBackwardSimpleCUDAKernel), above it per-block partials then a tree; on the CPU each
+#   thread adds its share of the rows in turn, then the threads' buffers in turn. "sequential"
+#   (R - 1 additions deep) bounds both, at every batch size.
+# - RMS norm: on CUDA the fused _fused_rms_norm_backward; on the CPU autograd of the composite
+#   x * rsqrt(mean(x^2) + eps) * gamma, whose dgamma is one column sum over the rows (sequential
+#   bounds it too).
+# None scales its rows (the forward is not range-safe either): none claims 'huge'.
+def _grad_families(op: str) -> frozenset[str]:
+    return frozenset(get_op(op).families or ())
+
+
+_TORCH_GRADS = (
+    ("torch.softmax.backward", "softmax_backward", "torch_softmax_backward",
+     _grad_families("softmax_backward"), frozenset({"batch_invariance"})),
+    ("F.layer_norm.backward", "layernorm_backward", "torch_layernorm_backward",
+     _grad_families("layernorm_backward") - {"huge"}, frozenset()),
+    ("F.rms_norm.backward", "rmsnorm_backward", "torch_rmsnorm_backward",
+     _grad_families("rmsnorm_backward") - {"huge"}, frozenset()),
+)
+TORCH_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(
+    KernelSpec(name, op, f"torch-{device}", f"normprops.backends.grads:{attr}", 3,
+               FOREIGN_ERROR_MODEL, claims, f"PyTorch's autograd of {name.removesuffix('.backward')} "
+               f"on the {device.upper()}", exempt=exempt, bench=False, framework="torch",
+               device=device, row_reduction="sequential" if get_op(op).has_gamma else "blocks")
+    for device in ("cuda", "cpu")
+    for name, op, attr, claims, exempt in _TORCH_GRADS
+)
+# Found by the hunt on the CPU (docs/ecosystem.md, "Gradients"; torch 2.13.0+cpu). F.rms_norm's
+# CPU backward is autograd's of x * rsqrt(mean(x^2) + eps) * gamma: it forms sum(dy gamma x) and
+# rstd^3, whose scales are rstd^-1 and rstd^2 away from dx's terms. Where either underflows and dx's
+# terms do not, dx loses its projection term: all of it from |x| ~ 1e14 (huge, where the forward is
+# still exact); hundreds of tiny where dy of 1e-34 meets x of 1e3 (cancelling_dy, dy_scale, tall,
+# wide_span, constant); 45 bounds where dy of 1e-38 meets x of 3e-4 (eps_scale: sum(dy gamma x) is
+# subnormal). Each family whose hunts met it carries it as a known bug, with the finding.
+# F.layer_norm's CPU backward takes dx = rstd dy gamma + b x + c with b = (db mean - ds) rstd^3 / C
+# and ds = sum(dy gamma x) uncentred: the rounding of ds times rstd^3 x overflows on rows of large
+# |x| and dy (dy_scale: 1e7 and 1e24, exact dx 0, PyTorch's inf).
+_RSTD_CUBED = ("dx loses its projection term where rstd^3 or sum(dy gamma x) underflows and dx's "
+               "terms do not")
+_RMS_CPU_BUG_FAMILIES = {"huge": "range_safety", "cancelling_dy": "accuracy", "dy_scale": "accuracy",
+                         "tall": "accuracy", "wide_span": "accuracy", "eps_scale": "accuracy",
+                         "constant": "accuracy"}
+_CPU_GRAD_BUGS = {
+    "F.rms_norm.backward": tuple(
+        KnownBug(family, _RSTD_CUBED, property=prop, example=f"F.rms_norm.backward-cpu-{family}.json")
+        for family, prop in _RMS_CPU_BUG_FAMILIES.items()),
+    "F.layer_norm.backward": (
+        KnownBug("dy_scale", "dx overflows to inf where it is 0: (db mean - ds) rstd^3 x with ds "
+                 "uncentred", property="finite", example="F.layer_norm.backward-cpu-dy_scale.json"),
+    ),
+}
+TORCH_GRAD_KERNELS = tuple(
+    replace(k, bugs=_CPU_GRAD_BUGS[k.name]) if k.backend == "torch-cpu" and k.name in _CPU_GRAD_BUGS
+    else k
+    for k in TORCH_GRAD_KERNELS
 )

@@ -30,7 +30,7 @@ from normprops.hints import hints
 from normprops.hunt import HuntResult
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
-from normprops.ops import OPS
+from normprops.ops import OPS, get_op
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
 from normprops.specs import KERNELS, backend_status
@@ -327,16 +327,18 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
     print(file=out)
     name_w = max(len(k.name) for k in KERNELS)
-    backend_w = max(len(k.backend) for k in KERNELS)
     op_w = max(len(k.op) for k in KERNELS)
+    backend_w = max(len(k.backend) for k in KERNELS)
     print(f"{'kernel':{name_w}s} {'op':{op_w}s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
-          f"{'T':>4s}  claims; not promised; width limits; known bug", file=out)
+          f"{'T':>4s}  claims; not promised; width limits; rows summed; known bug", file=out)
     for k in KERNELS:
         parts = [",".join(f for f in families_for(k.op) if f in k.claims) or "nothing"]
         if k.exempt:
             parts.append("not promised: " + ",".join(sorted(k.exempt)))
         if not k.constraints.unconstrained:
             parts.append(k.constraints.describe())
+        if len(get_op(k.op).outputs) > 1:  # dgamma (and dbeta) sum the rows
+            parts.append(f"rows summed: {k.row_reduction}")
         parts += [f"BUG in {b.family}: {b.summary}" for b in k.bugs]
         print(f"{k.name:{name_w}s} {k.op:{op_w}s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
               f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
