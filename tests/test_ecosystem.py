@@ -150,3 +150,25 @@ def test_a_sorted_matrix_keeps_the_families_in_the_hunts_order() -> None:
     cells = [Cell("softmax (x)", "k", family, "pass") for family in ("tiny", "huge", "ordinary")]
     header = render_matrix(cells, sort=True).splitlines()[1].split()
     assert header == ["ordinary", "huge", "tiny"]
+
+
+def test_xla_flushing_a_subnormal_input_is_within_the_entries_bound() -> None:
+    """XLA does not promise subnormals (on the CPU it flushes them): jax.nn.standardize in
+    bfloat16 standardized [6.39e-38, 1.05e-38] as if the second were 0. The JAX and Flax entries
+    are judged as flushing; without that declaration the same output fails its bound."""
+    from dataclasses import replace as dc_replace
+
+    from normprops.case import Case
+    from normprops.oracles import reference, tolerance
+
+    x = np.array([[1.2581462973644796e-38, -1.3224311446750734e-38],
+                  [6.391750532596188e-38, 1.0469246562010998e-38]], np.float32)
+    case = Case("layernorm", "tiny", x, np.ones(2, np.float32), np.zeros(2, np.float32),
+                float(np.float32(1e-5)), dtype="bfloat16")
+    spec = next(k for k in KERNELS if k.name == "jax.nn.standardize-bf16")
+    assert all(k.error_model.ftz for k in KERNELS if k.framework == "jax")
+    ref = reference(case)
+    got = 1.0109e-35  # what XLA returned at row 1, col 0: (x - x[1, 0] / 2) / sqrt(eps)
+    err = abs(got - ref.y[1, 0])
+    assert err <= tolerance(case, ref, model=spec.error_model).tol[1, 0]
+    assert err > tolerance(case, ref, model=dc_replace(spec.error_model, ftz=False)).tol[1, 0]
