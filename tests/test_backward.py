@@ -438,12 +438,16 @@ def test_torch_gradients_take_tensors() -> None:
     pytest.importorskip("torch", reason="torch is not installed here")
     from normprops.backends import grads
 
+    # Families where none of the three has a known bug on the CPU (the registry's entries), and
+    # the row sums declared as the entries declare them: PyTorch's CPU norms add each thread's
+    # rows in turn, then the threads' buffers, so the order changes with the thread count.
     for op, fn in (("softmax_backward", grads.torch_softmax_backward),
                    ("rmsnorm_backward", grads.torch_rmsnorm_backward),
                    ("layernorm_backward", grads.torch_layernorm_backward)):
         report = normprops.hunt_kernel(fn, op=op, framework="torch", device="cpu",
-                                       families="ordinary,cancelling_dy,tall", max_examples=30,
-                                       seed=0, ignore=["batch_invariance"])
+                                       families="ordinary,orthogonal_dy,one_hot_dy", max_examples=30,
+                                       seed=0, ignore=["batch_invariance"],
+                                       row_reduction="blocks" if op == "softmax_backward" else "sequential")
         assert report.passed, [f.message for f in report.failures]
 
 
