@@ -172,3 +172,22 @@ def test_xla_flushing_a_subnormal_input_is_within_the_entries_bound() -> None:
     err = abs(got - ref.y[1, 0])
     assert err <= tolerance(case, ref, model=spec.error_model).tol[1, 0]
     assert err > tolerance(case, ref, model=dc_replace(spec.error_model, ftz=False)).tol[1, 0]
+
+
+def test_a_one_pass_variance_is_not_claimed_on_ragged_rows_in_float32() -> None:
+    """ragged's zero-mean rows of 2 columns have |mean| / std spread like a Cauchy variable, and
+    E[x^2] - E[x]^2 in float32 fails past ~15: flax.LayerNorm gave 0.94367 for the row
+    [-1.1936, -1.1758], 9x its bound. Its float32 entries (and jax.nn.standardize's, the same
+    formula) leave ragged unclaimed; in bfloat16 storage the output's rounding covers it."""
+    from normprops.case import Case
+    from normprops.oracles import reference, tolerance
+
+    x = np.array([[-1.1935980319976807, -1.1757656335830688]], np.float32)
+    case = Case("layernorm", "ragged", x, np.ones(2, np.float32), np.zeros(2, np.float32),
+                float(np.float32(1e-5)))
+    spec = next(k for k in KERNELS if k.name == "flax.LayerNorm-f32")
+    ref = reference(case)
+    assert abs(0.94367 - ref.y[0, 1]) > 5 * tolerance(case, ref, model=spec.error_model).tol[0, 1]
+    for name in ("flax.LayerNorm", "jax.nn.standardize"):
+        claims = {k.dtype: k.claims for k in KERNELS if k.name.startswith(name + "-")}
+        assert "ragged" not in claims["float32"] and "ragged" in claims["bfloat16"]

@@ -25,6 +25,7 @@ __all__ = ["ECOSYSTEM_KERNELS", "ECOSYSTEM_GRAD_KERNELS"]
 # QuACK's softmax loads 16-byte vectors and asserts rows of a multiple of 16 bytes.
 _NOT_PROMISED = frozenset({"batch_invariance"})
 _ONE_PASS_VARIANCE_LIMITS = frozenset({"huge", "large_mean", "constant", "ordinary"})
+_ONE_PASS_VARIANCE = ("jax.nn.standardize", "flax.LayerNorm")  # E[x^2] - E[x]^2
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 _ECOSYSTEM_OPS: tuple[tuple[str, str, str, str, frozenset[str], str], ...] = (
     # backend, entry op, user op, name, claims, how it computes
@@ -70,6 +71,12 @@ def _ecosystem(backend: str, entry_op: str, op: str, name: str, claims: frozense
     # JAX computes jax.nn's ops in the arrays' own type (its type promotion rules): on bfloat16
     # arrays every exp, sum and division rounds to bfloat16. Flax's norms take their statistics
     # in float32, as torch and the CUDA libraries do.
+    if name in _ONE_PASS_VARIANCE and dtype == "float32":
+        # ragged draws zero-mean rows at the edge widths, 2 columns among them, where |mean| / std
+        # is a Cauchy variable: above ~15 the float32 one-pass variance fails (flax.LayerNorm-f32,
+        # 1000 examples: [-1.1936, -1.1758] at err/tol 9.1, seed 3; x1.2 at kappa 15, seed 4).
+        # In bfloat16 storage the output's rounding covers it until kappa ~ 256.
+        claims = claims - {"ragged"}
     model = FOREIGN_ERROR_MODEL
     if backend == "jax" and dtype == "bfloat16":
         model = replace(model, arithmetic="bfloat16")
