@@ -235,3 +235,22 @@ def test_hanging_impl_is_stopped_and_reported(user_module: str, tmp_path: Path) 
     assert "did not return within 0.5 s" in out and "stopped" in out
     (failure,) = json.loads(report.read_text())["failures"]
     assert failure["property"] == "contract"
+
+
+def test_a_reader_that_leaves_early_ends_nothing_in_a_traceback() -> None:
+    """``normprops kernels | head -1``: the reader closes the pipe after one line; the command
+    ends quietly with its own status, no BrokenPipeError and no "internal error"."""
+    proc = subprocess.Popen([sys.executable, "-m", "normprops", "kernels"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout.readline()
+    proc.stdout.close()  # the reader leaves
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err and "internal error" not in err
+
+
+def test_a_registry_hunt_does_not_print_a_replay_command_it_cannot_give(tmp_path: Path) -> None:
+    code, out, _ = run("hunt", "--kernel", "layerNormRowOnePass", "--families", "large_mean",
+                       "--max-examples", "100", "--seed", "0", "--fixtures-dir", str(tmp_path / "fx"))
+    assert code == 0 and "caught" in out
+    assert f"saved under {tmp_path / 'fx'}/" in out and "replay with" not in out

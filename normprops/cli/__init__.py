@@ -28,6 +28,7 @@ unwritable one is a usage error. ``--fixtures-dir`` is created with its parents.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence, TextIO
 
@@ -78,10 +79,48 @@ def _is_negative_number(token: str) -> bool:
     return True
 
 
+class _ReaderMayLeave:
+    """A standard stream that goes quiet once its reader has gone (``normprops kernels | head``):
+    the command runs on, and its report and exit status are what they would have been. The
+    stream's file descriptor then points at /dev/null, so Python's own flush at exit stays quiet
+    too."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                return self._stream.write(text)
+            except BrokenPipeError:
+                self._leave()
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._stream.flush()
+            except BrokenPipeError:
+                self._leave()
+
+    def _leave(self) -> None:
+        self._gone = True
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # a stream without a descriptor: nothing to silence
+            pass
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
-    out = sys.stdout if out is None else out
-    err = sys.stderr if err is None else err
+    out = _ReaderMayLeave(sys.stdout) if out is None else out
+    err = _ReaderMayLeave(sys.stderr) if err is None else err
     parser = _parser()
     command = "hunt"
     try:

@@ -64,14 +64,16 @@ def _warnings_line(result: HuntResult) -> str | None:
 
 
 def _fixtures_line(results: list[HuntResult], directory: Path | None,
-                   replay: str = "normprops replay") -> str | None:
+                   replay: str | None = None) -> str | None:
     """Where the findings were saved, and the command that replays them (``replay``: the whole
-    command where the kernel and its declarations are known)."""
+    command, where one kernel and its declarations are known; a registry hunt's fixtures are
+    replayed by the tests, against every kernel that claims their family)."""
     saved = {f.fixture for r in results for f in r.findings if f.fixture is not None}
     if directory is None or not saved:
         return None
-    return (f"fixtures: {len(saved)} saved under {directory}/ (--fixtures-dir DIR to change, "
-            f"--no-fixtures to skip); replay with: {replay}")
+    line = (f"fixtures: {len(saved)} saved under {directory}/ (--fixtures-dir DIR to change, "
+            f"--no-fixtures to skip)")
+    return line if replay is None else f"{line}; replay with: {replay}"
 
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -102,7 +104,7 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         cells = [Cell(target.label, target.name, r.family, cell_text(r)) for r in results]
         print("\n" + render_matrix(cells), file=out)
         print(matrix_legend(cells), file=out)
-        replay = "normprops replay"
+        replay = None
         if args.impl and fixtures is not None:
             replay = (f"normprops replay --op {args.op} --impl {args.impl} --fixtures-dir {fixtures}"
                       f"{replay_flags(target_json(target))}")
