@@ -233,8 +233,13 @@ def test_hanging_impl_is_stopped_and_reported(user_module: str, tmp_path: Path) 
                        "--json", str(report))
     assert code == 1
     assert "did not return within 0.5 s" in out and "stopped" in out
-    (failure,) = json.loads(report.read_text())["failures"]
+    doc = json.loads(report.read_text())
+    (failure,) = doc["failures"]
     assert failure["property"] == "contract"
+    # The other families were never hunted: the report says it is not whole, and which.
+    assert doc["complete"] is False and "hunt stopped" in doc["error"]
+    assert doc["not_reached"] == doc["families"][1:]
+    assert f"1 of 1 families failed (1 finding); stopped: {len(doc['families']) - 1} of" in out
 
 
 def test_a_reader_that_leaves_early_ends_nothing_in_a_traceback() -> None:

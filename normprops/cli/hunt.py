@@ -160,8 +160,13 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   f"examples); not hunted: {', '.join(report.extra['not_reached']) or 'none'}.",
                   file=out)
         elif hunted.stopped:
+            # The kernel cannot be called again (it hung, or faulted the GPU): the report is not
+            # whole, as a replay that stops is not.
+            done = {r.family for r, _ in report.results}
+            report.extra["not_reached"] = [f for f in families if f not in done]
+            report.error = f"hunt stopped: {hunted.stopped}; {not_hunted}"
             report.notes.append(f"stopped: {hunted.stopped}")
-            print(f"  stopped: {hunted.stopped}", file=out)
+            print(f"  stopped: {hunted.stopped}; {not_hunted}.", file=out)
         summary()
         failed = [r for r, _ in report.results if not r.passed]
         findings = sum(len(r.findings) for r in failed)
@@ -171,9 +176,10 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         for line in report.hints:
             print(line, file=out)
         if failed:
+            stop = ("cut short" if hunted.cut_short else "stopped" if hunted.stopped else None)
             print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
-                  f"{'s' * (findings != 1)})" + (f"; cut short: {not_hunted}." if hunted.cut_short
-                                                 else "."), file=out)
+                  f"{'s' * (findings != 1)})" + (f"; {stop}: {not_hunted}." if stop and
+                                                 reached < len(families) else "."), file=out)
         elif hunted.cut_short:
             print(f"clean as far as it got: {reached} of {len(families)} families, no counterexample.",
                   file=out)
