@@ -49,7 +49,8 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     worst = max([result.max_ratio, *(r for f in result.findings
                                      for r in (f.verdict.ratio, f.worst_verdict.ratio)
                                      if r is not None and not math.isnan(r))])
-    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} examples  worst err/tol "
+    examples = "example " if result.examples == 1 else "examples"
+    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} {examples}  worst err/tol "
             f"{worst:.3g}  {result.elapsed_s:.1f}s")
     if note:
         line += f"  ({note})"
@@ -160,11 +161,13 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   f"examples); not hunted: {', '.join(report.extra['not_reached']) or 'none'}.",
                   file=out)
         elif hunted.stopped:
-            # The kernel cannot be called again (it hung, or faulted the GPU): the report is not
-            # whole, as a replay that stops is not.
             done = {r.family for r, _ in report.results}
             report.extra["not_reached"] = [f for f in families if f not in done]
-            report.error = f"hunt stopped: {hunted.stopped}; {not_hunted}"
+            if any(r.fatal for r in hunted.results):
+                # The kernel cannot be called again (it hung, or faulted the GPU): the report is
+                # not whole, as a replay that stops is not. (A hunt that stopped because every
+                # family broke the same contract chose to: it is whole.)
+                report.error = f"hunt stopped: {hunted.stopped}; {not_hunted}"
             report.notes.append(f"stopped: {hunted.stopped}")
             print(f"  stopped: {hunted.stopped}; {not_hunted}.", file=out)
         summary()
