@@ -398,6 +398,9 @@ def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., n
     return run
 
 
+_ALIGN = 64  # float32 elements: 256 bytes
+
+
 def _run_once(kernel: ProdKernel, op: str, dtype: str, x: Any, gamma: Any, beta: Any,
               eps: float | None, *, rows: int, cols: int) -> np.ndarray:
     """One call of a user function in two round trips to the device: every input up in one copy,
@@ -408,11 +411,14 @@ def _run_once(kernel: ProdKernel, op: str, dtype: str, x: Any, gamma: Any, beta:
 
     named = {n: np.ascontiguousarray(v, dtype=np.float32)
              for n, v in (("x", x), ("gamma", gamma), ("beta", beta)) if v is not None}
-    host = np.concatenate([v.ravel() for v in named.values()])
+    # Each array starts 256 bytes into the buffer past the one before, as its own allocation would
+    # (CuPy's pool aligns to 256 bytes or more): the kernels see the alignment they would in use.
+    starts = np.cumsum([0] + [-(-v.size // _ALIGN) * _ALIGN for v in named.values()])
+    host = np.zeros(int(starts[-1]), np.float32)
+    for at, v in zip(starts, named.values()):
+        host[at:at + v.size] = v.ravel()
     up = cupy.asarray(host)
-    dev, at = {}, 0
-    for n, v in named.items():
-        dev[n], at = up[at:at + v.size].reshape(v.shape), at + v.size
+    dev = {n: up[at:at + v.size].reshape(v.shape) for (n, v), at in zip(named.items(), starts)}
     flags: list[tuple[str, Any]] = []  # (input name, per-value "not exact in dtype" flags)
 
     def stored(a32: Any, name: str) -> Any:
