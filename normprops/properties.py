@@ -137,8 +137,13 @@ def stress_order(rows: int, cols: int, stress_rows: int) -> np.ndarray:
     many rows (at most STRESS_ELEMENTS elements, at least two copies of every row plus one): a
     framework that compiles per shape compiles it once per width."""
     total = max(min(stress_rows, STRESS_ELEMENTS // cols), 2 * rows + 1)
-    tail = np.concatenate([np.arange(rows)[::-1], [rows // 2]])
+    tail = _reversed_plus_middle(rows)
     return np.concatenate([np.resize(np.arange(rows), total - len(tail)), tail])
+
+
+def _reversed_plus_middle(rows: int) -> np.ndarray:
+    """The case's rows reversed, then its middle row again: other neighbours, other positions."""
+    return np.concatenate([np.arange(rows)[::-1], [rows // 2]])
 
 
 def _stress(target: Target, case: Case, out: np.ndarray, skip: frozenset[str]) -> Verdict | None:
@@ -188,7 +193,7 @@ def _batch_invariance(target: Target, case: Case, out: np.ndarray) -> Verdict | 
                           what=f"row {r} computed alone")
     if found:
         return found
-    order = np.concatenate([np.arange(case.rows)[::-1], [r]])
+    order = _reversed_plus_middle(case.rows)
     shuffled = _call(target, case.take(order))
     if isinstance(shuffled, Verdict):
         return shuffled
