@@ -233,8 +233,8 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
     """dx: ``rstd [(3k/2 + 12) u (|g_i| + G1 + |xhat_i| G2) + E_i G2 + |xhat_i| mean(|g| E)
     + (e1 + e1^2) (|g_i| + G1 + |xhat_i| G2)]`` with ``g = dy gamma``, ``G1 = mean|g|`` (layer norm; 0 for
     RMS norm), ``G2 = mean|g xhat|`` and ``E`` the forward's error in xhat. dgamma:
-    ``(k_R + 2) u sum_r |dy xhat| + sum_r |dy| E``; dbeta: ``(k_R + 2) u sum_r |dy|``, ``k_R`` the
-    depth of the row reduction (docs/tolerances.md, "Gradients")."""
+    ``(k_R + 2) u sum_r |dy xhat| + sum_r |dy| E + 4 tiny sum_r (1 + rstd)``; dbeta:
+    ``(k_R + 2) u sum_r |dy|``, ``k_R`` the depth of the row reduction (docs/tolerances.md, "Gradients")."""
     layer = case.op == "layernorm_backward"
     k = model.k(case.cols)
     k_rows = row_depth(model, case.rows, row_reduction)
@@ -256,8 +256,12 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         dx = dx + 4 * tiny * (ref.rstd * (case.cols + 2) * (1 + ax) + 1)
         tol = {"dx": dx}
         sums = ~ref.poisoned[:, None]
+        # Each term dy (x - mean) rstd may round dy (x - mean) below FLT_MIN before rstd scales it
+        # (PyTorch's CUDA kernels and Apex multiply in that order): that rounding's ``tiny`` grows
+        # by the row's rstd.
+        underflow = 4 * tiny * (np.sum(np.where(sums, 1 + ref.rstd, 0.0), axis=0) + 1)
         tol["dgamma"] = (np.sum(np.where(sums, (k_rows + 2) * u * dy * ax + dy * err, 0.0), axis=0)
-                         + 4 * tiny * (case.rows + 1))[None, :]
+                         + underflow)[None, :]
         # A row past e1 = 0.25 adds a term with no digits left (its xhat may be off by any factor:
         # a Welford variance of two values an ulp apart is 0): such a column is asked to be finite.
         lost = np.any(sums & (e1 > 0.25) & (dy != 0), axis=0)[None, :]

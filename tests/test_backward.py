@@ -476,6 +476,24 @@ def test_dbeta_keeps_room_at_the_worst_rounding_of_a_row_sum() -> None:
     assert (err / tol.tol["dbeta"][0] <= 0.5).all()
 
 
+def test_dgamma_accepts_dy_times_x_rounded_below_flt_min_before_rstd() -> None:
+    """PyTorch's CUDA RMS norm backward forms dy x before scaling by rstd: with x and dy tiny the
+    product is subnormal, and its absolute rounding grows by rstd (2896 here). The case is the
+    shrunk one of its ``tiny`` hunt on an H200, where the GPU gave 4.126615e-37 (err/tol 1.2
+    before the floor took rstd in); the same order in numpy gives 4.126616e-37."""
+    x = np.array([[1.2573022122287061e-21], [-1.3210486357190995e-21]], F32)
+    dy = np.array([[1.029676769107353e-20], [-9.805271672937439e-20]], F32)
+    case = _case("rmsnorm_backward", rows=2, cols=1).replace(
+        x=x, dy=dy, gamma=np.ones(1, F32), eps=float(F32(2.0**-23)))
+    ref = grad_reference(case)
+    rstd = F32(1) / np.sqrt(np.mean(x * x, axis=1, keepdims=True, dtype=F32) + F32(case.eps))
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL, row_reduction="sequential")
+    for dgamma in (np.sum((dy * x) * rstd, axis=0, dtype=F32), np.sum(dy * (x * rstd), axis=0, dtype=F32)):
+        assert (np.abs(dgamma - ref.z["dgamma"][0]) <= tol.tol["dgamma"][0]).all()
+    # Both GPU results of the hunt: the shrunk case's and the worst seen's share of the floor.
+    assert np.abs(4.126615e-37 - ref.z["dgamma"][0]) <= tol.tol["dgamma"][0]
+
+
 @pytest.mark.parametrize("flags, named", [(("--row-reduction", "sequential"), "--row-reduction"),
                                           (("--check", "row_order"), "--check row_order")])
 def test_a_gradient_declaration_for_a_forward_op_is_a_usage_error(flags: tuple[str, ...],

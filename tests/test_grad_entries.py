@@ -97,6 +97,26 @@ def test_pytorchs_cpu_gradients_run_as_registered() -> None:
         assert np.isfinite(evaluation.worst_ratio)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["torch-cuda", "torch-compile", "liger"])
+def test_the_gpu_gradients_run_as_registered_and_leave_their_inputs(backend: str) -> None:
+    """Each GPU entry of ``backend``, as the registry hunts it, on one ordinary case: clean, its
+    inputs untouched (Liger's RMS norm backward writes dx over dy unless told not to)."""
+    from normprops.specs import backend_status
+
+    usable, why = backend_status(backend)
+    if not usable:
+        pytest.skip(why)
+    for spec in (k for k in GRAD_ENTRIES if k.backend == backend):
+        op = get_op(spec.op)
+        case = make_grad_case(op=spec.op, family="ordinary", rows=3, cols=33, seed=0,
+                              x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
+                              dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0},
+                              gamma_kind="random", beta_kind="random", eps=op.default_eps)
+        evaluation = evaluate(registry_target(spec, "ordinary"), case)
+        assert evaluation.passed, [v.message() for v in evaluation.failures]
+
+
 def test_a_gradient_hunt_launches_no_stress_batch() -> None:
     """Gradient targets on a GPU carry the forward's stress size, but a gradient example calls the
     kernel on its own rows only (determinism, batch invariance: at most one row more), so no

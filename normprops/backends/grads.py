@@ -23,6 +23,9 @@ __all__ = ["torch_softmax_backward", "torch_rmsnorm_backward", "torch_layernorm_
 
 #: Liger's RMS norm casting mode, as the forward adapters use it (normprops.backends.peers).
 LIGER_CASTING_MODE = "gemma"
+#: Liger's RMS norm backward overwrites dy with dx unless told not to; hunted as not (a hunt judges a
+#: kernel that changes its inputs as a contract failure).
+LIGER_IN_PLACE = False
 
 
 def _leaf(t: Any) -> Any:
@@ -82,11 +85,13 @@ def compiled_layernorm_backward(dy: Any, x: Any, gamma: Any, beta: Any,
 
 
 def liger_rmsnorm_backward(dy: Any, x: Any, gamma: Any, eps: float) -> tuple[Any, Any]:
-    """The backward of Liger's ``LigerRMSNormFunction`` (offset 0, casting mode "gemma")."""
+    """The backward of Liger's ``LigerRMSNormFunction`` (offset 0, casting mode "gemma"), with
+    ``in_place=False``: by default it writes dx over dy to save memory, which its docstring warns
+    can corrupt a dy that something else still reads (Liger's Gemma 2 patch turns it off too)."""
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
     x, gamma = _leaf(x), _leaf(gamma)
-    out = LigerRMSNormFunction.apply(x, gamma, eps, 0.0, LIGER_CASTING_MODE)
+    out = LigerRMSNormFunction.apply(x, gamma, eps, 0.0, LIGER_CASTING_MODE, LIGER_IN_PLACE)
     return _backward(out, dy, x, gamma)
 
 
