@@ -252,8 +252,11 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         # e1 relative (a Welford variance, PyTorch's, loses O(k u kappa); a two-pass one e1^2).
         dx = ref.rstd * (((1.5 * k + 12) * u + e1 + e1 * e1) * cancelling + err * g2
                          + ax * np.mean(g * err, axis=1, keepdims=True))
-        # Products and sums below FLT_MIN: each of the C terms of a mean may lose ``tiny``.
-        dx = dx + 4 * tiny * (ref.rstd * (case.cols + 2) * (1 + ax) + 1)
+        # Products and sums below FLT_MIN: each of the C terms of a mean may lose ``tiny``. The
+        # projection's mean may be taken of g (x - mean) rather than of g xhat, then scaled by
+        # (x - mean) rstd^3 = xhat rstd^2 (PyTorch's CUDA and Liger's RMS norm backward): its
+        # terms lie rstd below g xhat's, and a loss below FLT_MIN there grows by xhat rstd^2.
+        dx = dx + 4 * tiny * (ref.rstd * (case.cols + 2) * (1 + ax) + 1 + ax * ref.rstd**2)
         tol = {"dx": dx}
         sums = ~ref.poisoned[:, None]
         # Each term dy (x - mean) rstd may round dy (x - mean) below FLT_MIN before rstd scales it

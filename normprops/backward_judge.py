@@ -17,6 +17,7 @@ import numpy as np
 
 from normprops.backward import GradReference, GradTolerance
 from normprops.case import Case
+from normprops.dtypes import get_dtype
 from normprops.judge import Verdict, judge_bitwise
 
 __all__ = ["judge_grads", "judge_grads_bitwise"]
@@ -54,6 +55,11 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             found[verdict.property] = verdict
 
     huge = case.family == "huge"
+    # An exact value past the storage type's largest finite one by half an ulp or more rounds to an
+    # infinity (a gradient can: dy of 1e29 times rstd 1e6): that infinity, or the largest finite
+    # value, of the same sign, is the right output whatever the bound.
+    kind = get_dtype(case.dtype)
+    rounds_to_inf = kind.max * (1 + 2.0 ** -(kind.bits + 1))
     worst = 0.0
     for name, out in outs.items():
         got = _as_rows(out).astype(np.float64)
@@ -71,10 +77,20 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             out_of_domain = bool((summed & ~ref.in_domain).any()) or huge
             ranged = np.full(z.shape, out_of_domain)
             accurate = judged
+        beyond = judged & (np.abs(z) >= rounds_to_inf)
+        judged = judged & ~beyond
+        accurate = accurate & ~beyond
         with np.errstate(all="ignore"):
             err = np.abs(got - z)
             ratio = err / t
         row = (lambda r: r) if per_row else (lambda r: None)
+        bad = beyond & ~((np.sign(got) == np.sign(z)) & (np.abs(got) >= kind.max))
+        if bad.any():
+            r, c = _worst(np.ones_like(err), bad)
+            add(_verdict(label, case, "range_safety" if ranged[r, c] else "accuracy", name, row(r),
+                         c, got[r, c], z[r, c],
+                         reason=f"expected {'-' if z[r, c] < 0 else ''}inf: the exact result "
+                                f"{z[r, c]:.5g} is past {case.dtype}'s range"))
         bad = judged & ~np.isfinite(got)
         if bad.any():
             r, c = _worst(np.ones_like(err), bad)

@@ -494,6 +494,32 @@ def test_dgamma_accepts_dy_times_x_rounded_below_flt_min_before_rstd() -> None:
     assert np.abs(4.126615e-37 - ref.z["dgamma"][0]) <= tol.tol["dgamma"][0]
 
 
+def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
+    """dy of 1e29, gamma 6404 and rstd 1e6 (x of 1e-21, eps 1e-12): the exact dx of row 1 is
+    -6.28e38, past FLT_MAX, so float32's answer is -inf (PyTorch's CPU gives it). The shrunk case
+    of a 1000-example ``tiny`` hunt, which took -inf for a non-finite failure."""
+    from normprops.backward_judge import judge_grads
+
+    case = _case("rmsnorm_backward", rows=2, cols=1).replace(
+        x=np.array([[1.2573022122287061e-21], [-1.3210486357190995e-21]], F32),
+        dy=np.array([[1.0296768299594288e+28], [-9.80527147960694e+28]], F32),
+        gamma=np.array([6404.2265625], F32), eps=float(F32(1e-12)))
+    ref = grad_reference(case)
+    assert ref.z["dx"][1, 0] < -np.finfo(F32).max
+    tol = grad_tolerance(case, ref, model=FOREIGN_ERROR_MODEL, row_reduction="sequential")
+    with np.errstate(over="ignore"):
+        right = {"dx": ref.z["dx"].astype(F32), "dgamma": ref.z["dgamma"].astype(F32)}
+    assert right["dx"][1, 0] == -np.inf
+    failures, _ = judge_grads(case, right, ref, tol, label="k")
+    assert not failures, [v.message() for v in failures]
+    for wrong in (np.inf, np.nan, 0.0):
+        outs = dict(right, dx=right["dx"].copy())
+        outs["dx"][1, 0] = wrong
+        failures, _ = judge_grads(case, outs, ref, tol, label="k")
+        assert [(v.output, v.row) for v in failures] == [("dx", 1)], wrong
+        assert "past float32's range" in failures[0].message()
+
+
 @pytest.mark.parametrize("flags, named", [(("--row-reduction", "sequential"), "--row-reduction"),
                                           (("--check", "row_order"), "--check row_order")])
 def test_a_gradient_declaration_for_a_forward_op_is_a_usage_error(flags: tuple[str, ...],
