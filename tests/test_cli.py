@@ -103,6 +103,33 @@ def test_a_time_budget_cuts_an_impl_hunt_short_and_says_how_far_it_got(
     assert doc["notes"] == ["cut short: the time budget of 1 s was spent; 2 of 3 families not hunted"]
 
 
+def test_a_family_cut_short_before_its_first_example_has_no_worst_ratio(
+        user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
+                       "ordinary", "--seed", "0", "--no-fixtures", "--time-budget", "0.0001",
+                       "--json", str(report))
+    assert code == 0, out
+    family = next(line for line in out.splitlines() if line.startswith("  ordinary"))
+    assert family.split()[1:4] == ["stopped", "0", "examples"], family
+    assert "nothing judged" in family and "err/tol" not in family, family
+    (result,) = json.loads(report.read_text())["results"]
+    assert result["examples"] == 0 and result["max_ratio"] is None, result
+
+
+def test_example_counts_say_that_a_failing_family_counts_its_shrinking(user_module: str) -> None:
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad", "--families",
+                       "ordinary,overflow_logits", "--max-examples", "20", "--seed", "0", "--no-fixtures")
+    assert code == 1, out
+    lines = out.splitlines()
+    assert "20 examples each (more where a family fails: its shrinking, and a round per further " \
+           "property)" in lines[0], lines[0]
+    clean = next(line for line in lines if line.startswith("  ordinary"))
+    failed = next(line for line in lines if line.startswith("  overflow_logits"))
+    assert " 20 examples  worst err/tol " in clean, clean
+    assert "examples (incl. shrinking)  worst err/tol inf" in failed, failed
+
+
 def test_no_fixtures_flag(user_module: str, tmp_path: Path) -> None:
     code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
                      "--families", "overflow_logits", "--max-examples", "20", "--no-fixtures")

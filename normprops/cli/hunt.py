@@ -44,14 +44,20 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
     if words:
         status += f" ({words})"
-    # A failing family's worst includes its findings (inf: an outright failure such as a
-    # non-finite output or a broken contract, which has no finite ratio).
-    worst = max([result.max_ratio, *(r for f in result.findings
-                                     for r in (f.verdict.ratio, f.worst_verdict.ratio)
-                                     if r is not None and not math.isnan(r))])
     examples = "example " if result.examples == 1 else "examples"
-    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} {examples}  worst err/tol "
-            f"{worst:.3g}  {result.elapsed_s:.1f}s")
+    if result.findings:  # each finding was shrunk, and the family hunted again for the others
+        examples += " (incl. shrinking)"
+    if result.examples:
+        # A failing family's worst includes its findings (inf: an outright failure such as a
+        # non-finite output or a broken contract, which has no finite ratio).
+        worst = max([result.max_ratio, *(r for f in result.findings
+                                         for r in (f.verdict.ratio, f.worst_verdict.ratio)
+                                         if r is not None and not math.isnan(r))])
+        judged = f"worst err/tol {worst:.3g}"
+    else:  # cut short before its first example: no ratio, not even 0
+        judged = "nothing judged"
+    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} {examples}  {judged}  "
+            f"{result.elapsed_s:.1f}s")
     if note:
         line += f"  ({note})"
     return line
@@ -127,7 +133,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ignored += f"; computes in {target.error_model.arithmetic}"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
-              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each; widths: "
+              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "
+              f"(more where a family fails: its shrinking, and a round per further property); widths: "
               f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
 
         def show(result: HuntResult, note: str | None) -> None:
