@@ -69,9 +69,27 @@ def read_json_document(path: Path, *, format: str, kind: str,
         raise error(f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})") from None
     except ValueError as exc:
         raise error(f"{path}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != format:
-        found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-        raise error(f"{path}: not a normprops {kind} (format {found!r}, expected {format!r})")
+    wanted = f'a JSON object with "format": "{format}"'
+    if not isinstance(doc, dict):
+        raise error(f"{path}: not a normprops {kind} ({wanted}): it holds {_json_kind(doc)}")
+    if "format" not in doc:
+        raise error(f"{path}: not a normprops {kind} ({wanted}): its object has no \"format\"")
+    if doc["format"] != format:
+        raise error(f"{path}: not a normprops {kind} ({wanted}): its format is "
+                    f"{json.dumps(doc['format'])}")
     return doc
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in JSON's words: ``null``, ``a list``, ``a number``, ..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {json.dumps(value)}"
+    if isinstance(value, (int, float)):
+        return f"the number {json.dumps(value)}"
+    if isinstance(value, str):
+        return "a string"
+    return "a list"
 
 

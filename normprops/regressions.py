@@ -68,7 +68,8 @@ def _checked_shape(shape: list[Any], *, what: str) -> tuple[list[int], int]:
         raise ValueError(f"{what}: shape {shape!r} is not a list of non-negative integers")
     size = math.prod(shape)
     if size > MAX_ELEMENTS:
-        raise ValueError(f"{what}: shape {shape!r} holds {size} elements, more than a fixture can")
+        raise ValueError(f"{what}: shape {shape!r} holds {size} elements, more than the {MAX_ELEMENTS} "
+                         f"elements a fixture may hold; the file is damaged or was not written by normprops")
     return shape, size
 
 
@@ -381,12 +382,17 @@ def _saved(doc: dict[str, Any]) -> datetime | None:
 
 
 def load_fixture(path: Path) -> Fixture:
-    """Read one fixture. Raises :class:`~normprops.errors.FixtureError` naming the file and what
-    is wrong with it (unreadable, not JSON, not a fixture, a missing or malformed part)."""
+    """Read one fixture. Raises :class:`~normprops.errors.FixtureError` naming the file and what is
+    wrong (unreadable, not JSON, not a fixture, a missing or malformed part, another op's folder)."""
     path = Path(path)
     doc = read_json_document(path, format=FORMAT, kind="fixture", error=FixtureError)
     try:
         op = _text(doc, "op", OPS)
+        folder = path.parent.name
+        # Replayed with the folder's op, it would read as a contract failure of that op's kernel.
+        if folder in OPS and folder != op:
+            raise ValueError(f"the file's op is {op!r} but its folder's is {folder!r} (each op's "
+                             f"fixtures live in DIR/<op>/); move it to {path.parent.parent / op}/")
         family = _text(doc, "family", families_for(op) if is_backward(op) else FAMILIES)
         prop = _text(doc, "property", PROPERTIES)
         minimal = _decode_case(doc.get("minimal"), op=op, family=family, what="minimal")

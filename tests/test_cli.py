@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,7 @@ from cli_harness import run
 
 from normprops.errors import UsageError, a_or_an
 from normprops.launch import target_from_callable
+from normprops.strategies import families_for
 
 USER_MODULE_NAME = "userkernels_cli"  # written by the user_module fixture (conftest.py)
 USER_MODULE = textwrap.dedent('''
@@ -103,6 +105,33 @@ def test_a_time_budget_cuts_an_impl_hunt_short_and_says_how_far_it_got(
     assert doc["notes"] == ["cut short: the time budget of 1 s was spent; 2 of 3 families not hunted"]
 
 
+def test_a_family_cut_short_before_its_first_example_has_no_worst_ratio(
+        user_module: str, tmp_path: Path) -> None:
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
+                       "ordinary", "--seed", "0", "--no-fixtures", "--time-budget", "0.0001",
+                       "--json", str(report))
+    assert code == 0, out
+    family = next(line for line in out.splitlines() if line.startswith("  ordinary"))
+    assert family.split()[1:4] == ["stopped", "0", "examples"], family
+    assert "nothing judged" in family and "err/tol" not in family, family
+    (result,) = json.loads(report.read_text())["results"]
+    assert result["examples"] == 0 and result["max_ratio"] is None, result
+
+
+def test_example_counts_say_that_a_failing_family_counts_its_shrinking(user_module: str) -> None:
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad", "--families",
+                       "ordinary,overflow_logits", "--max-examples", "20", "--seed", "0", "--no-fixtures")
+    assert code == 1, out
+    lines = out.splitlines()
+    assert "20 examples each (more where a family fails: its shrinking, and a round per further " \
+           "property)" in lines[0], lines[0]
+    clean = next(line for line in lines if line.startswith("  ordinary"))
+    failed = next(line for line in lines if line.startswith("  overflow_logits"))
+    assert " 20 examples  worst err/tol " in clean, clean
+    assert "examples (incl. shrinking)  worst err/tol inf" in failed, failed
+
+
 def test_no_fixtures_flag(user_module: str, tmp_path: Path) -> None:
     code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
                      "--families", "overflow_logits", "--max-examples", "20", "--no-fixtures")
@@ -187,7 +216,7 @@ def test_argparse_errors_name_the_command_they_are_about(argv: list[str], prefix
 
 
 def test_kernels_lists_registry_and_backends() -> None:
-    code, out, _ = run("kernels")
+    code, out, _ = run("kernels", "--wide")
     assert code == 0
     assert "backend numpy: available" in out
     assert "layerNormRowOnePass" in out and "BUG in large_mean" in out
@@ -196,6 +225,47 @@ def test_kernels_lists_registry_and_backends() -> None:
     column = next(line for line in lines if line.startswith("kernel ")).index(" backend ") + 1
     rows = [line for line in lines if " torch-cpu " in line]
     assert len(rows) > 3 and all(line[column:].startswith("torch-cpu ") for line in rows), rows
+
+
+def _kernels_table(monkeypatch: pytest.MonkeyPatch, *argv: str) -> list[str]:
+    """``normprops kernels ARGV`` in a 100-column terminal: the lines after the backends."""
+    monkeypatch.setenv("COLUMNS", "100")
+    code, out, _ = run("kernels", *argv)
+    assert code == 0, out
+    return out.split("\n\n", 1)[1].splitlines()
+
+
+def test_kernels_table_fits_100_columns_with_two_spaces_between_columns(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from normprops.specs import KERNELS
+
+    lines = _kernels_table(monkeypatch)
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    header = lines[0]
+    assert header.split() == ["kernel", "op", "backend", "dtype", "arrays", "claims", "bugs"]
+    rows = lines[1:1 + len(KERNELS)]
+    for line, k in zip(rows, KERNELS):
+        claimed = sum(f in k.claims for f in families_for(k.op))
+        # Two spaces or more between cells: split there, the row gives back each cell whole.
+        assert re.split(r" {2,}", line) == [k.name, k.op, k.backend, k.dtype, k.framework,
+                                            f"{claimed}/{len(families_for(k.op))}", str(len(k.bugs))], line
+    quack = [line for line in rows if line.startswith("quack.softmax-f32 ")]
+    assert quack and "BUG" not in quack[0]
+
+
+def test_kernels_wide_lists_every_claim_and_bug_wrapped_to_the_terminal(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from normprops.specs import KERNELS
+
+    lines = _kernels_table(monkeypatch, "--wide")
+    assert all(len(line) <= 100 for line in lines), max(lines, key=len)
+    assert lines[0].split() == ["kernel", "op", "backend", "dtype", "arrays", "T"]
+    text = " ".join(line.strip() for line in lines)
+    spec = next(k for k in KERNELS if k.name == "quack.softmax-f32")
+    for bug in spec.bugs:
+        assert f"BUG in {bug.family}: {bug.summary}" in text, bug.summary
+    row = lines.index(next(line for line in lines if line.startswith("quack.softmax-f32 ")))
+    assert lines[row + 1].startswith("    claims: ordinary, overflow_logits")
 
 
 def test_registry_hunt_prints_the_matrix(tmp_path: Path) -> None:

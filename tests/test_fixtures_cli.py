@@ -251,6 +251,49 @@ def test_fixtures_list_names_an_unreadable_fixture_and_exits_3(fixtures: Path) -
     assert run("fixtures", "list", "--fixtures-dir", "nowhere")[0] == 2
 
 
+@pytest.mark.parametrize("text, what", [
+    pytest.param("null", "it holds null", id="null"),
+    pytest.param("[1, 2]", "it holds a list", id="list"),
+    pytest.param("3.5", "it holds the number 3.5", id="number"),
+    pytest.param("{}", 'its object has no "format"', id="no-format"),
+    pytest.param('{"format": "normprops-report/1"}', 'its format is "normprops-report/1"', id="report"),
+])
+def test_a_file_that_is_no_fixture_says_what_a_fixture_is(fixtures: Path, text: str, what: str) -> None:
+    (fixtures / "rmsnorm" / "ordinary-000000000000.json").write_text(text)
+    code, out, _ = run("replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
+    assert code == 3, out
+    (line,) = [x for x in out.splitlines() if "ordinary-000000000000" in x]
+    assert line == ("unreadable normprops-fixtures/rmsnorm/ordinary-000000000000.json: not a normprops "
+                    f'fixture (a JSON object with "format": "normprops-fixture/1"): {what}'), line
+
+
+def test_a_fixture_in_another_ops_folder_names_both_ops_and_where_it_belongs(fixtures: Path) -> None:
+    name = next(n for n, d in _fixture_docs(fixtures).items()
+                if d["minimal"].get("dtype", "float32") == "float32")
+    (fixtures / "layernorm").mkdir()
+    shutil.move(fixtures / "rmsnorm" / name, fixtures / "layernorm" / name)
+    # Not replayed on the layer norm (where it would read as the kernel's contract failure): a bad
+    # fixture, one line, status 3.
+    code, out, _ = run("replay", "--op", "layernorm", "--impl", "normprops.examples.correct:layernorm_f64")
+    assert code == 3, out
+    assert out.splitlines() == [
+        f"unreadable normprops-fixtures/layernorm/{name}: the file's op is 'rmsnorm' but its folder's "
+        f"is 'layernorm' (each op's fixtures live in DIR/<op>/); move it to normprops-fixtures/rmsnorm/",
+        "1 fixture: 0 passed, 0 failed, 1 could not be read."]
+
+
+def test_a_fixture_too_big_to_be_one_is_one_whole_line(fixtures: Path) -> None:
+    name, doc = next(iter(_fixture_docs(fixtures).items()))
+    doc["minimal"]["x"]["shape"] = [100000, 100000]
+    (fixtures / "rmsnorm" / name).write_text(json.dumps(doc))
+    code, out, _ = run("fixtures", "list", "--op", "rmsnorm")
+    assert code == 3, out
+    (line,) = [x for x in out.splitlines() if name in x]
+    assert line == (f"unreadable normprops-fixtures/rmsnorm/{name}: minimal.x: shape [100000, 100000] "
+                    "holds 10000000000 elements, more than the 67108864 elements a fixture may hold; "
+                    "the file is damaged or was not written by normprops"), line
+
+
 def test_fixtures_prune_removes_a_kernels_fixtures(fixtures: Path) -> None:
     before = set(_fixture_docs(fixtures))
     code, out, _ = run("fixtures", "prune", "--kernel", "rms_off_by_scale", "--dry-run")

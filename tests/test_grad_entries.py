@@ -140,9 +140,19 @@ def test_a_gradient_hunt_launches_no_stress_batch() -> None:
 
 
 def test_the_kernels_listing_says_how_each_gradient_sums_its_rows() -> None:
-    code, out, _ = run("kernels")
+    code, out, _ = run("kernels", "--wide")
     assert code == 0
-    rows = [line for line in out.splitlines() if line.startswith("F.layer_norm.backward ")]
-    assert len(rows) == 2 and all("rows summed: sequential" in line for line in rows)
-    assert not any("rows summed" in line for line in out.splitlines()
-                   if line.startswith("torch.softmax.backward "))
+    lines = out.splitlines()
+    details = {}  # each kernel's lines under its row
+    for line in lines:
+        if line.startswith(("F.layer_norm.backward ", "torch.softmax.backward ")):
+            details[line] = []
+            current = details[line]
+        elif line.startswith("  ") and details:
+            current.append(line)
+        else:
+            current = []
+    layer = [d for row, d in details.items() if row.startswith("F.layer_norm.backward ")]
+    assert len(layer) == 2 and all("    rows summed: sequential" in d for d in layer)
+    assert not any("rows summed" in line for row, d in details.items()
+                   if row.startswith("torch.softmax.backward ") for line in d)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import shutil
+import textwrap
 from dataclasses import replace
 from pathlib import Path
 from typing import TextIO
@@ -44,14 +46,20 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
     if words:
         status += f" ({words})"
-    # A failing family's worst includes its findings (inf: an outright failure such as a
-    # non-finite output or a broken contract, which has no finite ratio).
-    worst = max([result.max_ratio, *(r for f in result.findings
-                                     for r in (f.verdict.ratio, f.worst_verdict.ratio)
-                                     if r is not None and not math.isnan(r))])
     examples = "example " if result.examples == 1 else "examples"
-    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} {examples}  worst err/tol "
-            f"{worst:.3g}  {result.elapsed_s:.1f}s")
+    if result.findings:  # each finding was shrunk, and the family hunted again for the others
+        examples += " (incl. shrinking)"
+    if result.examples:
+        # A failing family's worst includes its findings (inf: an outright failure such as a
+        # non-finite output or a broken contract, which has no finite ratio).
+        worst = max([result.max_ratio, *(r for f in result.findings
+                                         for r in (f.verdict.ratio, f.worst_verdict.ratio)
+                                         if r is not None and not math.isnan(r))])
+        judged = f"worst err/tol {worst:.3g}"
+    else:  # cut short before its first example: no ratio, not even 0
+        judged = "nothing judged"
+    line = (f"  {result.family:16s} {status:30s} {result.examples:6d} {examples}  {judged}  "
+            f"{result.elapsed_s:.1f}s")
     if note:
         line += f"  ({note})"
     return line
@@ -127,7 +135,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ignored += f"; computes in {target.error_model.arithmetic}"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
-              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each; widths: "
+              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "
+              f"(more where a family fails: its shrinking, and a round per further property); widths: "
               f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
 
         def show(result: HuntResult, note: str | None) -> None:
@@ -337,21 +346,42 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         ok, why = backend_status(backend)
         print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
     print(file=out)
-    name_w = max(len(k.name) for k in KERNELS)
-    op_w = max(len(k.op) for k in KERNELS)
-    backend_w = max(len(k.backend) for k in KERNELS)
-    print(f"{'kernel':{name_w}s} {'op':{op_w}s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
-          f"{'T':>4s}  claims; not promised; width limits; rows summed; known bug", file=out)
+    width = max(60, shutil.get_terminal_size(fallback=(100, 24)).columns)
+    columns = ["kernel", "op", "backend", "dtype", "arrays"]
+    columns += ["T"] if args.wide else ["claims", "bugs"]
+    table = [columns]
     for k in KERNELS:
-        parts = [",".join(f for f in families_for(k.op) if f in k.claims) or "nothing"]
-        if k.exempt:
-            parts.append("not promised: " + ",".join(sorted(k.exempt)))
-        if not k.constraints.unconstrained:
-            parts.append(k.constraints.describe())
-        if len(get_op(k.op).outputs) > 1:  # dgamma (and dbeta) sum the rows
-            parts.append(f"rows summed: {k.row_reduction}")
-        parts += [f"BUG in {b.family}: {b.summary}" for b in k.bugs]
-        print(f"{k.name:{name_w}s} {k.op:{op_w}s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
-              f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
+        row = [k.name, k.op, k.backend, k.dtype, k.framework]
+        if args.wide:
+            row.append(str(k.error_model.threads))
+        else:
+            claimed = sum(f in k.claims for f in families_for(k.op))
+            row += [f"{claimed}/{len(families_for(k.op))}", str(len(k.bugs))]
+        table.append(row)
+    widths = [max(len(row[i]) for row in table) for i in range(len(columns))]
+    right = {"T", "claims", "bugs"}  # numbers
+    for row, k in zip(table, [None, *KERNELS]):
+        print("  ".join(cell.rjust(w) if name in right else cell.ljust(w)
+                        for cell, w, name in zip(row, widths, columns)).rstrip(), file=out)
+        if args.wide and k is not None:
+            for part in _kernel_details(k):
+                print(textwrap.fill(part, width, initial_indent="    ", subsequent_indent="      ",
+                                    break_on_hyphens=False), file=out)
+    if not args.wide:
+        print("\n" + textwrap.fill("claims: the families the kernel claims, of its op's; bugs: the "
+                                   "known bugs it carries. --wide lists them, with what each kernel "
+                                   "does not promise, the widths it takes, how it sums rows and "
+                                   "its threads per row (T).", width), file=out)
     return 0
 
+
+def _kernel_details(k: KernelSpec) -> list[str]:
+    """What ``normprops kernels --wide`` says under a kernel's row, one entry a paragraph."""
+    parts = ["claims: " + (", ".join(f for f in families_for(k.op) if f in k.claims) or "nothing")]
+    if k.exempt:
+        parts.append("not promised: " + ", ".join(sorted(k.exempt)))
+    if not k.constraints.unconstrained:
+        parts.append("widths: " + k.constraints.describe())
+    if len(get_op(k.op).outputs) > 1:  # dgamma (and dbeta) sum the rows
+        parts.append(f"rows summed: {k.row_reduction}")
+    return parts + [f"BUG in {b.family}: {b.summary}" for b in k.bugs]

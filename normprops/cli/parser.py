@@ -198,7 +198,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_kernel_flags(pr, replay=True)
     _add_width_flags(pr, replay=True)
 
-    sub.add_parser("kernels", help="list the registry and each backend's availability")
+    kl = sub.add_parser("kernels", help="list the registry and each backend's availability")
+    kl.add_argument("--wide", action="store_true",
+                    help="list each kernel's claimed families, known bugs, width limits and threads")
 
     rep = sub.add_parser("report", help="work with JSON reports")
     rep_sub = rep.add_subparsers(dest="report_command", required=True, parser_class=_Parser)
