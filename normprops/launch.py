@@ -91,6 +91,10 @@ class Target:
     # Cases every hunt of this target tries first, as explicit examples (a known bug's committed
     # finding, so that a hunt meets it whatever the seed).
     examples: tuple[Case, ...] = field(default=(), compare=False, repr=False)
+    # Failures its kernel saved earlier, as (property, minimal input): each hunt round that still
+    # judges the property tries the input first, after ``examples`` (a re-run meets the last
+    # failure at once; regressions.with_saved_examples).
+    saved: tuple[tuple[str, Case], ...] = field(default=(), compare=False, repr=False)
     warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
     # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS).
     row_reduction: str = "blocks"
