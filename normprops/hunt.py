@@ -88,7 +88,7 @@ class HuntConfig:
             derandomize=self.derandomize or (self.parent.derandomize if self.parent else False),
             deadline=None,
             # No example database: it keys every hunt alike (one test body), so a re-run replayed
-            # other kernels' failures, and its Pareto front cost a fifth of a hunt's host time.
+            # other kernels' failures, and its Pareto front cost a sixth of a hunt's host time.
             # The fixtures a caller saved are tried first instead (regressions.with_saved_examples).
             database=None,
             suppress_health_check=list(HealthCheck),

@@ -91,6 +91,10 @@ def _is_float32(values: np.ndarray, dtype: str = "float32") -> bool:
     return dtype == "float32" or bool(np.all(to_dtype(as32, dtype) == as32))
 
 
+#: Entries a shift is tried on before all of them.
+_HEAD = 64
+
+
 def exact_shift(x: np.ndarray, dtype: str = "float32") -> float | None:
     """A power of two ``c`` such that ``x + c`` is exact in ``dtype`` for every finite entry, chosen
     near the row magnitude so the shift is not trivial; None when no such ``c`` is found."""
@@ -109,10 +113,6 @@ def exact_shift(x: np.ndarray, dtype: str = "float32") -> float | None:
         if _shifts_exactly(head, c, dtype) and _shifts_exactly(finite, c, dtype):
             return c
     return None
-
-
-#: Entries a shift is tried on before all of them.
-_HEAD = 64
 
 
 def _shifts_exactly(finite: np.ndarray, c: float, dtype: str) -> bool:
