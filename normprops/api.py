@@ -31,7 +31,8 @@ from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.information import hunt_information
 from normprops.launch import Target, target_from_callable
 from normprops.ops import get_op, is_backward
-from normprops.regressions import save_findings, with_saved_examples
+from normprops.regressions import save_findings
+from normprops.replay import with_saved_examples
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
 
@@ -59,7 +60,7 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
                   stop_on_repeated_contract: bool = True) -> HuntRun:
     """Hunt ``target`` on each of ``families`` in turn; fixtures under ``fixtures_dir`` for the
     families ``save`` accepts, and the newest the target's kernel saved there before tried first
-    (:func:`~normprops.regressions.with_saved_examples`). What the target does not promise but is
+    (:func:`~normprops.replay.with_saved_examples`). What the target does not promise but is
     worth knowing (range safety for a norm that does not ask for it) is hunted too and comes back
     as information (:class:`~normprops.information.InformedResult`), never as a failure or a
     fixture.

@@ -89,7 +89,7 @@ class HuntConfig:
             deadline=None,
             # No example database: it keys every hunt alike (one test body), so a re-run replayed
             # other kernels' failures, and its Pareto front cost a sixth of a hunt's host time.
-            # The fixtures a caller saved are tried first instead (regressions.with_saved_examples).
+            # The fixtures a caller saved are tried first instead (replay.with_saved_examples).
             database=None,
             suppress_health_check=list(HealthCheck),
             report_multiple_bugs=False,

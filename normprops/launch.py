@@ -93,7 +93,7 @@ class Target:
     examples: tuple[Case, ...] = field(default=(), compare=False, repr=False)
     # Failures its kernel saved earlier, as (property, minimal input): each hunt round that still
     # judges the property tries the input first, after ``examples`` (a re-run meets the last
-    # failure at once; regressions.with_saved_examples).
+    # failure at once; replay.with_saved_examples).
     saved: tuple[tuple[str, Case], ...] = field(default=(), compare=False, repr=False)
     warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
     # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS).

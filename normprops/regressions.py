@@ -24,7 +24,7 @@ import binascii
 import hashlib
 import math
 import platform
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
@@ -47,8 +47,7 @@ from normprops.strategies import FAMILIES, families_for
 __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
            "list_fixtures", "FixtureListing", "Unreadable", "select_fixtures", "Selection", "Skipped",
            "OTHER_DTYPE", "OTHER_WIDTH", "encode_array", "decode_array", "replay", "replay_fixture",
-           "replay_selection", "Replayed", "case_id", "FORMAT", "encode_mask", "decode_mask",
-           "saved_examples", "with_saved_examples"]
+           "replay_selection", "Replayed", "case_id", "FORMAT", "encode_mask", "decode_mask"]
 
 FORMAT = "normprops-fixture/1"
 INLINE_LIMIT = 256
@@ -487,30 +486,6 @@ def select_fixtures(fixtures: Iterable[Fixture], *, dtype: str = "float32", all_
         else:
             replays.append((fixture, fixture.dtype if all_dtypes else dtype))
     return Selection(tuple(replays), tuple(skipped))
-
-
-def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:
-    """The failures ``target``'s kernel saved under ``directory`` that a hunt tries first, as
-    (property, minimal input): the newest fixture of each family and property, of those the kernel
-    can be handed (its storage type, widths it accepts; as :func:`select_fixtures` chooses for a
-    replay). A file that cannot be read is passed over (``normprops replay`` names it)."""
-    kernel = f"{target.backend}:{target.name}"
-    mine = [f for f in list_fixtures(directory, op=target.op).fixtures if f.kernel == kernel]
-    chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype,
-                                            widths=target.constraints).replays]
-    newest: dict[tuple[str, str], Fixture] = {}
-    for fixture in sorted(chosen, key=lambda f: f.saved_at()[0], reverse=True):
-        newest.setdefault((fixture.family, fixture.property), fixture)
-    return tuple((f.property, f.minimal if f.minimal.mask_fill == target.mask_fill
-                  else f.minimal.replace(mask_fill=target.mask_fill)) for f in newest.values())
-
-
-def with_saved_examples(target: Target, directory: Path) -> Target:
-    """``target`` with the failures its kernel saved under ``directory`` (:func:`saved_examples`)
-    tried first by each hunt round that still judges their property: a re-run meets the last
-    failure on its first example, as Hypothesis' example database would have it, but keyed by
-    kernel, family and property."""
-    return replace(target, saved=saved_examples(directory, target=target))
 
 
 def _judge(target: Target, case: Case, *, prop: str, policy: str) -> list[Verdict]:

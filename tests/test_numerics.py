@@ -15,7 +15,8 @@ from normprops.launch import GPU_BACKENDS, target_from_spec
 from normprops.ops import is_backward
 from normprops.plugin import HUNT_PROPERTY
 from normprops.registry_hunt import caught, registry_cell_text, registry_target
-from normprops.regressions import save_findings, with_saved_examples
+from normprops.regressions import save_findings
+from normprops.replay import with_saved_examples
 from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
 

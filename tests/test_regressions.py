@@ -27,10 +27,9 @@ from normprops.regressions import (
     load_fixture,
     replay,
     save_findings,
-    saved_examples,
     select_fixtures,
 )
-from normprops.replay import prune_fixtures, replay_fixtures
+from normprops.replay import prune_fixtures, replay_fixtures, saved_examples
 from normprops.specs import KERNELS, backend_status
 
 COMMITTED = Path(__file__).parent / "regressions"
