@@ -32,6 +32,7 @@ from normprops.information import hunt_information
 from normprops.launch import Target, target_from_callable
 from normprops.ops import get_op, is_backward
 from normprops.regressions import save_findings
+from normprops.replay import with_saved_examples
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
 
@@ -58,14 +59,18 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
                   on_result: Callable[[HuntResult, str | None], None] | None = None,
                   stop_on_repeated_contract: bool = True) -> HuntRun:
     """Hunt ``target`` on each of ``families`` in turn; fixtures under ``fixtures_dir`` for the
-    families ``save`` accepts. What the target does not promise but is worth knowing (range safety
-    for a norm that does not ask for it) is hunted too and comes back as information
-    (:class:`~normprops.information.InformedResult`), never as a failure or a fixture.
+    families ``save`` accepts, and the newest the target's kernel saved there before tried first
+    (:func:`~normprops.replay.with_saved_examples`). What the target does not promise but is
+    worth knowing (range safety for a norm that does not ask for it) is hunted too and comes back
+    as information (:class:`~normprops.information.InformedResult`), never as a failure or a
+    fixture.
     ``on_result(result, note)`` sees each family as it finishes (note: a one-line remark, e.g. that
     its contract failure repeats an earlier one). A matrix of many kernels wants every cell:
     ``stop_on_repeated_contract=False`` hunts on (each family still hunts its other properties
     past a contract failure)."""
     run = HuntRun()
+    if fixtures_dir is not None:
+        target = with_saved_examples(target, fixtures_dir)
     contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
     for family in families:
         result = hunt_information(target, hunt(target, family=family, config=config), config=config)
@@ -155,7 +160,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
     - ``max_examples``: per family and property; default the active Hypothesis profile's (100
       unless a profile, such as the pytest plugin's ``deep``, says otherwise).
-    - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved).
+    - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved), and
+      try the newest ``fn`` saved there before first, so a re-run meets its last failure at once.
     - ``ftz``: ``fn`` flushes subnormals to zero; the tolerance allows for it.
     - ``threads``: threads that cooperate on a row in ``fn``'s reduction (default 32);
       ``reduction``: "sequential" (each adds its share in turn) or "tree" (pairwise).

@@ -218,24 +218,30 @@ def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, mi
     low_rows, high_rows = fam.rows if fam.rows is not None else (low_rows, max(low_rows, max_rows))
     forward_families = set(families_for(spec.forward))
     x_families = [f for f in fam.x_families if f in forward_families] or ["ordinary"]
-    x_strategy = st.sampled_from(x_families).flatmap(
-        lambda f: st.tuples(st.just(f), get_family(f).params(spec.forward)))
-    dy_strategy = st.sampled_from(fam.dy_kinds).flatmap(
-        lambda kind: st.tuples(st.just(kind), _DY_PARAMS[kind]))
+    # Every strategy built once, here: building and validating them on each draw (a flatmap
+    # builds its strategy anew from the value drawn) cost more than judging the case.
+    x_params = {f: st.tuples(st.just(f), get_family(f).params(spec.forward)) for f in x_families}
+    x_strategy = st.sampled_from(x_families).flatmap(lambda f: x_params[f])
+    dy_params = {kind: st.tuples(st.just(kind), _DY_PARAMS[kind]) for kind in fam.dy_kinds}
+    dy_strategy = st.sampled_from(fam.dy_kinds).flatmap(lambda kind: dy_params[kind])
     eps_strategy = (st.sampled_from((spec.default_eps,) + EPS_CHOICES) if "eps" in spec.params
                     else st.none())
+    rows_strategy = st.integers(low_rows, high_rows)
+    seed_strategy = st.integers(0, 2**32 - 1)
+    gamma_strategy = st.sampled_from(GAMMA_KINDS)
+    beta_strategy = st.sampled_from(BETA_KINDS)
     has_gamma, has_beta = "gamma" in spec.params, "beta" in spec.params
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
-        x_family, x_params = draw(x_strategy, label="x")
-        dy_kind, dy_params = draw(dy_strategy, label="dy")
+        x_family, x_drawn = draw(x_strategy, label="x")
+        dy_kind, dy_drawn = draw(dy_strategy, label="dy")
         return make_grad_case(
-            op=op, family=family, rows=draw(st.integers(low_rows, high_rows), label="rows"),
-            cols=draw(cols_strategy, label="cols"), seed=draw(st.integers(0, 2**32 - 1), label="seed"),
-            x_family=x_family, x_params=x_params, dy_kind=dy_kind, dy_params=dy_params,
-            gamma_kind=draw(st.sampled_from(GAMMA_KINDS), label="gamma") if has_gamma else "ones",
-            beta_kind=draw(st.sampled_from(BETA_KINDS), label="beta") if has_beta else "zeros",
+            op=op, family=family, rows=draw(rows_strategy, label="rows"),
+            cols=draw(cols_strategy, label="cols"), seed=draw(seed_strategy, label="seed"),
+            x_family=x_family, x_params=x_drawn, dy_kind=dy_kind, dy_params=dy_drawn,
+            gamma_kind=draw(gamma_strategy, label="gamma") if has_gamma else "ones",
+            beta_kind=draw(beta_strategy, label="beta") if has_beta else "zeros",
             eps=draw(eps_strategy, label="eps"), dtype=dtype)
 
     return draw_case()

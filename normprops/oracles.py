@@ -165,8 +165,8 @@ def _rmsnorm64(x32: np.ndarray, gamma: np.ndarray, eps: float) -> Reference:
     with np.errstate(all="ignore"):
         nonfinite = ~np.isfinite(x).all(axis=1)
         # IEEE limit of a row with +-inf and no NaN: ms = inf, finite x -> 0, infinite x -> NaN.
-        limit = np.where(nonfinite[:, None], x / np.sqrt(np.mean(x * x, axis=1, keepdims=True)) * g,
-                         np.nan)
+        limit = (np.where(nonfinite[:, None], x / np.sqrt(np.mean(x * x, axis=1, keepdims=True)) * g,
+                          np.nan) if nonfinite.any() else np.full(x.shape, np.nan))
         xr = np.where(nonfinite[:, None], 0.0, x)
         ms = np.sum(xr * xr, axis=1, keepdims=True) / cols  # squares of float32 fit in float64
         y = xr / np.sqrt(ms + eps)

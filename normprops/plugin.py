@@ -65,7 +65,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--normprops-oracle", default="float64", choices=("float64", "mpmath"),
                     help="reference precision for numerics tests")
     group.addoption("--normprops-fixtures-dir", type=Path, default=None, metavar="DIR",
-                    help="save counterexamples found by numerics tests under DIR/<op>/")
+                    help="save counterexamples found by numerics tests under DIR/<op>/, and try "
+                         "those a kernel saved there first when it is hunted again")
     group.addoption("--normprops-backend", action="append", default=None, metavar="NAME",
                     help="hunt only kernels of this backend (repeatable; default: all usable)")
     group.addoption("--normprops-time-budget", type=float, default=None, metavar="SECONDS",

@@ -91,6 +91,10 @@ def _is_float32(values: np.ndarray, dtype: str = "float32") -> bool:
     return dtype == "float32" or bool(np.all(to_dtype(as32, dtype) == as32))
 
 
+#: Entries a shift is tried on before all of them.
+_HEAD = 64
+
+
 def exact_shift(x: np.ndarray, dtype: str = "float32") -> float | None:
     """A power of two ``c`` such that ``x + c`` is exact in ``dtype`` for every finite entry, chosen
     near the row magnitude so the shift is not trivial; None when no such ``c`` is found."""
@@ -99,15 +103,23 @@ def exact_shift(x: np.ndarray, dtype: str = "float32") -> float | None:
         return None
     top = float(np.max(np.abs(finite)))
     exponent = math.floor(math.log2(top)) if top > 0 else 0
+    head = finite[:_HEAD]
     for e in range(exponent, exponent - 12, -1):
         c = 2.0**e
         if c < 2.0**-149:
             break
-        shifted = finite + c
-        # Exact in float64 (undoing the shift gives x back) and representable in float32.
-        if np.all(shifted - c == finite) and _is_float32(shifted, dtype):
+        # The first few entries reject most shifts (x + c is seldom exact) before the whole row is
+        # tried: the same answer, for a fraction of the work.
+        if _shifts_exactly(head, c, dtype) and _shifts_exactly(finite, c, dtype):
             return c
     return None
+
+
+def _shifts_exactly(finite: np.ndarray, c: float, dtype: str) -> bool:
+    """``finite + c`` exact in float64 (undoing the shift gives ``finite`` back) and representable
+    in ``dtype``."""
+    shifted = finite + c
+    return bool(np.all(shifted - c == finite)) and _is_float32(shifted, dtype)
 
 
 def exact_scale(case: Case) -> int | None:

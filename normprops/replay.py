@@ -1,4 +1,5 @@
-"""Replaying the saved fixtures of one op on a kernel, and pruning those it no longer fails.
+"""Replaying the saved fixtures of one op on a kernel, pruning those it no longer fails, and
+handing a hunt the failures its kernel saved, to try first.
 
 :func:`replay_fixtures` loads the fixtures under a directory, selects those that belong to the
 kernel (its storage type, the widths it accepts), replays them in order and returns a
@@ -7,15 +8,17 @@ or not run, and whether the set was complete. :func:`prune_fixtures` chooses the
 remove (those of a kernel, those a function passes, or both) and removes them. Neither prints:
 the ``on_*`` callbacks see each step as it happens, so a caller can report progress, and the
 objects they receive are filled in as the run goes (a Ctrl-C leaves what was done so far).
+:func:`with_saved_examples` gives a target the newest failure its kernel saved of each family and
+property, which a hunt tries before it draws anything (a re-run meets the last failure first).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from normprops.case import ShapeConstraints
+from normprops.case import Case, ShapeConstraints
 from normprops.launch import Target
 from normprops.regressions import (
     Fixture,
@@ -27,7 +30,8 @@ from normprops.regressions import (
     select_fixtures,
 )
 
-__all__ = ["ReplayRun", "replay_fixtures", "Pruning", "prune_fixtures"]
+__all__ = ["ReplayRun", "replay_fixtures", "Pruning", "prune_fixtures", "saved_examples",
+           "with_saved_examples"]
 
 
 def _target_for(target: Target | Callable[[str], Target]) -> Callable[[str], Target]:
@@ -163,3 +167,27 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
         if on_removed is not None:
             on_removed(fixture)
     return pruning
+
+
+def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:
+    """The failures ``target``'s kernel saved under ``directory`` that a hunt tries first, as
+    (property, minimal input): the newest fixture of each family and property, of those the kernel
+    can be handed (its storage type, widths it accepts; as :func:`select_fixtures` chooses for a
+    replay). A file that cannot be read is passed over (``normprops replay`` names it)."""
+    kernel = f"{target.backend}:{target.name}"
+    mine = [f for f in list_fixtures(directory, op=target.op).fixtures if f.kernel == kernel]
+    chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype,
+                                            widths=target.constraints).replays]
+    newest: dict[tuple[str, str], Fixture] = {}
+    for fixture in sorted(chosen, key=lambda f: f.saved_at()[0], reverse=True):
+        newest.setdefault((fixture.family, fixture.property), fixture)
+    return tuple((f.property, f.minimal if f.minimal.mask_fill == target.mask_fill
+                  else f.minimal.replace(mask_fill=target.mask_fill)) for f in newest.values())
+
+
+def with_saved_examples(target: Target, directory: Path) -> Target:
+    """``target`` with the failures its kernel saved under ``directory`` (:func:`saved_examples`)
+    tried first by each hunt round that still judges their property: a re-run meets the last
+    failure on its first example, as Hypothesis' example database would have it, but keyed by
+    kernel, family and property."""
+    return replace(target, saved=saved_examples(directory, target=target))

@@ -16,6 +16,7 @@ from normprops.ops import is_backward
 from normprops.plugin import HUNT_PROPERTY
 from normprops.registry_hunt import caught, registry_cell_text, registry_target
 from normprops.regressions import save_findings
+from normprops.replay import with_saved_examples
 from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
 
@@ -67,6 +68,8 @@ def _report(result: HuntResult) -> str:
 
 
 def _hunt(target, family: str, config, normprops_options) -> HuntResult:
+    if normprops_options.fixtures_dir is not None:
+        target = with_saved_examples(target, normprops_options.fixtures_dir)
     result = hunt(target, family=family, config=config)
     if normprops_options.fixtures_dir is not None and result.findings:
         result = save_findings(result, target=target, directory=normprops_options.fixtures_dir)

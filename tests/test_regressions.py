@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from normprops.api import hunt_families
 from normprops.case import ShapeConstraints
-from normprops.examples.correct import rmsnorm_f32
+from normprops.examples.correct import rmsnorm_f32, softmax_f32
 from normprops.examples.planted import rmsnorm_unscaled_eps
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import GPU_BACKENDS, target_from_callable, target_from_spec
@@ -28,7 +29,7 @@ from normprops.regressions import (
     save_findings,
     select_fixtures,
 )
-from normprops.replay import prune_fixtures, replay_fixtures
+from normprops.replay import prune_fixtures, replay_fixtures, saved_examples
 from normprops.specs import KERNELS, backend_status
 
 COMMITTED = Path(__file__).parent / "regressions"
@@ -203,3 +204,55 @@ def test_prune_fixtures_removes_only_what_the_function_passes(tmp_path: Path) ->
     done = prune_fixtures(tmp_path, op="rmsnorm", target=target)
     assert done.removed and not any(f.path.exists() for f in done.removed)
     assert replay_fixtures(tmp_path, op="rmsnorm", target=target).passed == []
+
+
+def _saved_at(path: Path, when: str) -> Path:
+    doc = json.loads(path.read_text())
+    doc["saved"] = when
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_saved_examples_are_the_kernels_newest_of_each_family_and_property(tmp_path: Path) -> None:
+    folder = tmp_path / "softmax"
+    folder.mkdir()
+    for name in ("nonfinite-1bf5c0601ca6", "nonfinite-43890b9e842d", "ordinary-c3e292b6e2a1"):
+        shutil.copy(COMMITTED / "softmax" / f"{name}.json", folder)
+    # Two nan_propagation findings of cuda-prod:softmaxStream (2x1025, then 2x2), one of quack's.
+    wide = _saved_at(folder / "nonfinite-1bf5c0601ca6.json", "2026-03-02T10:00:00+00:00")
+    narrow = _saved_at(folder / "nonfinite-43890b9e842d.json", "2026-03-01T10:00:00+00:00")
+    target = replace(target_from_callable(softmax_f32, op="softmax", name="softmaxStream"),
+                     backend="cuda-prod")
+    found = saved_examples(tmp_path, target=target)
+    assert [(p, c.x.shape) for p, c in found] == [("nan_propagation", (2, 1025))]
+    assert np.array_equal(found[0][1].x, load_fixture(wide).minimal.x, equal_nan=True)
+    # The newest of those the kernel can be handed: its widths, its storage type.
+    narrow_target = replace(target, constraints=ShapeConstraints(max_cols=8))
+    (only,) = saved_examples(tmp_path, target=narrow_target)
+    assert np.array_equal(only[1].x, load_fixture(narrow).minimal.x, equal_nan=True)
+    assert saved_examples(tmp_path, target=replace(target, dtype="bfloat16")) == ()
+    assert saved_examples(tmp_path, target=replace(target, name="softmaxRowSafe")) == ()
+
+
+def test_a_rerun_with_a_fixtures_dir_meets_the_saved_failure_on_its_first_example(
+        tmp_path: Path) -> None:
+    """As Hypothesis replays a test's last failure first, a hunt tries the newest fixture its
+    kernel saved: another seed's re-run calls the kernel on that fixture's input first, and finds
+    the same failure again."""
+    from normprops.examples.planted import softmax_no_shift
+
+    target = target_from_callable(softmax_no_shift, op="softmax")
+    first = hunt_families(target, families=["overflow_logits"], fixtures_dir=tmp_path,
+                          config=HuntConfig(max_examples=50, seed=0))
+    saved = load_fixture(first.results[0].fixture)
+    inputs: list[np.ndarray] = []
+
+    def recorded(x: np.ndarray) -> np.ndarray:
+        inputs.append(x.copy())
+        return softmax_no_shift(x)
+
+    again = hunt_families(replace(target, fn=recorded), families=["overflow_logits"],
+                          fixtures_dir=tmp_path, config=HuntConfig(max_examples=50, seed=1))
+    assert inputs[0].shape == saved.minimal.x.shape
+    assert np.array_equal(inputs[0], saved.minimal.x, equal_nan=True)
+    assert again.results[0].properties[0] == saved.property

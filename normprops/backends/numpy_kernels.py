@@ -53,12 +53,24 @@ def _strided(x: np.ndarray, fill: float) -> np.ndarray:
     return padded.reshape(rows, chunks, THREADS)
 
 
-def _thread_sum(x: np.ndarray, term: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
-    """Each thread's sequential partial ``acc = term(acc, x_c)`` over its strided columns."""
-    chunks = _strided(x, 0.0)  # padding is 0: term(acc, 0) leaves acc unchanged for + and fma
+def _thread_sum(x: np.ndarray) -> np.ndarray:
+    """Each thread's sequential partial ``acc = acc + x_c`` over its strided columns."""
+    chunks = _strided(x, 0.0)  # padding is 0: acc + 0 leaves acc unchanged
     acc = np.zeros((x.shape[0], THREADS), dtype=F32)
     for i in range(chunks.shape[1]):
-        acc = term(acc, chunks[:, i, :])
+        acc = _add(acc, chunks[:, i, :])
+    return acc
+
+
+def _thread_sum_squares(x: np.ndarray) -> np.ndarray:
+    """Each thread's sequential partial ``acc = fmaf(x_c, x_c, acc)`` over its strided columns.
+    The squares of float32 values are exact in float64, so they are formed once for every chunk;
+    each step then rounds ``square + acc`` once, as ``_fma`` does."""
+    chunks = _strided(x, 0.0).astype(np.float64)  # padding is 0: fmaf(0, 0, acc) is acc
+    squares = chunks * chunks
+    acc = np.zeros((x.shape[0], THREADS), dtype=F32)
+    for i in range(chunks.shape[1]):
+        acc = (squares[:, i, :] + acc).astype(F32)
     return acc
 
 
@@ -78,15 +90,15 @@ def _block_reduce(partials: np.ndarray, combine: Combine) -> np.ndarray:
 
 
 def _add(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a + b).astype(F32)
+    return (a + b).astype(F32, copy=False)
 
 
 def _block_sum(x: np.ndarray) -> np.ndarray:
-    return _block_reduce(_thread_sum(x, _add), _add)
+    return _block_reduce(_thread_sum(x), _add)
 
 
 def _block_sum_squares(x: np.ndarray) -> np.ndarray:
-    return _block_reduce(_thread_sum(x, lambda acc, v: _fma(v, v, acc)), _add)
+    return _block_reduce(_thread_sum_squares(x), _add)
 
 
 def _block_max(x: np.ndarray) -> np.ndarray:
@@ -174,6 +186,9 @@ def layerNormRowWelford(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps:
             delta = (v - mean).astype(F32)
             new_mean = (mean + (delta / new_count).astype(F32)).astype(F32)
             new_m2 = _fma(delta, (v - new_mean).astype(F32), m2)
+            if i + 1 < chunks.shape[1]:  # every thread has a column in all but the last chunk
+                count, mean, m2 = new_count, new_mean, new_m2
+                continue
             count = np.where(valid, new_count, count)
             mean = np.where(valid, new_mean, mean)
             m2 = np.where(valid, new_m2, m2)
