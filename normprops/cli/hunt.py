@@ -125,6 +125,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         f"(--check to judge)")
         if target.error_model.arithmetic != "float32":
             ignored += f"; computes in {target.error_model.arithmetic}"
+        if target.error_model.variance == "one_pass":
+            ignored += "; variance as E[x^2] - E[x]^2 (--variance one_pass)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
               f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each; widths: "
