@@ -343,7 +343,7 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     op_w = max(len(k.op) for k in KERNELS)
     backend_w = max(len(k.backend) for k in KERNELS)
     print(f"{'kernel':{name_w}s} {'op':{op_w}s} {'backend':{backend_w}s} {'dtype':8s} {'arrays':6s} "
-          f"{'T':>4s}  claims; not promised; width limits; rows summed; known bug", file=out)
+          f"{'T':>4s}  claims; not promised; width limits; rows summed; variance; known bug", file=out)
     for k in KERNELS:
         parts = [",".join(f for f in families_for(k.op) if f in k.claims) or "nothing"]
         if k.exempt:
@@ -352,6 +352,8 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             parts.append(k.constraints.describe())
         if len(get_op(k.op).outputs) > 1:  # dgamma (and dbeta) sum the rows
             parts.append(f"rows summed: {k.row_reduction}")
+        if k.error_model.variance != "two_pass":
+            parts.append(f"variance: {k.error_model.variance}")
         parts += [f"BUG in {b.family}: {b.summary}" for b in k.bugs]
         print(f"{k.name:{name_w}s} {k.op:{op_w}s} {k.backend:{backend_w}s} {k.dtype:8s} {k.framework:6s} "
               f"{k.error_model.threads:4d}  {'; '.join(parts)}", file=out)
