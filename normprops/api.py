@@ -114,6 +114,7 @@ def target_json(target: Target) -> dict[str, Any]:
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
         **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
+        **({"variance": target.error_model.variance} if "layernorm" in target.op else {}),
         **({"mask": "bool" if target.mask_fill is None else "additive",
             "mask_fill": _fill_json(target.mask_fill)} if get_op(target.op).has_mask else {}),
     }
@@ -145,7 +146,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = None, time_budget: float | None = None,
                 row_reduction: str = "blocks", mask: str = "bool",
-                mask_fill: float | str | None = None) -> Report:
+                mask_fill: float | str | None = None, variance: str = "two_pass") -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
@@ -180,6 +181,10 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
       ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
       computing ``softmax(scale * x + mask)``, judged against the exact result of that sum.
+    - ``variance`` (layer norm and its gradient only): ``"two_pass"`` (the default: a variance
+      around the mean, or Welford's) or ``"one_pass"`` for an ``fn`` that computes
+      ``E[x^2] - E[x]^2``, judged with a bound that grows like ``kappa^2`` instead of ``kappa``
+      (``kappa = mean|x| / sqrt(var + eps)``).
 
     Returns a :class:`~normprops.report.Report`: ``.passed``, ``.failures`` with one entry per
     (family, property) that failed, ``.information`` (e.g. a norm that is not range-safe) and
@@ -196,7 +201,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                                   ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
                                   reduction=reduction, arithmetic=arithmetic, opt_in=tuple(opt_in),
                                   timeout_s=call_timeout, row_reduction=row_reduction, mask=mask,
-                                  mask_fill=mask_fill)
+                                  mask_fill=mask_fill, variance=variance)
     chosen = _families(op, families)
     current = hypothesis_settings()
     try:
@@ -259,7 +264,8 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
 def replay_flags(target: dict[str, Any]) -> str:
     """The flags that make ``normprops replay`` take the fixtures of the kernel ``target`` describes
     (:func:`target_json`) and judge them as the hunt did: its arrays, storage type and widths, and
-    what it declared (properties not promised or promised too, flushing, reduction, arithmetic)."""
+    what it declared (properties not promised or promised too, flushing, reduction, arithmetic,
+    variance)."""
     widths = target["constraints"]
     threads = target.get("threads")
     flags = [("--framework", target["framework"] if target["framework"] != "numpy" else None),
@@ -274,7 +280,9 @@ def replay_flags(target: dict[str, Any]) -> str:
              ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
              ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
              ("--row-reduction", target.get("row_reduction")
-              if target.get("row_reduction", "blocks") != "blocks" else None)]
+              if target.get("row_reduction", "blocks") != "blocks" else None),
+             ("--variance", target.get("variance")
+              if target.get("variance", "two_pass") != "two_pass" else None)]
     if target.get("mask") == "additive":
         flags += [("--mask", "additive"), ("--mask-fill", _fill_flag(target["mask_fill"]))]
     line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)

@@ -217,10 +217,13 @@ def _xhat_error(case: Case, ref: GradReference, model: ErrorModel) -> tuple[np.n
         # mean (or of x * rstd), scaled by rstd.
         floor = 4 * tiny * ref.rstd * (k + 2) * (1 + ax)
         if case.op == "layernorm_backward":
-            e1 = (k + 4) * u * ref.kappa
+            e1 = model.layernorm_e1(case.cols, ref.kappa)
             err = e1 * (1 + ax) + e1 * e1 * ax + (k / 2 + 8) * u * ax + floor
             if model.ftz:
-                err = err + FLT_MIN * ((k + 2) / s + ax * (1 / s + 0.5 / (s * s)))
+                moved = 1 / s + 0.5 / (s * s)
+                if model.variance == "one_pass":  # as the forward's (oracles._default_layernorm)
+                    moved = (1 + (k + 3) * ref.kappa) / s + 1 / (s * s)
+                err = err + FLT_MIN * ((k + 2) / s + ax * moved)
         else:
             e1 = np.zeros((case.rows, 1))
             err = (k / 2 + 8) * u * ax + ax * FLT_MIN / (ref.stat + case.eps) + floor

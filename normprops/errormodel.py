@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from normprops.cuda.shape import Shape, cluster_shape, elements_per_thread, shape_for
 
-__all__ = ["ErrorModel", "FOREIGN_ERROR_MODEL", "REDUCTIONS", "TREE_LEAF_DEPTH"]
+__all__ = ["ErrorModel", "FOREIGN_ERROR_MODEL", "REDUCTIONS", "TREE_LEAF_DEPTH", "VARIANCES"]
 
 #: What a reduction may look like (``ErrorModel.reduction``; docs/tolerances.md, "Reduction depth").
 REDUCTIONS = ("sequential", "tree")
@@ -16,6 +17,8 @@ REDUCTIONS = ("sequential", "tree")
 #: an unrolled fold. numpy's np.sum (blocks of 128 summed by 8 accumulators of 16 values, folded
 #: in 3 steps, then a tail of up to 7) reaches ceil(log2 C) + 18.
 TREE_LEAF_DEPTH = 18
+#: How a layer norm forms its variance (``ErrorModel.variance``; docs/tolerances.md, "Layer norm").
+VARIANCES = ("two_pass", "one_pass")
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,10 @@ class ErrorModel:
     # bfloat16 arrays). The bounds keep their shape with u = 2^-8 in place of 2^-24; bfloat16 has
     # float32's exponent range, so nothing else changes (docs/tolerances.md).
     arithmetic: str = "float32"
+    # How a layer norm forms its variance: "two_pass" (around the computed mean, or Welford's
+    # update), whose error grows like k u kappa; "one_pass" (E[x^2] - E[x]^2, in any order), whose
+    # error grows like k u kappa^2 (docs/tolerances.md, "Layer norm"). The other ops have none.
+    variance: str = "two_pass"
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -62,11 +69,26 @@ class ErrorModel:
             raise ValueError(f"reduction must be one of {REDUCTIONS} but was {self.reduction!r}; "
                              f"'sequential' with threads=T for T threads that each add their share "
                              f"in turn, 'tree' for a pairwise reduction")
+        if self.variance not in VARIANCES:
+            raise ValueError(f"variance must be one of {VARIANCES} but was {self.variance!r}; "
+                             f"'two_pass' for a variance around the mean (or Welford's), 'one_pass' "
+                             f"for E[x^2] - E[x]^2")
 
     @property
     def unit_roundoff(self) -> float:
         """u of the arithmetic: 2^-24 for float32, 2^-8 for bfloat16."""
         return 2.0**-24 if self.arithmetic == "float32" else 2.0**-8
+
+    def layernorm_e1(self, cols: int, kappa: Any) -> Any:
+        """Layer norm's ``e1`` per row, relative to ``s = sqrt(var + eps)``: the centred value's
+        error ``(k + 4) u kappa``, and for a one-pass variance also its error, ``2 (k + 2) u
+        kappa^2`` (docs/tolerances.md, "Layer norm"). ``kappa`` is ``mean|x| / s``, a number or an
+        array."""
+        k, u = self.k(cols), self.unit_roundoff
+        e1 = (k + 4) * u * kappa
+        if self.variance == "one_pass":
+            e1 = e1 + 2 * (k + 2) * u * kappa * kappa
+        return e1
 
     def _shape(self, cols: int) -> Shape:
         shape = shape_for(max(cols, 1), vector_width=self.vector_width, per_thread=self.per_thread)

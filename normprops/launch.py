@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
-from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
+from normprops.errormodel import FOREIGN_ERROR_MODEL, VARIANCES, ErrorModel
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
 from normprops.frameworks import Adapter, get_adapter
 from normprops.kernelspec import KernelSpec
@@ -260,6 +260,21 @@ def _check_arithmetic(arithmetic: str, dtype: str) -> None:
                          "kernel that stores bfloat16, add --dtype bfloat16 (dtype=\"bfloat16\")")
 
 
+#: The ops that compute a variance, which ``variance=`` (--variance) describes.
+_VARIANCE_OPS = ("layernorm", "layernorm_backward")
+
+
+def _check_variance(variance: str, op: str) -> None:
+    """A variance is layer norm's: declared for another op it would mean nothing."""
+    if variance not in VARIANCES:
+        raise UsageError(f"--variance (variance=) must be one of {', '.join(VARIANCES)} but was "
+                         f"{variance!r}: two_pass for a variance around the mean (or Welford's), "
+                         f"one_pass for E[x^2] - E[x]^2")
+    if variance != "two_pass" and op not in _VARIANCE_OPS:
+        raise UsageError(f"--variance (variance=) applies to --op {' and '.join(_VARIANCE_OPS)} only; "
+                         f"op {op} computes no variance")
+
+
 def _check_arity(fn: Callable[..., object], params: tuple[str, ...], op: str) -> None:
     """A function that cannot take the op's arguments is a usage error now, not a contract finding
     in every family. Functions whose signature Python cannot read (some C functions) pass."""
@@ -283,7 +298,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                          reduction: str = "sequential", arithmetic: str = "float32",
                          opt_in: frozenset[str] | tuple[str, ...] = (),
                          timeout_s: float | None = None, row_reduction: str = "blocks",
-                         mask: str = "bool", mask_fill: float | str | None = None) -> Target:
+                         mask: str = "bool", mask_fill: float | str | None = None,
+                         variance: str = "two_pass") -> Target:
     """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
     arrays of ``dtype`` on ``device`` and returns the same kind of array.
 
@@ -300,7 +316,9 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     "range_safety", which a norm is otherwise hunted on for information only; "row_order" for a
     gradient whose dgamma and dbeta do not depend on the order of the rows). ``row_reduction``: how a
     gradient kernel combines rows into dgamma and dbeta (``ops.ROW_REDUCTIONS``; default "blocks",
-    per-block partials over ``threads`` blocks joined in a tree).
+    per-block partials over ``threads`` blocks joined in a tree). ``variance``: how a layer norm
+    (or its gradient) forms the variance: "two_pass" (around the mean, or Welford's) or
+    "one_pass" (``E[x^2] - E[x]^2``, judged with a bound that grows like ``kappa^2``).
     Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
         raise UsageError(f"fn must be callable but was {a_or_an(type(fn).__name__)}")
@@ -325,9 +343,11 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                              f"has no dgamma or dbeta")
     adapter = get_adapter(framework, dtype=dtype, device=device)
     fill = _mask_fill(op, mask, mask_fill, dtype)
+    _check_variance(variance, op)
     try:
         model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz), reduction=reduction,
-                        arithmetic=arithmetic, **({} if threads is None else {"threads": threads}))
+                        arithmetic=arithmetic, variance=variance,
+                        **({} if threads is None else {"threads": threads}))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _check_arithmetic(arithmetic, dtype)
@@ -365,9 +385,11 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
                             ignore: frozenset[str] | tuple[str, ...] = (),
                             constraints: ShapeConstraints = ShapeConstraints(),
                             ftz: bool = False, reduction: str = "sequential",
-                            opt_in: frozenset[str] | tuple[str, ...] = ()) -> Target:
+                            opt_in: frozenset[str] | tuple[str, ...] = (),
+                            variance: str = "two_pass") -> Target:
     """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
     get_op(op)
+    _check_variance(variance, op)
     from normprops.cuda.build import KernelCompileError, cuda_status
 
     ok, why = cuda_status()
@@ -387,7 +409,8 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
             raise FatalTargetError(str(exc)) from exc
 
     try:
-        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz), reduction=reduction)
+        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz), reduction=reduction,
+                        variance=variance)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     ignored, chosen = _check_promises(ignore, opt_in)

@@ -359,7 +359,7 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
     g = np.abs(case.gamma.astype(np.float64))[None, :]
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
-        e1 = (k + 4) * u * ref.kappa
+        e1 = model.layernorm_e1(case.cols, ref.kappa)
         ftz = 0.0
         if model.ftz:
             # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
@@ -367,7 +367,12 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
             # x - mean by (k + 2) FLT_MIN; the variance moves by FLT_MIN (flushed squares) plus
             # 2 FLT_MIN s (flushed inputs), which scales y by FLT_MIN / s + FLT_MIN / (2 s^2).
             s = np.sqrt(ref.stat + case.eps)
-            ftz = g * FLT_MIN * ((k + 2) / s + ay * (1 / s + 0.5 / (s * s)))
+            moved = 1 / s + 0.5 / (s * s)
+            if model.variance == "one_pass":
+                # E[x]^2 moves by 2 (k + 2) FLT_MIN |mean| and its own flushed square, E[x^2]
+                # by 2 FLT_MIN sqrt(E[x^2]) <= 2 FLT_MIN (s + |mean|), |mean| <= kappa s.
+                moved = (1 + (k + 3) * ref.kappa) / s + 1 / (s * s)
+            ftz = g * FLT_MIN * ((k + 2) / s + ay * moved)
         tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * u * ay) + 2 * u * np.abs(ref.z)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
     # Past e1 = 0.25 the arithmetic has no accuracy left to ask for: only a finite output.

@@ -265,7 +265,8 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
                                       reduction=args.reduction, arithmetic=args.arithmetic,
                                       opt_in=args.check, timeout_s=args.call_timeout,
-                                      row_reduction=args.row_reduction, **_mask_keywords(args))
+                                      row_reduction=args.row_reduction, variance=args.variance,
+                                      **_mask_keywords(args))
         return target, args.impl
     if is_backward(args.op):
         raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
@@ -282,7 +283,8 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
     target = target_from_cuda_source(args.cuda_source, op=args.op, kernel=args.kernel,
                                      threads=args.threads or 256, ignore=args.ignore,
                                      constraints=constraints, ftz=args.ftz,
-                                     reduction=args.reduction, opt_in=args.check)
+                                     reduction=args.reduction, opt_in=args.check,
+                                     variance=args.variance)
     return target, f"{args.cuda_source}:{args.kernel}"
 
 
@@ -304,6 +306,7 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--reduction", args.reduction != "sequential"),
              ("--arithmetic", args.arithmetic != "float32"),
              ("--row-reduction", args.row_reduction != "blocks"),
+             ("--variance", args.variance != "two_pass"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
              ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
@@ -333,7 +336,8 @@ class _ReplayTargets:
                 self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
                 framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
                 ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
-                timeout_s=a.call_timeout, row_reduction=a.row_reduction, **_mask_keywords(a))
+                timeout_s=a.call_timeout, row_reduction=a.row_reduction, variance=a.variance,
+                **_mask_keywords(a))
         return self.made[dtype]
 
 

@@ -133,6 +133,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                         f"(--check to judge)")
         if target.error_model.arithmetic != "float32":
             ignored += f"; computes in {target.error_model.arithmetic}"
+        if target.error_model.variance == "one_pass":
+            ignored += "; variance as E[x^2] - E[x]^2 (--variance one_pass)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
               f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "
@@ -384,4 +386,6 @@ def _kernel_details(k: KernelSpec) -> list[str]:
         parts.append("widths: " + k.constraints.describe())
     if len(get_op(k.op).outputs) > 1:  # dgamma (and dbeta) sum the rows
         parts.append(f"rows summed: {k.row_reduction}")
+    if k.error_model.variance != "two_pass":
+        parts.append(f"variance: {k.error_model.variance}")
     return parts + [f"BUG in {b.family}: {b.summary}" for b in k.bugs]

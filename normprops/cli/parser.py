@@ -24,7 +24,7 @@ from normprops.cli.common import (
     _shard,
 )
 from normprops.dtypes import DTYPES
-from normprops.errormodel import REDUCTIONS
+from normprops.errormodel import REDUCTIONS, VARIANCES
 from normprops.frameworks import FRAMEWORKS
 from normprops.masking import MASK_KINDS
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS
@@ -72,6 +72,12 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                    help="the type it computes in (default float32); bfloat16 when every operation "
                         "rounds to bfloat16 (bounds 65536 times wider; needs --dtype bfloat16: "
                         "with float32 storage it is a usage error)")
+    g.add_argument("--variance", choices=VARIANCES, default="two_pass",
+                   help="layer norm (and its gradient): how it forms the variance: around the mean "
+                        "or by Welford's update (two_pass, the default), or as E[x^2] - E[x]^2 "
+                        "(one_pass: judged with a bound that grows with kappa^2 instead of kappa, "
+                        "kappa = mean|x| / sqrt(var + eps); rows past float32's reach are judged "
+                        "finite only); for another op it is a usage error")
     g.add_argument("--check", type=_opt_in_list, default=frozenset(), metavar="P1,P2",
                    help="optional properties it promises too: " + ", ".join(sorted(OPTIONAL))
                         + " (exact_constant: a constant layer-norm row gives beta exactly, a zero "
