@@ -101,7 +101,8 @@ TORCH_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(
 # rstd^3, whose scales are rstd^-1 and rstd^2 away from dx's terms. Where either underflows and dx's
 # terms do not, dx loses its projection term: all of it from |x| ~ 1e14 (huge, where the forward is
 # still exact); hundreds of tiny where dy of 1e-34 meets x of 1e3 (cancelling_dy, dy_scale, tall,
-# wide_span, constant). Each family whose hunts met it carries it as a known bug, with the finding.
+# wide_span, constant; dy of 1e-26 meets x of 1e7 in large_mean). Each family whose hunts met it
+# carries it as a known bug, with the finding.
 # (A subnormal sum(dy gamma x) scaled by x rstd^3, in eps_scale, is within dx's bound: PyTorch's CUDA
 # and Liger's backward take the same form.)
 # F.layer_norm's CPU backward takes dx = rstd dy gamma + b x + c with b = (db mean - ds) rstd^3 / C
@@ -110,7 +111,8 @@ TORCH_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(
 _RSTD_CUBED = ("dx loses its projection term where rstd^3 or sum(dy gamma x) underflows and dx's "
                "terms do not")
 _RMS_CPU_BUG_FAMILIES = {"huge": "range_safety", "cancelling_dy": "accuracy", "dy_scale": "accuracy",
-                         "tall": "accuracy", "wide_span": "accuracy", "constant": "accuracy"}
+                         "tall": "accuracy", "wide_span": "accuracy", "constant": "accuracy",
+                         "large_mean": "accuracy"}
 _CPU_GRAD_BUGS = {
     "F.rms_norm.backward": tuple(
         KnownBug(family, _RSTD_CUBED, property=prop, example=f"F.rms_norm.backward-cpu-{family}.json")
@@ -120,8 +122,20 @@ _CPU_GRAD_BUGS = {
                  "uncentred", property="finite", example="F.layer_norm.backward-cpu-dy_scale.json"),
     ),
 }
+# Found on an H200 (torch 2.11.0+cu130): the CUDA layer norm backward (compute_gI in
+# layer_norm_kernel.cu) forms N * gamma * dy for each element and multiplies by rstd / N at the end,
+# so dx overflows where N |dy gamma| passes FLT_MAX although dx, about |dy gamma| rstd, does not
+# (dy_scale: 4095 columns of dy ~ 1e30 and gamma ~ 4e4, exact dx 1.08e35, PyTorch's inf).
+_CUDA_GRAD_BUGS = {
+    "F.layer_norm.backward": (
+        KnownBug("dy_scale", "dx overflows to inf where N |dy gamma| passes FLT_MAX: each term is "
+                 "formed N times too large and divided by N at the end", property="finite",
+                 example="F.layer_norm.backward-cuda-dy_scale.json"),
+    ),
+}
+_GRAD_BUGS = {"torch-cpu": _CPU_GRAD_BUGS, "torch-cuda": _CUDA_GRAD_BUGS}
 TORCH_GRAD_KERNELS = tuple(
-    replace(k, bugs=_CPU_GRAD_BUGS[k.name]) if k.backend == "torch-cpu" and k.name in _CPU_GRAD_BUGS
+    replace(k, bugs=_GRAD_BUGS[k.backend][k.name]) if k.name in _GRAD_BUGS.get(k.backend, {})
     else k
     for k in TORCH_GRAD_KERNELS
 )
