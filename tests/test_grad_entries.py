@@ -83,16 +83,20 @@ def test_the_row_reduction_reaches_the_target_and_its_bounds() -> None:
     assert "dgamma[col" in undeclared.failures[0].message()
 
 
+def _evaluate_ordinary(spec: KernelSpec):
+    """``spec`` as the registry hunts it, on one ordinary case of 3 rows of 33 columns."""
+    case = make_grad_case(op=spec.op, family="ordinary", rows=3, cols=33, seed=0,
+                          x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
+                          dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0},
+                          gamma_kind="random", beta_kind="random", eps=get_op(spec.op).default_eps)
+    return evaluate(registry_target(spec, "ordinary"), case)
+
+
 def test_pytorchs_cpu_gradients_run_as_registered() -> None:
     """Each torch-cpu entry, as the registry hunts it, on one ordinary case: clean."""
     pytest.importorskip("torch", reason="torch is not installed here")
     for spec in (k for k in GRAD_ENTRIES if k.backend == "torch-cpu"):
-        op = get_op(spec.op)
-        case = make_grad_case(op=spec.op, family="ordinary", rows=3, cols=33, seed=0,
-                              x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
-                              dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0},
-                              gamma_kind="random", beta_kind="random", eps=op.default_eps)
-        evaluation = evaluate(registry_target(spec, "ordinary"), case)
+        evaluation = _evaluate_ordinary(spec)
         assert evaluation.passed, [v.message() for v in evaluation.failures]
         assert np.isfinite(evaluation.worst_ratio)
 
@@ -108,12 +112,7 @@ def test_the_gpu_gradients_run_as_registered_and_leave_their_inputs(backend: str
     if not usable:
         pytest.skip(why)
     for spec in (k for k in GRAD_ENTRIES if k.backend == backend):
-        op = get_op(spec.op)
-        case = make_grad_case(op=spec.op, family="ordinary", rows=3, cols=33, seed=0,
-                              x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
-                              dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0},
-                              gamma_kind="random", beta_kind="random", eps=op.default_eps)
-        evaluation = evaluate(registry_target(spec, "ordinary"), case)
+        evaluation = _evaluate_ordinary(spec)
         assert evaluation.passed, [v.message() for v in evaluation.failures]
 
 
