@@ -29,7 +29,7 @@ from normprops.errors import UsageError
 from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.information import hunt_information
-from normprops.launch import Target, target_from_callable
+from normprops.launch import VARIANCE_OPS, Target, target_from_callable
 from normprops.ops import get_op, is_backward
 from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
@@ -114,7 +114,7 @@ def target_json(target: Target) -> dict[str, Any]:
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
         **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
-        **({"variance": target.error_model.variance} if "layernorm" in target.op else {}),
+        **({"variance": target.error_model.variance} if target.op in VARIANCE_OPS else {}),
         **({"mask": "bool" if target.mask_fill is None else "additive",
             "mask_fill": _fill_json(target.mask_fill)} if get_op(target.op).has_mask else {}),
     }

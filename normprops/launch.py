@@ -37,7 +37,7 @@ from normprops.ops import (
     get_op,
 )
 
-__all__ = ["Target", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
+__all__ = ["Target", "VARIANCE_OPS", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
            "target_from_callable", "target_from_cuda_source"]
 
 GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "cuda-cluster", "torch-cuda", "cuda-user", "torch-compile",
@@ -261,7 +261,7 @@ def _check_arithmetic(arithmetic: str, dtype: str) -> None:
 
 
 #: The ops that compute a variance, which ``variance=`` (--variance) describes.
-_VARIANCE_OPS = ("layernorm", "layernorm_backward")
+VARIANCE_OPS = ("layernorm", "layernorm_backward")
 
 
 def _check_variance(variance: str, op: str) -> None:
@@ -270,8 +270,8 @@ def _check_variance(variance: str, op: str) -> None:
         raise UsageError(f"--variance (variance=) must be one of {', '.join(VARIANCES)} but was "
                          f"{variance!r}: two_pass for a variance around the mean (or Welford's), "
                          f"one_pass for E[x^2] - E[x]^2")
-    if variance != "two_pass" and op not in _VARIANCE_OPS:
-        raise UsageError(f"--variance (variance=) applies to --op {' and '.join(_VARIANCE_OPS)} only; "
+    if variance != "two_pass" and op not in VARIANCE_OPS:
+        raise UsageError(f"--variance (variance=) applies to --op {' and '.join(VARIANCE_OPS)} only; "
                          f"op {op} computes no variance")
 
 
