@@ -242,6 +242,17 @@ def test_registry_has_every_variant_and_the_kept_bad_one() -> None:
     assert prod["addRmsNormFast"].op == "rmsnorm" and prod["addRmsNormFast"].touches == 4
 
 
+
+def test_the_kept_bad_kernel_declares_its_register_only_width_limit() -> None:
+    """rmsNormBf16Acc has no streaming path: its launcher refuses rows wider than the register path
+    holds. The entry declares that limit, so no hunt meets the refusal as a contract finding (a
+    hunt on the H200 drew 16385 columns and reported it ahead of the bug it hunted)."""
+    spec = next(k for k in KERNELS if k.name == "rmsNormBf16Acc")
+    per_thread = prod_layout("rmsnormbf16acc", "bfloat16")[0]
+    widest = spec.constraints.max_cols
+    assert launch_shape(widest, dtype="bfloat16", per_thread=per_thread).vpt > 0
+    assert launch_shape(widest + 1, dtype="bfloat16", per_thread=per_thread).vpt == 0
+
 # --- on the GPU --------------------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from normprops.case import ShapeConstraints
 from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 from normprops.cuda.shape import CLUSTER_TREE_DEPTH, MAX_ROW_THREADS, PORTABLE_CLUSTER
 from normprops.dtypes import get_dtype
@@ -118,7 +119,10 @@ def _prod(name: str) -> KernelSpec:
 
 PROD_KERNELS: tuple[KernelSpec, ...] = (
     *(_prod(name) for name in PROD_VARIANTS if name != "rmsNormBf16Acc"),
+    # Register path only (no streaming entry point): a row fits in 512 threads of 32 values.
     replace(_prod("rmsNormBf16Acc"), claims=frozenset(), bench=False,
+            constraints=ShapeConstraints(
+                max_cols=MAX_ROW_THREADS * prod_layout("rmsnormbf16acc", "bfloat16")[0]),
             summary="rmsNormFastBf16 with the sum of squares rounded to bfloat16 after every addition",
             bugs=(KnownBug("ordinary", "accumulates in bfloat16: 8 significant bits lose the sum",
                          property="accuracy"),)),
