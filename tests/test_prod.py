@@ -242,7 +242,6 @@ def test_registry_has_every_variant_and_the_kept_bad_one() -> None:
     assert prod["addRmsNormFast"].op == "rmsnorm" and prod["addRmsNormFast"].touches == 4
 
 
-
 def test_the_kept_bad_kernel_declares_its_register_only_width_limit() -> None:
     """rmsNormBf16Acc has no streaming path: its launcher refuses rows wider than the register path
     holds. The entry declares that limit, so no hunt meets the refusal as a contract finding (a
@@ -252,6 +251,7 @@ def test_the_kept_bad_kernel_declares_its_register_only_width_limit() -> None:
     widest = spec.constraints.max_cols
     assert launch_shape(widest, dtype="bfloat16", per_thread=per_thread).vpt > 0
     assert launch_shape(widest + 1, dtype="bfloat16", per_thread=per_thread).vpt == 0
+
 
 # --- on the GPU --------------------------------------------------------------------------------
 
