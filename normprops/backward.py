@@ -214,8 +214,10 @@ def _xhat_error(case: Case, ref: GradReference, model: ErrorModel) -> tuple[np.n
     with np.errstate(all="ignore"):
         s = np.sqrt(ref.stat + case.eps)
         # Roundings below FLT_MIN are absolute: up to ``tiny`` on each of the k + 2 steps of the
-        # mean (or of x * rstd), scaled by rstd.
-        floor = 4 * tiny * ref.rstd * (k + 2) * (1 + ax)
+        # mean, scaled by rstd; and xhat itself, where it is subnormal, rounds by up to ``tiny``
+        # whatever rstd is (Inductor's compiled RMS norm backward on an H200 erred by 1-1.2 tiny
+        # there, with rstd 0.003-0.011: an approximate division or rsqrt).
+        floor = 4 * tiny * (ref.rstd * (k + 2) * (1 + ax) + 1)
         if case.op == "layernorm_backward":
             e1 = model.layernorm_e1(case.cols, ref.kappa)
             err = e1 * (1 + ax) + e1 * e1 * ax + (k / 2 + 8) * u * ax + floor

@@ -26,6 +26,7 @@ from normprops.launch import target_from_callable
 from normprops.ops import BACKWARD_FAMILIES, OPS, is_backward
 from normprops.properties import evaluate
 from normprops.regressions import load_fixture, replay, save_fixture
+from normprops.specs import KERNELS
 from normprops.strategies import families_for
 from tests.cli_harness import run
 
@@ -492,6 +493,36 @@ def test_dgamma_accepts_dy_times_x_rounded_below_flt_min_before_rstd() -> None:
         assert (np.abs(dgamma - ref.z["dgamma"][0]) <= tol.tol["dgamma"][0]).all()
     # Both GPU results of the hunt: the shrunk case's and the worst seen's share of the floor.
     assert np.abs(4.126615e-37 - ref.z["dgamma"][0]) <= tol.tol["dgamma"][0]
+
+
+def test_dx_accepts_a_subnormal_xhat_rounded_by_tiny() -> None:
+    """A normalized value below FLT_MIN rounds by up to ``tiny`` whatever rstd is, and the
+    projection multiplies that by ``rstd mean(g xhat)``. ``torch.compile``'s RMS norm backward on
+    an H200 (its ``tall`` hunt): rows of FLT_MIN with one larger entry, rstd 0.011 and 0.0029,
+    where the GPU's dx is about one ``tiny`` of xhat off (err/tol 2.1 and 9.4 before the floor took
+    xhat's own rounding in)."""
+    spec = next(k for k in KERNELS if k.name == "compiled.rms_norm.backward-f32")
+    least = float(np.finfo(F32).tiny)  # FLT_MIN
+    rows = (  # x (FLT_MIN but the last), dy (one-hot at the last), gamma, the GPU's dx[0]
+        ([least, least, 153.0], 1.0, [1257.30224609375, -1321.048583984375, 6404.2265625],
+         -5.570182415168113e-39),
+        ([least] * 6 + [926.4866943359375], 63.095733642578125,
+         [1257.30224609375, -1321.048583984375, 6404.2265625, 1049.001220703125,
+          -5356.69384765625, 3615.950439453125, 13040.0], -2.980897864990631e-38),
+    )
+    for x, last_dy, gamma, gpu in rows:
+        cols = len(x)
+        dy = np.zeros((1, cols), F32)
+        dy[0, -1] = last_dy
+        case = _case("rmsnorm_backward", rows=1, cols=cols).replace(
+            x=np.array([x], F32), dy=dy, gamma=np.array(gamma, F32), eps=float(F32(2.0**-23)))
+        ref = grad_reference(case)
+        tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+        exact, bound = ref.z["dx"][0, 0], tol.tol["dx"][0, 0]
+        assert abs(gpu - exact) <= bound, (gpu, exact, bound)
+        # The room is a few tiny of xhat, no more: xhat_0 off by 100 tiny is caught.
+        per_tiny_of_xhat = 2.0**-149 * abs(exact / (x[0] * ref.rstd[0, 0]))
+        assert 100 * per_tiny_of_xhat > bound
 
 
 def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
