@@ -162,8 +162,14 @@ _CUDA_GRAD_BUGS = {
     ),
 }
 _GRAD_BUGS = {"torch-cpu": _CPU_GRAD_BUGS, "torch-cuda": _CUDA_GRAD_BUGS}
+# The CUDA RMS norm backward runs the same compute_gI, and on an H200 it overflows the same way
+# (docs/reproducers/torch_rms_norm_backward_cuda_overflow.py: one dy of 1e35 in 4096 columns gives
+# dx = inf where the exact is 1.0e35). No hunt has met it yet, so there is no case to hunt it with
+# as an explicit example, and random draws of dy_scale do not reach it (its layer norm twin: 0 of
+# 20 seeds in 300 examples): the family is not claimed.
+_UNCLAIMED = {("torch-cuda", "F.rms_norm.backward"): frozenset({"dy_scale"})}
 TORCH_GRAD_KERNELS = tuple(
-    replace(k, bugs=_GRAD_BUGS[k.backend][k.name]) if k.name in _GRAD_BUGS.get(k.backend, {})
-    else k
+    replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.bugs),
+            claims=k.claims - _UNCLAIMED.get((k.backend, k.name), frozenset()))
     for k in TORCH_GRAD_KERNELS
 )
