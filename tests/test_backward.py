@@ -496,8 +496,9 @@ def test_dgamma_accepts_dy_times_x_rounded_below_flt_min_before_rstd() -> None:
 
 
 def test_dx_accepts_a_subnormal_xhat_rounded_by_tiny() -> None:
-    """A normalized value below FLT_MIN rounds by up to ``tiny`` whatever rstd is, and the
-    projection multiplies that by ``rstd mean(g xhat)``. ``torch.compile``'s RMS norm backward on
+    """A normalized value below FLT_MIN rounds absolutely whatever rstd is (tiny / 2 correctly
+    rounded, about 2 tiny through an approximate division), and the projection multiplies that by
+    ``rstd mean(g xhat)``. ``torch.compile``'s RMS norm backward on
     an H200 (its ``tall`` hunt): rows of FLT_MIN with one larger entry, rstd 0.011 and 0.0029,
     where the GPU's dx is about one ``tiny`` of xhat off (err/tol 2.1 and 9.4 before the floor took
     xhat's own rounding in)."""
