@@ -54,6 +54,16 @@ class Adapter:
     # None: the inputs are read back to the host and compared there.
     snapshot: Callable[[Any], Any] | None = None
     changed: Callable[[list[tuple[str, Any, Any]]], str | None] | None = None
+    # A call's float inputs in one copy to the device, and its outputs (with the changed-input
+    # flags) in one copy back: on a GPU every synchronizing copy is a round trip that the hunt's
+    # processes queue for. ``upload`` takes (float32 values, name, check) for each input and gives
+    # each its own array, as ``to_native`` would; ``download`` takes (returned object, shape, what)
+    # for each output and (name, input after the call, snapshot) for each checked input, checks
+    # the outputs as ``from_native`` does, and gives the outputs and how an input changed (None:
+    # none did). None: one copy per array.
+    upload: Callable[[list[tuple[np.ndarray, str, bool]]], list[Any]] | None = None
+    download: Callable[[list[tuple[Any, tuple[int, ...], str]], list[tuple[str, Any, Any]]],
+                       tuple[list[np.ndarray], str | None]] | None = None
 
     @property
     def description(self) -> str:
@@ -122,20 +132,58 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
     want = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
     def to_native(a: np.ndarray, name: str, check: bool = True) -> Any:
-        a = np.ascontiguousarray(a, dtype=np.float32)
-        if check:  # on the host: a check on the device would cost a round trip of its own
-            check_representable(a, dtype, name=name)
-        wide = torch.from_numpy(a).to(dev, copy=True)  # a copy, never the case's own memory
-        # Narrowed where the tensor lives: a stress batch converts in microseconds there.
-        return wide if dtype == "float32" else wide.to(want)
+        return upload([(a, name, check)])[0]
 
-    def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
-        expected = f"a torch.Tensor of dtype {want} and shape {shape} on {dev}"
+    def upload(items: list[tuple[np.ndarray, str, bool]]) -> list[Any]:
+        flats = []
+        for a, name, check in items:
+            a = np.ascontiguousarray(a, dtype=np.float32)
+            if check:  # on the host: a check on the device would cost a round trip of its own
+                check_representable(a, dtype, name=name)
+            flats.append(a)
+        # One copy of every input: from page-locked memory it is queued without waiting for the
+        # device (the host buffer is kept until the copy is done), from pageable memory it waits.
+        host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in flats]))
+        wide = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host
+        arrays, start = [], 0
+        for a in flats:
+            part = wide[start:start + a.size].view(a.shape)
+            start += a.size
+            # Each input its own tensor, as a user's call would pass them (never a view of another
+            # input's memory, never the case's own); narrowed where it lives, in microseconds.
+            arrays.append(part.clone() if dtype == "float32" else part.to(want))
+        return arrays
+
+    def check_output(obj: Any, shape: tuple[int, ...], what: str) -> None:
         if (not isinstance(obj, torch.Tensor) or obj.dtype != want or tuple(obj.shape) != shape
                 or obj.device != dev):
-            raise _mismatch(obj, what, expected)
-        # Widened (exactly) where the tensor lives, then copied to the host.
-        return np.ascontiguousarray(obj.detach().to(torch.float32).cpu().numpy())
+            raise _mismatch(obj, what, f"a torch.Tensor of dtype {want} and shape {shape} on {dev}")
+
+    def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
+        return download([(obj, shape, what)], [])[0][0]
+
+    def download(outputs: list[tuple[Any, tuple[int, ...], str]],
+                 inputs: list[tuple[str, Any, Any]]) -> tuple[list[np.ndarray], str | None]:
+        for obj, shape, what in outputs:
+            check_output(obj, shape, what)
+        resized = _resized(inputs)
+        if resized is not None:
+            return [], resized
+        # Widened (exactly) where the tensors live, with one flag per checked input, then copied
+        # to the host together.
+        parts = [obj.detach().to(torch.float32).reshape(-1) for obj, _, _ in outputs]
+        if inputs:
+            parts.append(torch.stack([_torch_changed(after, before)
+                                      for _, after, before in inputs]).to(torch.float32))
+        host = torch.cat(parts).cpu().numpy() if parts else np.empty(0, np.float32)
+        arrays, start = [], 0
+        for _, shape, _ in outputs:
+            size = int(np.prod(shape, dtype=np.int64))
+            arrays.append(host[start:start + size].reshape(shape))
+            start += size
+        how = next((f"modified its input {name} in place"
+                    for (name, _, _), hit in zip(inputs, host[start:]) if hit), None)
+        return arrays, how
 
     def mask_to_native(m: np.ndarray) -> Any:
         return torch.from_numpy(np.array(m, dtype=bool, copy=True)).to(dev)
@@ -148,14 +196,20 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
 
     def changed(inputs: list[tuple[str, Any, Any]]) -> str | None:
         def hits() -> np.ndarray:
-            return torch.stack([((after != before) & ~(after.isnan() & before.isnan())).any()
-                                if after.is_floating_point() else (after != before).any()
+            return torch.stack([_torch_changed(after, before)
                                 for _, after, before in inputs]).cpu().numpy()
 
         return _first_change(inputs, hits)
 
     return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native,
-                   mask_to_native, mask_from_native, lambda t: t.clone(), changed)
+                   mask_to_native, mask_from_native, lambda t: t.clone(), changed, upload, download)
+
+
+def _torch_changed(after: Any, before: Any) -> Any:
+    """A 0-d bool tensor: whether ``after`` differs from ``before`` anywhere (NaN equals NaN)."""
+    if after.is_floating_point():
+        return ((after != before) & ~(after.isnan() & before.isnan())).any()
+    return (after != before).any()
 
 
 # --- JAX ---------------------------------------------------------------------------------------
@@ -262,13 +316,19 @@ def _first_change(inputs: list[tuple[str, Any, Any]], hits: Callable[[], np.ndar
     """How the first of ``inputs`` (name, after the call, snapshot) changed, or None: a new shape
     is read on the host; ``hits`` compares the values where they live, one flag per input, in a
     single copy back."""
-    resized = next((name for name, after, before in inputs if after.shape != before.shape), None)
+    resized = _resized(inputs)
     if resized is not None:
-        return f"changed the shape of its input {resized} in place"
+        return resized
     if not inputs:
         return None
     return next((f"modified its input {name} in place"
                  for (name, _, _), hit in zip(inputs, hits()) if hit), None)
+
+
+def _resized(inputs: list[tuple[str, Any, Any]]) -> str | None:
+    """How the first input whose shape the call changed changed, read on the host; None: none."""
+    name = next((name for name, after, before in inputs if after.shape != before.shape), None)
+    return None if name is None else f"changed the shape of its input {name} in place"
 
 
 def _import(name: str) -> Any:

@@ -135,7 +135,7 @@ class Target:
         spec = get_op(self.op)
         params = spec.params
         args = case.args()
-        native = tuple(self._native(a, name, check_inputs) for name, a in zip(params, args))
+        native = self._natives(params, args, check_inputs)
         arrays = [(name, before, after) for name, before, after in zip(params, args, native)
                   if check_inputs and isinstance(before, np.ndarray)]
         snapshot = self.adapter.snapshot
@@ -145,11 +145,19 @@ class Target:
             out = _call_with_timeout(self.fn, native, self.timeout_s)
         self.warnings.add(caught)
         if spec.forward is not None:
-            result = _gradient_outputs(self.adapter, out, case, spec)
+            outputs = _gradient_outputs(out, case, spec)
         else:
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
-            result = self.adapter.from_native(out, case.x.shape, "the output")
+            outputs = [(out, case.x.shape, "the output")]
+        if self.adapter.download is not None:  # the outputs and the checks in one copy back
+            changes = [(name, after, snap) for (name, _, after), snap in zip(arrays, snapshots)]
+            got, how = self.adapter.download(outputs, changes)
+            if how is not None:
+                raise ContractError(how)
+            return got[0] if len(got) == 1 else tuple(got)
+        got = [self.adapter.from_native(*item) for item in outputs]
+        result = got[0] if len(got) == 1 else tuple(got)
         if snapshot is not None:  # compared where the inputs live
             how = self.adapter.changed([(name, after, snap)
                                         for (name, _, after), snap in zip(arrays, snapshots)])
@@ -166,12 +174,16 @@ class Target:
                 raise ContractError(f"modified its input {name} in place")
         return result
 
-    def _native(self, a: object, name: str, check: bool) -> object:
-        if not isinstance(a, np.ndarray):
-            return a
-        if a.dtype == bool:
-            return self.adapter.mask_to_native(a)
-        return self.adapter.to_native(a, name, check)
+    def _natives(self, params: tuple[str, ...], args: tuple[object, ...], check: bool) -> tuple[object, ...]:
+        """The arguments as the framework's arrays: masks as its bool arrays, float inputs in one
+        copy where the adapter can (``Adapter.upload``), else one at a time."""
+        floats = [(a, name, check) for name, a in zip(params, args)
+                  if isinstance(a, np.ndarray) and a.dtype != bool]
+        uploaded = iter(self.adapter.upload(floats) if self.adapter.upload is not None and floats
+                        else [self.adapter.to_native(*item) for item in floats])
+        return tuple(a if not isinstance(a, np.ndarray)
+                     else self.adapter.mask_to_native(a) if a.dtype == bool else next(uploaded)
+                     for a in args)
 
 
 def _unchanged(before: np.ndarray, now: np.ndarray) -> bool:
@@ -180,10 +192,10 @@ def _unchanged(before: np.ndarray, now: np.ndarray) -> bool:
     return before.dtype == now.dtype and before.shape == now.shape and before.tobytes() == now.tobytes()
 
 
-def _gradient_outputs(adapter: Adapter, out: object, case: Case,
-                      spec: OpSpec) -> np.ndarray | tuple[np.ndarray, ...]:
-    """A gradient kernel's outputs as float32 numpy: dx of x's shape, dgamma and dbeta of gamma's;
-    ContractError naming what came back when it returned another number of arrays."""
+def _gradient_outputs(out: object, case: Case, spec: OpSpec) -> list[tuple[object, tuple[int, ...], str]]:
+    """A gradient kernel's outputs as (returned object, its shape, its name): dx of x's shape,
+    dgamma and dbeta of gamma's; ContractError naming what came back when it returned another
+    number of arrays."""
     names = spec.outputs
     items = tuple(out) if isinstance(out, (tuple, list)) else (out,)
     if len(items) != len(names):
@@ -191,8 +203,7 @@ def _gradient_outputs(adapter: Adapter, out: object, case: Case,
         raise ContractError(f"returned {len(items)} array{'' if len(items) == 1 else 's'}; "
                             f"{spec.name} returns {returns}")
     shapes = {"dx": case.x.shape, "dgamma": (case.cols,), "dbeta": (case.cols,)}
-    arrays = tuple(adapter.from_native(a, shapes[n], n) for n, a in zip(names, items))
-    return arrays[0] if len(arrays) == 1 else arrays
+    return [(a, shapes[n], n) for n, a in zip(names, items)]
 
 
 class _CallTimeout(BaseException):

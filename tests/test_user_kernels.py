@@ -564,6 +564,44 @@ def test_a_torch_kernel_that_changes_its_input_is_caught_where_the_tensors_live(
     assert good.run(case).shape == (2, 8)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_torch_adapter_copies_the_inputs_together_and_hands_each_its_own_tensor(dtype: str) -> None:
+    """The float inputs go to the device in one copy and the outputs come back in one, with the
+    changed-input flags: each input is still its own tensor (not a view of another's memory) with
+    the case's values, and a kernel that resizes an input in place is named."""
+    torch = pytest.importorskip("torch")
+    import torch.nn.functional as F
+
+    from normprops.errors import ContractError
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    seen = {}
+
+    def records(x, gamma, beta, eps):
+        seen.update(x=x, gamma=gamma, beta=beta)
+        return F.layer_norm(x.float(), (x.shape[-1],), gamma.float(), beta.float(), eps).to(x.dtype)
+
+    def resizes_beta(x, gamma, beta, eps):
+        beta.resize_(1)
+        return x.clone()
+
+    case = make_case(op="layernorm", family="ordinary", rows=3, cols=5, seed=1, dtype=dtype,
+                     gamma_kind="random", beta_kind="random",
+                     params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    target = target_from_callable(records, op="layernorm", dtype=dtype, framework="torch", device="cpu")
+    out = target.run(case)
+    assert out.shape == (3, 5) and out.dtype == np.float32
+    for name, want in (("x", case.x), ("gamma", case.gamma), ("beta", case.beta)):
+        got = seen[name]
+        assert got._base is None and got.untyped_storage().nbytes() == got.numel() * got.element_size()
+        assert np.array_equal(got.to(torch.float32).numpy(), want)
+    assert len({seen[n].untyped_storage().data_ptr() for n in seen}) == 3
+    bad = target_from_callable(resizes_beta, op="layernorm", dtype=dtype, framework="torch", device="cpu")
+    with pytest.raises(ContractError, match="changed the shape of its input beta in place"):
+        bad.run(case)
+
+
 def test_a_value_the_storage_type_cannot_hold_is_named_before_the_call() -> None:
     from normprops.dtypes import check_representable
 
