@@ -156,4 +156,4 @@ def _grad_entry(backend: str, op: str, name: str, attr: str) -> KernelSpec:
                       row_reduction="sequential")
 
 
-ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_grad_entry(*row) for row in _GRAD_OPS)
+ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_with_findings(_grad_entry(*row)) for row in _GRAD_OPS)

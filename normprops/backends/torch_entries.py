@@ -158,27 +158,20 @@ _CPU_GRAD_BUGS = {
 # Found on an H200 (torch 2.11.0+cu130): the CUDA layer norm backward (compute_gI in
 # layer_norm_kernel.cu) forms N * gamma * dy for each element and multiplies by rstd / N at the end,
 # so dx overflows where N |dy gamma| passes FLT_MAX although dx, about |dy gamma| rstd, does not
-# (dy_scale: 4095 columns of dy ~ 1e30 and gamma ~ 4e4, exact dx 1.08e35, PyTorch's inf).
+# (dy_scale: 4095 columns of dy ~ 1e30 and gamma ~ 4e4, exact dx 1.08e35, PyTorch's inf). The RMS
+# norm backward runs the same compute_gI: on the same rows (beta dropped) its dx is inf where the
+# exact is 1.09e33 (docs/reproducers/torch_rms_norm_backward_cuda_overflow.py shows it on one row).
+# The family's largest |dy gamma| is about 1e34 |z z'| (dy up to 1e30 times a normal draw, gamma 1e4
+# times one): N |dy gamma| passes FLT_MAX (3.4e38) only where some |z z'| passes 3.4e4 / N: a row of
+# 4095 columns holds one about one time in five (the examples), one of 2048 practically never (0 in
+# 2000 draws).
+_N_TIMES_TOO_LARGE = ("dx overflows to inf where N |dy gamma| passes FLT_MAX: each term is formed N "
+                      "times too large and divided by N at the end")
 _CUDA_GRAD_BUGS = {
-    "F.layer_norm.backward": (
-        KnownBug("dy_scale", "dx overflows to inf where N |dy gamma| passes FLT_MAX: each term is "
-                 "formed N times too large and divided by N at the end", property="finite",
-                 # The family's largest |dy gamma| is about 1e34 |z z'| (dy up to 1e30 times a
-                 # normal draw, gamma 1e4 times one): N |dy gamma| passes FLT_MAX (3.4e38) only
-                 # where some |z z'| passes 3.4e4 / N: a row of 4095 columns holds one about one
-                 # time in five (the example), one of 2048 practically never (0 in 2000 draws).
-                 shows_from_cols=2048, example="F.layer_norm.backward-cuda-dy_scale.json"),
-    ),
+    kernel: (KnownBug("dy_scale", _N_TIMES_TOO_LARGE, property="finite", shows_from_cols=2048,
+                      example=f"{kernel}-cuda-dy_scale.json"),)
+    for kernel in ("F.layer_norm.backward", "F.rms_norm.backward")
 }
 _GRAD_BUGS = {"torch-cpu": _CPU_GRAD_BUGS, "torch-cuda": _CUDA_GRAD_BUGS}
-# The CUDA RMS norm backward runs the same compute_gI, and on an H200 it overflows the same way (a
-# probe, which docs/reproducers/torch_rms_norm_backward_cuda_overflow.py repeats: one dy of 1e35 in
-# 4096 columns gave dx = inf where the exact is 1.0e35). No hunt has met it yet, so there is no
-# case to hunt it with as an explicit example, and random draws of dy_scale do not reach it (its
-# layer norm twin: 0 of 20 seeds in 300 examples): the family is not claimed.
-_UNCLAIMED = {("torch-cuda", "F.rms_norm.backward"): frozenset({"dy_scale"})}
-TORCH_GRAD_KERNELS = tuple(
-    replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.bugs),
-            claims=k.claims - _UNCLAIMED.get((k.backend, k.name), frozenset()))
-    for k in TORCH_GRAD_KERNELS
-)
+TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.bugs))
+                           for k in TORCH_GRAD_KERNELS)
