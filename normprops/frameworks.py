@@ -141,10 +141,12 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
             if check:  # on the host: a check on the device would cost a round trip of its own
                 check_representable(a, dtype, name=name)
             flats.append(a)
-        # One copy of every input: from page-locked memory it is queued without waiting for the
-        # device (the host buffer is kept until the copy is done), from pageable memory it waits.
+        # One copy of every input. On CUDA, from page-locked memory, queued on the current stream
+        # without waiting for the device (the host buffer is kept until the copy is done): the
+        # inputs arrive as a model's do, and a kernel that launches on a stream of its own must wait
+        # for the current one, as it must in a model.
         host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in flats]))
-        wide = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host
+        wide = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host.to(dev)
         arrays, start = [], 0
         for a in flats:
             part = wide[start:start + a.size].view(a.shape)

@@ -602,6 +602,39 @@ def test_the_torch_adapter_copies_the_inputs_together_and_hands_each_its_own_ten
         bad.run(case)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_torch_adapter_on_cuda_hands_over_exact_inputs_and_names_a_changed_one(dtype: str) -> None:
+    """On CUDA the inputs go up in one asynchronous copy from page-locked memory: a kernel on the
+    current stream reads the case's values, and one that changes gamma in place is named."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with a CUDA device")
+    import torch.nn.functional as F
+
+    from normprops.errors import ContractError
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    seen = {}
+
+    def records(x, gamma, eps):
+        seen.update(x=x.float().cpu().numpy(), gamma=gamma.float().cpu().numpy())
+        return F.rms_norm(x.float(), (x.shape[-1],), gamma.float(), eps).to(x.dtype)
+
+    def scales_gamma(x, gamma, eps):
+        gamma.mul_(2)
+        return x.clone()
+
+    case = make_case(op="rmsnorm", family="ordinary", rows=3, cols=4099, seed=2, dtype=dtype,
+                     gamma_kind="random", params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    good = target_from_callable(records, op="rmsnorm", dtype=dtype, framework="torch", device="cuda")
+    assert good.run(case).shape == (3, 4099)
+    assert np.array_equal(seen["x"], case.x) and np.array_equal(seen["gamma"], case.gamma)
+    bad = target_from_callable(scales_gamma, op="rmsnorm", dtype=dtype, framework="torch", device="cuda")
+    with pytest.raises(ContractError, match="modified its input gamma in place"):
+        bad.run(case)
+
+
 def test_a_value_the_storage_type_cannot_hold_is_named_before_the_call() -> None:
     from normprops.dtypes import check_representable
 
