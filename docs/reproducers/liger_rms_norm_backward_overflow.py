@@ -1,7 +1,7 @@
 # Liger-Kernel's RMS norm backward (liger_kernel/ops/rms_norm.py, _rms_norm_backward_kernel) forms
 # sum(dy * w * x) over the row from x itself and multiplies it by rstd^2 / N only afterwards. Where
 # that sum passes FLT_MAX (3.4e38), dx is inf or NaN although the exact dx is far inside float32's
-# range. One row of 512 columns near 1e5 with dy near 3e28 is enough.
+# range. One row of 512 columns near 1e5, with w of 5e3 and dy near 3e28, is enough.
 #
 # LigerRMSNormFunction's backward writes dx over dy unless in_place=False (its documented option),
 # so the float64 reference is taken first and the call passes in_place=False.
