@@ -49,9 +49,9 @@ class Adapter:
     mask_to_native: Callable[[np.ndarray], Any] | None = None
     mask_from_native: Callable[[Any, tuple[int, ...], str], np.ndarray] | None = None
     # Whether a call changed its inputs, judged where they live: ``snapshot`` copies an input
-    # before the call, ``changed`` takes (name, input after the call, its snapshot) for each and
-    # says how the first changed one changed (None: none did), in one round trip to the device.
-    # None: the inputs are read back to the host and compared there.
+    # before the call, ``changed`` (or ``download``, below) takes (name, input after the call, its
+    # snapshot) for each and says how the first changed one changed (None: none did), in one round
+    # trip to the device. No snapshot: the inputs are read back to the host and compared there.
     snapshot: Callable[[Any], Any] | None = None
     changed: Callable[[list[tuple[str, Any, Any]]], str | None] | None = None
     # A call's float inputs in one copy to the device, and its outputs (with the changed-input
@@ -196,15 +196,9 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
             raise _mismatch(obj, what, f"a torch.Tensor of dtype torch.bool and shape {shape} on {dev}")
         return obj.detach().cpu().numpy().copy()
 
-    def changed(inputs: list[tuple[str, Any, Any]]) -> str | None:
-        def hits() -> np.ndarray:
-            return torch.stack([_torch_changed(after, before)
-                                for _, after, before in inputs]).cpu().numpy()
-
-        return _first_change(inputs, hits)
-
+    # The inputs are compared with their snapshots in ``download``, with the outputs.
     return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native,
-                   mask_to_native, mask_from_native, lambda t: t.clone(), changed, upload, download)
+                   mask_to_native, mask_from_native, lambda t: t.clone(), None, upload, download)
 
 
 def _torch_changed(after: Any, before: Any) -> Any:
