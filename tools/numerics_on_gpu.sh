@@ -18,12 +18,13 @@ export JAX_COMPILATION_CACHE_DIR=$cache/jax JAX_PERSISTENT_CACHE_MIN_COMPILE_TIM
 workers=${WORKERS:-$(( $(nproc) - 1 ))}
 # One process per source and build: each image compiles under its own lock, and a test that needs
 # one waits for it rather than compiling it again.
-for unit in "kernels.cu default" "kernels.cu ftz" "kernels.cu fast_math" "prod.cu default" \
-            "prod_kept_bad.cu default"; do
-  read -r src build <<< "$unit"
+units=$(python -c "from normprops.cuda.build import BUILDS
+from normprops.cuda.prod import KEPT_BAD_SOURCE, SOURCE
+print(*[f'kernels.cu {b}' for b in BUILDS], f'{SOURCE} default', f'{KEPT_BAD_SOURCE} default', sep='\n')")
+while read -r src build; do
   python -c "from normprops.cuda.build import module; module('$build', source='$src')" \
     > "$out/compile-$src-$build.log" 2>&1 &
-done
+done <<< "$units"
 start=$(date +%s)
 python -m pytest -m numerics -n "$workers" --hypothesis-profile "${PROFILE:-dev}" -p no:cacheprovider \
   --junitxml="$out/junit.xml" "$@" > "$out/numerics.log" 2>&1

@@ -12,9 +12,10 @@ import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
 
-# Longest first: "torch-cuda" is not "torch", "cuda-prod" is not "cuda".
-BACKENDS = ("cuda-cluster", "cuda-prod", "torch-compile", "torch-cuda", "torch-cpu", "cuda", "liger",
-            "quack", "jax", "flax", "numpy")
+from normprops.specs import KERNELS
+
+# The registry's backends, longest first: "cuda-prod" is matched before "cuda".
+BACKENDS = sorted({k.backend for k in KERNELS}, key=len, reverse=True)
 _ID = re.compile(r"\[(" + "|".join(map(re.escape, BACKENDS)) + r")-")
 
 
