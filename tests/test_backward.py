@@ -526,6 +526,48 @@ def test_dx_accepts_a_subnormal_xhat_rounded_by_tiny() -> None:
         assert 8 * per_tiny_of_xhat > bound
 
 
+def _autograd_rms_norm_dx(x: np.ndarray, dy: np.ndarray, eps: float) -> np.ndarray:
+    """dx of ``x * rsqrt(mean(x^2) + eps)`` (gamma = 1) in float32, in autograd's order: rsqrt's
+    derivative ``-0.5 rstd^3`` scales ``sum(dy x)``, the mean's divides it by C, and x^2's
+    multiplies it by ``2 x``."""
+    cols = F32(x.shape[1])
+    rstd = F32(1) / np.sqrt(np.mean(x * x, axis=1, keepdims=True, dtype=F32) + F32(eps))
+    scalar = ((np.sum(dy * x, axis=1, keepdims=True, dtype=F32) * F32(-0.5)) * rstd**3) / cols
+    return dy * rstd + (scalar * F32(2)) * x
+
+
+def test_dx_accepts_the_projections_subnormal_scalar_scaled_by_x() -> None:
+    """autograd's RMS norm forms the projection's scalar ``rstd^3 mean(g x)`` and multiplies it by
+    x_j. Here the scalar is -5.9e-42, below FLT_MIN, so its roundings are absolute and x_j = 14
+    multiplies them: dx[0, 0] is 8.3181e-41 where 8.3165e-41 is exact, about 12 tiny off, and the
+    term is itself below FLT_MIN. The case is the shrunk one of PyTorch's CPU RMS norm backward in
+    ``orthogonal_dy`` on an H200 (err/tol 1.4 before the floor took x_j in). Where the term is not
+    below FLT_MIN, losing it is a bug (docs/ecosystem.md, finding 17), and it stays caught."""
+    spec = next(k for k in KERNELS if (k.backend, k.name) == ("torch-cpu", "F.rms_norm.backward"))
+    least = float(np.finfo(F32).tiny)  # FLT_MIN
+    eps = float(F32(2.0**-23))
+    x = np.array([[14.0, least], [least, 14.0]], F32)
+    dy = np.array([[0.0, -0.9805271625518799], [-0.8174782991409302, 2.220446049250313e-16]], F32)
+    case = _case("rmsnorm_backward", rows=2, cols=2).replace(x=x, dy=dy, gamma=np.ones(2, F32), eps=eps)
+    ref = grad_reference(case)
+    tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+    replica = _autograd_rms_norm_dx(x, dy, eps)
+    for got in (replica[0, 0], 8.318107684232114e-41):  # the replica's; PyTorch's on the CPU
+        error = abs(float(got) - ref.z["dx"][0, 0])
+        assert error > 8 * 2.0**-149  # past the floor the bound had before
+        assert error <= tol.tol["dx"][0, 0], (got, ref.z["dx"][0, 0], tol.tol["dx"][0, 0])
+    # finding 17 (docs/reproducers/torch_rms_norm_backward_underflow.py): a row of 8 near 1e15,
+    # where rstd^3 underflows; the projection's term is 1e-16, and losing it is still an error.
+    x = np.full((1, 8), 1e15, F32)
+    x[0, 0] = 2e15
+    dy = np.linspace(-1, 1, 8, dtype=F32)[None, :]
+    case = _case("rmsnorm_backward", rows=1, cols=8).replace(x=x, dy=dy, gamma=np.ones(8, F32), eps=1e-6)
+    ref = grad_reference(case)
+    tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+    error = np.abs(_autograd_rms_norm_dx(x, dy, case.eps) - ref.z["dx"])
+    assert (error > 100 * tol.tol["dx"]).any()
+
+
 def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
     """dy of 1e29, gamma 6404 and rstd 1e6 (x of 1e-21, eps 1e-12): the exact dx of row 1 is
     -6.28e38, past FLT_MAX, so float32's answer is -inf (PyTorch's CPU gives it). The shrunk case
