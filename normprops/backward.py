@@ -264,14 +264,16 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         # terms lie rstd below g xhat's, and a loss below FLT_MIN there grows by xhat rstd^2.
         dx = dx + 4 * tiny * (ref.rstd * (case.cols + 2) * (1 + ax) + 1 + ax * ref.rstd**2)
         # The projection's per-row scalar may be formed first and then multiplied by x_j - mean =
-        # xhat_j / rstd (autograd's RMS norm: rstd^3 mean(g x) = rstd^2 mean(g xhat), then x_j
-        # times that). Where the scalar lies below FLT_MIN, each of its few roundings loses up to
-        # tiny / 2, and x_j multiplies the loss. That is allowed only where the projection's term
-        # in dx_j is itself below FLT_MIN: where it is not, losing it is the underflow bug of such
-        # kernels (docs/ecosystem.md, finding 17), which stays caught.
+        # xhat_j / rstd (autograd's RMS norm: rstd^3 sum(g x) times -0.5, divided by C, then
+        # times 2 x_j). Where the scalar lies below FLT_MIN, its roundings after rstd^3 lose up to
+        # min(tiny, |scalar|) / 2 each, absolutely, and 2 x_j / C and 2 x_j multiply them: at most
+        # (1 + 1/C) min(tiny, scalar) |x_j|, and the bound allows 4. That is allowed only where the
+        # projection's term in dx_j is itself below FLT_MIN: where it is not, losing it is the
+        # underflow bug of such kernels (docs/ecosystem.md, finding 17), which stays caught.
         scalar = ref.rstd**2 * g2
         own = ax * ref.rstd * g2
-        dx = dx + np.where((scalar < FLT_MIN) & (own < FLT_MIN), 4 * tiny * ax / ref.rstd, 0.0)
+        dx = dx + np.where((scalar < FLT_MIN) & (own < FLT_MIN),
+                           4 * np.minimum(tiny, scalar) * ax / ref.rstd, 0.0)
         tol = {"dx": dx}
         sums = ~ref.poisoned[:, None]
         # Each term dy (x - mean) rstd may round dy (x - mean) below FLT_MIN before rstd scales it

@@ -566,6 +566,13 @@ def test_dx_accepts_the_projections_subnormal_scalar_scaled_by_x() -> None:
     tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
     error = np.abs(_autograd_rms_norm_dx(x, dy, case.eps) - ref.z["dx"])
     assert (error > 100 * tol.tol["dx"]).any()
+    # The room shrinks with the scalar: on x = [1e18, 1e14], dy = [0, 7e-15] the scalar is 3.5e-55,
+    # far below tiny, and dx_1 (9.9e-33, in the normal range) set to 0 is still an error.
+    x, dy = np.array([[1e18, 1e14]], F32), np.array([[0.0, 7e-15]], F32)
+    case = _case("rmsnorm_backward", rows=1, cols=2).replace(x=x, dy=dy, gamma=np.ones(2, F32), eps=1e-6)
+    ref = grad_reference(case)
+    tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+    assert abs(ref.z["dx"][0, 1]) > tol.tol["dx"][0, 1]
 
 
 def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
