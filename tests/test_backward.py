@@ -544,35 +544,36 @@ def test_dx_accepts_the_projections_subnormal_scalar_scaled_by_x() -> None:
     ``orthogonal_dy`` on an H200 (err/tol 1.4 before the floor took x_j in). Where the term is not
     below FLT_MIN, losing it is a bug (docs/ecosystem.md, finding 17), and it stays caught."""
     spec = next(k for k in KERNELS if (k.backend, k.name) == ("torch-cpu", "F.rms_norm.backward"))
+
+    def exact_and_bound(x: np.ndarray, dy: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+        rows, cols = x.shape
+        case = _case("rmsnorm_backward", rows=rows, cols=cols).replace(
+            x=x, dy=dy, gamma=np.ones(cols, F32), eps=eps)
+        ref = grad_reference(case)
+        tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+        return ref.z["dx"], tol.tol["dx"]
+
     least = float(np.finfo(F32).tiny)  # FLT_MIN
     eps = float(F32(2.0**-23))
     x = np.array([[14.0, least], [least, 14.0]], F32)
     dy = np.array([[0.0, -0.9805271625518799], [-0.8174782991409302, 2.220446049250313e-16]], F32)
-    case = _case("rmsnorm_backward", rows=2, cols=2).replace(x=x, dy=dy, gamma=np.ones(2, F32), eps=eps)
-    ref = grad_reference(case)
-    tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+    exact, bound = exact_and_bound(x, dy, eps)
     replica = _autograd_rms_norm_dx(x, dy, eps)
     for got in (replica[0, 0], 8.318107684232114e-41):  # the replica's; PyTorch's on the CPU
-        error = abs(float(got) - ref.z["dx"][0, 0])
+        error = abs(float(got) - exact[0, 0])
         assert error > 8 * 2.0**-149  # past the floor the bound had before
-        assert error <= tol.tol["dx"][0, 0], (got, ref.z["dx"][0, 0], tol.tol["dx"][0, 0])
+        assert error <= bound[0, 0], (got, exact[0, 0], bound[0, 0])
     # finding 17 (docs/reproducers/torch_rms_norm_backward_underflow.py): a row of 8 near 1e15,
     # where rstd^3 underflows; the projection's term is 1e-16, and losing it is still an error.
     x = np.full((1, 8), 1e15, F32)
     x[0, 0] = 2e15
     dy = np.linspace(-1, 1, 8, dtype=F32)[None, :]
-    case = _case("rmsnorm_backward", rows=1, cols=8).replace(x=x, dy=dy, gamma=np.ones(8, F32), eps=1e-6)
-    ref = grad_reference(case)
-    tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
-    error = np.abs(_autograd_rms_norm_dx(x, dy, case.eps) - ref.z["dx"])
-    assert (error > 100 * tol.tol["dx"]).any()
+    exact, bound = exact_and_bound(x, dy, 1e-6)
+    assert (np.abs(_autograd_rms_norm_dx(x, dy, 1e-6) - exact) > 100 * bound).any()
     # The room shrinks with the scalar: on x = [1e18, 1e14], dy = [0, 7e-15] the scalar is 3.5e-55,
     # far below tiny, and dx_1 (9.9e-33, in the normal range) set to 0 is still an error.
-    x, dy = np.array([[1e18, 1e14]], F32), np.array([[0.0, 7e-15]], F32)
-    case = _case("rmsnorm_backward", rows=1, cols=2).replace(x=x, dy=dy, gamma=np.ones(2, F32), eps=1e-6)
-    ref = grad_reference(case)
-    tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
-    assert abs(ref.z["dx"][0, 1]) > tol.tol["dx"][0, 1]
+    exact, bound = exact_and_bound(np.array([[1e18, 1e14]], F32), np.array([[0.0, 7e-15]], F32), 1e-6)
+    assert abs(exact[0, 1]) > bound[0, 1]
 
 
 def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
