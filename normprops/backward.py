@@ -272,8 +272,17 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
         # underflow bug of such kernels (docs/ecosystem.md, finding 17), which stays caught.
         scalar = ref.rstd**2 * g2
         own = ax * ref.rstd * g2
-        dx = dx + np.where((scalar < FLT_MIN) & (own < FLT_MIN),
+        below = own < FLT_MIN
+        dx = dx + np.where((scalar < FLT_MIN) & below,
                            4 * np.minimum(tiny, scalar) * ax / ref.rstd, 0.0)
+        # Or xhat_j is divided by C first and the quotient multiplied by the row's sum(g xhat)
+        # (PyTorch's decomposition of _fused_rms_norm_backward, which Inductor compiles:
+        # (g - (xhat / C) sum(g xhat)) rstd). Where xhat_j / C lies below FLT_MIN it rounds by up
+        # to min(tiny, xhat_j / C) / 2, absolutely, and C G2 rstd multiplies that; the bound allows
+        # 4. Under the same condition: the term itself below FLT_MIN, so it may be lost, no more.
+        share = ax / case.cols
+        dx = dx + np.where((share < FLT_MIN) & below,
+                           4 * np.minimum(tiny, share) * case.cols * g2 * ref.rstd, 0.0)
         tol = {"dx": dx}
         sums = ~ref.poisoned[:, None]
         # Each term dy (x - mean) rstd may round dy (x - mean) below FLT_MIN before rstd scales it

@@ -521,9 +521,59 @@ def test_dx_accepts_a_subnormal_xhat_rounded_by_tiny() -> None:
         tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
         exact, bound = ref.z["dx"][0, 0], tol.tol["dx"][0, 0]
         assert abs(gpu - exact) <= bound, (gpu, exact, bound)
-        # The room is about 4 tiny of xhat, no more: xhat_0 off by 8 tiny is caught.
+        assert _decomposed_rms_norm_dx(case)[0, 0] == pytest.approx(gpu, rel=1e-6)
+        # The room is about 4 (C + 1) tiny of xhat (xhat's own rounding and that of xhat / C,
+        # which the row's sum multiplies), no more: xhat_0 off by 8 (C + 1) tiny is caught.
         per_tiny_of_xhat = 2.0**-149 * abs(exact / (x[0] * ref.rstd[0, 0]))
-        assert 8 * per_tiny_of_xhat > bound
+        assert 8 * (cols + 1) * per_tiny_of_xhat > bound
+
+
+def _decomposed_rms_norm_dx(case: Case) -> np.ndarray:
+    """dx in float32 in the order of PyTorch's decomposition of ``_fused_rms_norm_backward``,
+    which Inductor compiles: ``(g - (xhat / C) sum(xhat g)) rstd`` with ``g = dy gamma``."""
+    x, cols = case.x, F32(case.cols)
+    rstd = F32(1) / np.sqrt(np.mean(x * x, axis=1, keepdims=True, dtype=F32) + F32(case.eps))
+    g = case.dy * case.gamma[None, :]
+    xhat = x * rstd
+    return (g - (xhat / cols) * np.sum(xhat * g, axis=1, keepdims=True, dtype=F32)) * rstd
+
+
+def test_dx_accepts_xhat_over_c_rounded_below_flt_min_then_scaled_by_the_rows_sum() -> None:
+    """Inductor's RMS norm backward divides xhat by C before multiplying by the row's
+    ``sum(g xhat)``. Where ``xhat_j / C`` lies below FLT_MIN its rounding is absolute, and
+    ``rstd sum(g xhat)`` multiplies it. The case is the one ``torch.compile``'s RMS norm backward
+    failed in ``cancelling_dy`` on an H200 (err/tol 1.02 before the floor took C in): x_0 = FLT_MIN
+    in a row reaching -100, dy_0 = 3.9e-39, where the GPU gave 1.1995e-42 for 1.2166e-42, as the
+    same order does in numpy. Where the projection's term is not below FLT_MIN, losing it to an
+    underflowing ``xhat / C`` is still an error."""
+    spec = next(k for k in KERNELS if k.name == "compiled.rms_norm.backward-f32")
+
+    def judged(case: Case) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ref = grad_reference(case)
+        tol = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction)
+        return _decomposed_rms_norm_dx(case), ref.z["dx"], tol.tol["dx"]
+
+    case = make_grad_case(
+        op="rmsnorm_backward", family="cancelling_dy", rows=2, cols=75, seed=0,
+        x_family="wide_span", x_params={"top": float(np.finfo(F32).tiny), "span": 100.0, "position": 0},
+        dy_kind="cancelling", dy_params={"level": 9.646616199111993, "slope": 2.0, "noise": 0.1},
+        eps=float(F32(2.0**-23)))
+    replica, exact, bound = judged(case)
+    assert float(replica[0, 0]) == pytest.approx(1.1995e-42, rel=1e-4)
+    error = abs(float(replica[0, 0]) - exact[0, 0])
+    assert error > 12 * 2.0**-149  # past the room the bound had before
+    assert (np.abs(replica - exact) <= bound).all()
+    # A row of 4096 at +-1000 with dy = 1e6 sign(x), and x_0 = 3.6e-38: xhat_0 / C is 6.3 tiny
+    # and x_0's projection term is -3.6e-38, in the normal range. This order rounds xhat_0 / C to
+    # 6 tiny, 4 % of the term (err/tol 56), and that is caught.
+    x = np.where(np.arange(4096) % 2 == 0, 1000.0, -1000.0).astype(F32)[None, :]
+    dy = (1e6 * np.sign(x)).astype(F32)
+    x[0, 0], dy[0, 0] = 3.6e-38, 0.0
+    case = _case("rmsnorm_backward", rows=1, cols=4096).replace(
+        x=x, dy=dy, gamma=np.ones(4096, F32), eps=1e-6)
+    replica, exact, bound = judged(case)
+    assert abs(exact[0, 0]) > np.finfo(F32).tiny
+    assert abs(float(replica[0, 0]) - exact[0, 0]) > 10 * bound[0, 0]
 
 
 def _autograd_rms_norm_dx(x: np.ndarray, dy: np.ndarray, eps: float) -> np.ndarray:
