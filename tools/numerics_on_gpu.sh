@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The numerics suite on a GPU host, as docs/registry.md times it: every compiler's cache in one
 # folder (kept between runs if the folder is), the CUDA sources compiled in the background while
-# the first tests run, junit XML and the log written, then the time summed by backend.
+# the first tests run, junit XML, the log and a fixture of each failure written, then the time
+# summed by backend.
 #
 #   tools/numerics_on_gpu.sh [OUT_DIR] [extra pytest arguments...]   (OUT_DIR default ./numerics-run)
 #
@@ -27,7 +28,7 @@ while read -r src build; do
 done <<< "$units"
 start=$(date +%s)
 python -m pytest -m numerics -n "$workers" --hypothesis-profile "${PROFILE:-dev}" -p no:cacheprovider \
-  --junitxml="$out/junit.xml" "$@" > "$out/numerics.log" 2>&1
+  --junitxml="$out/junit.xml" --normprops-fixtures-dir="$out/fixtures" "$@" > "$out/numerics.log" 2>&1
 status=$?
 echo "pytest exit $status after $(( $(date +%s) - start )) s; $(tail -n 1 "$out/numerics.log")"
 grep -E "^(FAILED|ERROR)" "$out/numerics.log"

@@ -167,11 +167,22 @@ _CPU_GRAD_BUGS = {
 # 2000 draws).
 _N_TIMES_TOO_LARGE = ("dx overflows to inf where N |dy gamma| passes FLT_MAX: each term is formed N "
                       "times too large and divided by N at the end")
+# compute_gI's projection sum (stats_x2) adds dy * gamma * (x - mean) * rstd, multiplied left to
+# right: for RMS norm (mean 0) the product dy gamma x is formed before rstd scales it, and is inf
+# where it passes FLT_MAX although its term, dy gamma xhat, is far inside float32's range (tall, on
+# an H200: one column of x ~ 1e6, dy ~ 2e29 and gamma 3290, dx -inf where the exact is 7.6e7;
+# docs/reproducers/torch_rms_norm_backward_cuda_product_overflow.py shows it on one row). Random
+# draws seldom reach it (0 of 3000 tall cases of either op pass FLT_MAX there), so the case is the
+# explicit example; layer norm's centred x - mean makes it rarer still, and no hunt has met it.
+_PRODUCT_TOO_LARGE = ("dx overflows to inf or NaN where |dy gamma x| passes FLT_MAX: each term of the "
+                      "projection's sum is formed from x itself and scaled by rstd only afterwards")
 _CUDA_GRAD_BUGS = {
     kernel: (KnownBug("dy_scale", _N_TIMES_TOO_LARGE, property="finite", shows_from_cols=2048,
                       example=f"{kernel}-cuda-dy_scale.json"),)
     for kernel in ("F.layer_norm.backward", "F.rms_norm.backward")
 }
+_CUDA_GRAD_BUGS["F.rms_norm.backward"] += (
+    KnownBug("tall", _PRODUCT_TOO_LARGE, property="finite", example="F.rms_norm.backward-cuda-tall.json"),)
 _GRAD_BUGS = {"torch-cpu": _CPU_GRAD_BUGS, "torch-cuda": _CUDA_GRAD_BUGS}
 TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.bugs))
                            for k in TORCH_GRAD_KERNELS)
