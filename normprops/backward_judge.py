@@ -20,7 +20,7 @@ from normprops.case import Case
 from normprops.dtypes import get_dtype
 from normprops.judge import Verdict, judge_bitwise
 
-__all__ = ["judge_grads", "judge_grads_bitwise"]
+__all__ = ["judge_grads", "judge_grads_bitwise", "with_exact"]
 
 
 def _as_rows(a: np.ndarray) -> np.ndarray:
@@ -35,6 +35,33 @@ def _verdict(label: str, case: Case, prop: str, output: str, row: int | None, co
                    None if error is None else float(error),
                    None if tolerance is None else float(tolerance), float(ratio), reason,
                    output=output)
+
+
+def _past_range(z: float, dtype: str) -> str:
+    return f"expected {'-' if z < 0 else ''}inf: the exact result {z:.5g} is past {dtype}'s range"
+
+
+def _nonfinite(z: float) -> str:
+    return f"non-finite output where the exact result is {z:.5g}"
+
+
+def with_exact(verdict: Verdict, exact: float, *, dtype: str) -> Verdict:
+    """``verdict`` quoting ``exact`` (a sharper oracle's value of its element) as the exact result,
+    with its error and err/tol from it. The verdict stands as judged: where the sharper value would
+    clear the element (it cannot, while float64's error stays far inside the bound), or is not
+    finite, the verdict is returned as it was."""
+    if verdict.expected is None or not math.isfinite(exact) or exact == verdict.expected:
+        return verdict
+    if verdict.reason.startswith("non-finite output"):
+        return replace(verdict, expected=exact, reason=_nonfinite(exact))
+    if verdict.reason.startswith("expected") and "past" in verdict.reason:
+        return replace(verdict, expected=exact, reason=_past_range(exact, dtype))
+    if verdict.error is None or not verdict.tolerance:
+        return verdict
+    error = abs(verdict.got - exact)
+    if not error > verdict.tolerance:
+        return verdict
+    return replace(verdict, expected=exact, error=error, ratio=error / verdict.tolerance)
 
 
 def _worst(score: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
@@ -89,14 +116,13 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             r, c = _worst(np.ones_like(err), bad)
             add(_verdict(label, case, "range_safety" if ranged[r, c] else "accuracy", name, row(r),
                          c, got[r, c], z[r, c],
-                         reason=f"expected {'-' if z[r, c] < 0 else ''}inf: the exact result "
-                                f"{z[r, c]:.5g} is past {case.dtype}'s range"))
+                         reason=_past_range(z[r, c], case.dtype)))
         bad = judged & ~np.isfinite(got)
         if bad.any():
             r, c = _worst(np.ones_like(err), bad)
             add(_verdict(label, case, "range_safety" if ranged[r, c] else "finite", name, row(r), c,
                          got[r, c], z[r, c],
-                         reason=f"non-finite output where the exact result is {z[r, c]:.5g}"))
+                         reason=_nonfinite(z[r, c])))
         failing = accurate & np.isfinite(got) & ~(err <= t)
         for prop, mask in (("range_safety", ranged), ("accuracy", ~ranged)):
             sel = failing & mask

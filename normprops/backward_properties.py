@@ -15,14 +15,14 @@ from typing import Callable
 
 import numpy as np
 
-from normprops.backward import grad_reference, grad_tolerance
-from normprops.backward_judge import judge_grads, judge_grads_bitwise
+from normprops.backward import exact_element, grad_reference, grad_tolerance
+from normprops.backward_judge import judge_grads, judge_grads_bitwise, with_exact
 from normprops.case import Case
 from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import get_op
 
-__all__ = ["evaluate_grad", "named_outputs"]
+__all__ = ["evaluate_grad", "named_outputs", "quoting_exact"]
 
 Call = Callable[[Target, Case], "np.ndarray | tuple[np.ndarray, ...] | Verdict"]
 
@@ -75,6 +75,17 @@ def _metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray], *, cal
         if found:
             return found
     return None
+
+
+def quoting_exact(case: Case, verdict: Verdict, *, oracle: str) -> Verdict:
+    """``verdict`` on the gradient ``case`` as a report quotes it: judged against float64, it
+    quotes its element's value at 200 bits as the exact result (:func:`exact_element`). Called
+    once per finding, not per example: the hunt judges by float64, which its bounds allow for."""
+    if (oracle != "float64" or verdict.expected is None or verdict.output is None
+            or verdict.col is None or case.dy is None):
+        return verdict
+    exact = exact_element(case, output=verdict.output, row=verdict.row, col=verdict.col)
+    return with_exact(verdict, exact, dtype=case.dtype)
 
 
 def evaluate_grad(target: Target, case: Case, *, call: Call, policy: str = "default",

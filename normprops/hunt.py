@@ -22,6 +22,7 @@ from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
 from normprops import interrupt
+from normprops.backward_properties import quoting_exact
 from normprops.backward_strategies import grad_cases
 from normprops.case import Case
 from normprops.errors import FatalTargetError
@@ -290,6 +291,9 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
         max_ratio = max(max_ratio, seen.max_ratio)
         if seen.last is not None:
             (minimal, verdict), (worst, worst_verdict) = seen.last, seen.worst
+            if is_backward(target.op):
+                verdict = quoting_exact(minimal, verdict, oracle=config.oracle)
+                worst_verdict = quoting_exact(worst, worst_verdict, oracle=config.oracle)
             findings.append(Finding(target.label, family, verdict.property, verdict, minimal, worst,
                                     worst_verdict, flaky=seen.flaky))
             skip = skip | {verdict.property}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -685,3 +686,43 @@ def test_taking_rows_of_a_gradient_case_takes_their_dy() -> None:
     case = _case("rmsnorm_backward", rows=3, cols=4)
     one = case.take(np.array([2]))
     assert one.x.shape == one.dy.shape == (1, 4) and np.array_equal(one.dy[0], case.dy[2])
+
+
+def _compute_gi_rms_norm_backward(dy, x, gamma, eps):
+    """PyTorch's CUDA RMS norm backward (compute_gI) in float32 numpy: the projection's sum adds
+    ``dy gamma x rstd``, multiplied left to right, and dx is ``(N g - xhat sum) rstd / N``."""
+    cols = F32(x.shape[1])
+    with np.errstate(all="ignore"):
+        rstd = F32(1) / np.sqrt(np.mean(x * x, axis=1, keepdims=True, dtype=F32) + F32(eps))
+        g = dy * gamma[None, :]
+        stats = np.sum((g * x) * rstd, axis=1, keepdims=True, dtype=F32)
+        dx = (cols * g - (x * rstd) * stats) * (F32(1) / cols * rstd)
+        return dx, np.sum(dy * (x * rstd), axis=0, dtype=F32)
+
+
+def test_a_finding_quotes_the_exact_value_where_float64_cannot_resolve_it() -> None:
+    """The shrunk case of PyTorch's CUDA RMS norm backward in ``tall`` (docs/ecosystem.md,
+    finding 33): one column of x ~ 1e6 with eps 2^-23, where dx's projection cancels to
+    1 - xhat^2 = 1.2e-19, below float64's resolution. float64 says 1.436e11 and judges by it (the
+    bound, 2.3e21, allows that); the finding quotes the 200-bit value, 7.6468e7."""
+    cases = Path(__file__).parents[1] / "tools" / "cases"
+    case = make_grad_case(**json.loads((cases / "rmsnorm_backward-tall-product-overflow.json").read_text()))
+    target = replace(target_from_callable(_compute_gi_rms_norm_backward, op="rmsnorm_backward",
+                                          name="compute_gI", row_reduction="sequential"),
+                     examples=(case,))
+    result = hunt(target, family="tall", config=HuntConfig(max_examples=1, seed=0))
+    finding = next(f for f in result.findings if f.property == "finite")
+    assert finding.verdict.expected == pytest.approx(7.6467777709e7, rel=1e-9)
+    assert finding.message.endswith("dx[row 5 col 0]: non-finite output where the exact result is 7.6468e+07")
+    assert grad_reference(case).z["dx"][5, 0] == pytest.approx(1.436e11, rel=1e-3)  # float64's
+
+
+def test_a_quoted_exact_value_restates_the_error_but_never_clears_a_verdict() -> None:
+    from normprops.backward_judge import with_exact
+
+    judged = Verdict("rmsnorm_backward[k]", "accuracy", "tall", 0, 0, 10.0, 2.0, 8.0, 4.0, 2.0, "",
+                     output="dx")
+    sharper = with_exact(judged, 1.0, dtype="float32")
+    assert (sharper.expected, sharper.error, sharper.ratio) == (1.0, 9.0, 2.25)
+    assert with_exact(judged, 7.0, dtype="float32") == judged  # |10 - 7| < 4: left as judged
+    assert with_exact(judged, math.nan, dtype="float32") == judged
