@@ -77,12 +77,17 @@ def _metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray], *, cal
     return None
 
 
+# The properties whose verdicts compare an output with its exact value (the metamorphic ones
+# compare two outputs of the kernel, and their "expected" is the other output).
+_AGAINST_EXACT = frozenset({"accuracy", "range_safety", "finite"})
+
+
 def quoting_exact(case: Case, verdict: Verdict, *, oracle: str) -> Verdict:
     """``verdict`` on the gradient ``case`` as a report quotes it: judged against float64, it
     quotes its element's value at 200 bits as the exact result (:func:`exact_element`). Called
     once per finding, not per example: the hunt judges by float64, which its bounds allow for."""
-    if (oracle != "float64" or verdict.expected is None or verdict.output is None
-            or verdict.col is None or case.dy is None):
+    if (oracle != "float64" or verdict.property not in _AGAINST_EXACT or verdict.expected is None
+            or verdict.output is None or verdict.col is None or case.dy is None):
         return verdict
     exact = exact_element(case, output=verdict.output, row=verdict.row, col=verdict.col)
     return with_exact(verdict, exact, dtype=case.dtype)

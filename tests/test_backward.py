@@ -726,3 +726,9 @@ def test_a_quoted_exact_value_restates_the_error_but_never_clears_a_verdict() ->
     assert (sharper.expected, sharper.error, sharper.ratio) == (1.0, 9.0, 2.25)
     assert with_exact(judged, 7.0, dtype="float32") == judged  # |10 - 7| < 4: left as judged
     assert with_exact(judged, math.nan, dtype="float32") == judged
+    # A metamorphic verdict's "expected" is the kernel's other output, not the exact value.
+    from normprops.backward_properties import quoting_exact
+    case = _case("rmsnorm_backward")
+    other_run = replace(judged, property="determinism", error=None, tolerance=None,
+                        reason="second launch: 10.0 vs 2.0")
+    assert quoting_exact(case, other_run, oracle="float64") == other_run
