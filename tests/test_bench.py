@@ -465,3 +465,19 @@ def test_the_report_holds_the_table_and_every_verdict() -> None:
                                      peers={"liger": (False, "not installed")})
     assert header.splitlines() == ["normprops bench on NVIDIA H200, sm_90; L2 60 MiB; 7 interleaved rounds "
                                    "of 10 launches, CUDA events", "peer liger: unavailable (not installed)"]
+
+
+def test_hunt_phases_accounts_for_each_cells_time() -> None:
+    """tools/hunt_phases.py: one row per hunted cell, its phases summing to the cell's time."""
+    import subprocess
+
+    tool = Path(__file__).parents[1] / "tools" / "hunt_phases.py"
+    done = subprocess.run([sys.executable, str(tool), "--backend", "numpy", "--kernel", "rmsNormRow",
+                           "--families", "ordinary,overflow_logits", "--max-examples", "100"],
+                          capture_output=True, text=True, timeout=300, check=True)
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if "rmsNormRow" in line]
+    assert [r[1].strip() for r in rows] == ["ordinary"]  # overflow_logits is softmax's only
+    seconds = [float(v) for v in rows[0][3:]]
+    total, phases = seconds[0], seconds[1:]
+    assert int(rows[0][2]) >= 100 and phases[1] > 0 and phases[5] > 0  # the case's calls, the oracle
+    assert sum(phases) == pytest.approx(total, abs=0.05)

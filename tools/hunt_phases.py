@@ -106,7 +106,7 @@ def main() -> int:
             result = hunt(registry_target(spec, family), family=family, config=config)
             measured = sum(clock.seconds.values())
             clock.seconds["rest"] = max(0.0, result.elapsed_s - measured)
-            cells = " | ".join(f"{clock.seconds[p]:.2f}" for p in PHASES)
+            cells = " | ".join(f"{clock.seconds[p]:.3f}" for p in PHASES)
             print(f"| {spec.name} | {family} | {result.examples} | {result.elapsed_s:.2f} | {cells} |",
                   flush=True)
     return 0
