@@ -732,3 +732,24 @@ def test_a_quoted_exact_value_restates_the_error_but_never_clears_a_verdict() ->
     other_run = replace(judged, property="determinism", error=None, tolerance=None,
                         reason="second launch: 10.0 vs 2.0")
     assert quoting_exact(case, other_run, oracle="float64") == other_run
+
+
+def test_keep_case_keeps_a_registry_kernels_failure_on_a_printed_case(tmp_path: Path) -> None:
+    """tools/keep_case.py on the committed case of finding 33 with PyTorch's CPU RMS norm backward,
+    which overflows there too (autograd's sum(dy gamma x)): one fixture of the finding, quoting the
+    exact value."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    root = Path(__file__).parents[1]
+    done = subprocess.run(
+        [sys.executable, str(root / "tools" / "keep_case.py"),
+         "--case", str(root / "tools" / "cases" / "rmsnorm_backward-tall-product-overflow.json"),
+         "--kernel", "torch-cpu:F.rms_norm.backward", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (path,) = (tmp_path / "rmsnorm_backward").glob("tall-*.json")
+    fixture = load_fixture(path)
+    assert (fixture.impl, fixture.property) == ("F.rms_norm.backward", "finite")
+    assert "exact result is 7.6468e+07" in fixture.message
