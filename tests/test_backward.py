@@ -700,6 +700,47 @@ def _compute_gi_rms_norm_backward(dy, x, gamma, eps):
         return dx, np.sum(dy * (x * rstd), axis=0, dtype=F32)
 
 
+def _decomposed_layer_norm_backward(dy, x, gamma, beta, eps):
+    """The layer norm backward ``torch.compile`` generates, in float32 numpy: PyTorch's decomposition
+    of native_layer_norm_backward (torch/_decomp/decompositions.py), ``a = (dy gamma) N``, then
+    ``dx = (rstd / N) (a - sum(dy gamma) - xhat sum(dy gamma xhat))``."""
+    cols = F32(x.shape[1])
+    with np.errstate(all="ignore"):
+        mean = np.mean(x, axis=1, keepdims=True, dtype=np.float64).astype(F32)
+        var = np.mean((x - mean).astype(np.float64) ** 2, axis=1, keepdims=True).astype(F32)
+        rstd = F32(1) / np.sqrt(var + F32(eps))
+        xhat = (x - mean) * rstd
+        g = dy * gamma[None, :]
+        inner = g * cols - np.sum(g, axis=1, keepdims=True, dtype=F32) \
+            - xhat * np.sum(g * xhat, axis=1, keepdims=True, dtype=F32)
+        return (rstd / cols) * inner, np.sum(dy * xhat, axis=0, dtype=F32), np.sum(dy, axis=0, dtype=F32)
+
+
+def test_the_compiled_layer_norm_backwards_known_case_overflows_n_dy_gamma() -> None:
+    """docs/ecosystem.md, finding 34: torch.compile's layer norm backward (Inductor's decomposition,
+    which forms ``dy gamma N``) is inf where N |dy gamma| passes FLT_MAX. Its registry entry declares
+    the bug in ``dy_scale`` with the case judged on an H200 as the explicit example; the case is the
+    one tools/cases/ names, and the decomposition overflows on it where the exact dx is 1.08e35."""
+    from normprops.registry_hunt import known_example
+
+    spec = next(k for k in KERNELS if k.name == "compiled.layer_norm.backward-f32")
+    bug = spec.bug_in("dy_scale")
+    assert bug is not None and bug.property == "finite" and bug.example
+    example = known_example(bug.example)
+    cases = Path(__file__).parents[1] / "tools" / "cases"
+    path = cases / "layernorm_backward-dy_scale-n-dy-gamma-overflow.json"
+    case = make_grad_case(**json.loads(path.read_text()))
+    assert all(np.array_equal(getattr(case, a), getattr(example, a)) for a in ("x", "dy", "gamma", "beta"))
+    assert np.max(np.abs(case.dy.astype(np.float64) * case.gamma)) * case.cols > np.finfo(np.float32).max
+    target = replace(target_from_callable(_decomposed_layer_norm_backward, op="layernorm_backward",
+                                          name="decomposed", row_reduction="sequential"),
+                     examples=(case,))
+    result = hunt(target, family="dy_scale", config=HuntConfig(max_examples=1, seed=0))
+    finding = next(f for f in result.findings if f.property == "finite")
+    assert (finding.verdict.row, finding.verdict.col) == (1, 2287)
+    assert finding.verdict.expected == pytest.approx(1.0834e35, rel=1e-4)
+
+
 def test_a_finding_quotes_the_exact_value_where_float64_cannot_resolve_it() -> None:
     """The shrunk case of PyTorch's CUDA RMS norm backward in ``tall`` (docs/ecosystem.md,
     finding 33): one column of x ~ 1e6 with eps 2^-23, where dx's projection cancels to
