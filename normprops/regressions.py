@@ -228,7 +228,7 @@ def _decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
         if not (math.isfinite(eps) and eps > 0):
             raise ValueError(f"{what}: eps {eps!r} is not a positive finite float")
     dtype = blob.get("dtype", "float32")
-    if dtype not in DTYPES:
+    if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ValueError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     dy = None
     if ("dy" in spec.params) != ("dy" in blob):

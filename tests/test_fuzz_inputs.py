@@ -78,6 +78,18 @@ def test_fixture_loader_on_damaged_fixtures(tmp_path_factory, doc) -> None:
         assert fixture.minimal.x.ndim == 2 and fixture.minimal.x.size >= 1
 
 
+@pytest.mark.parametrize("dtype", [["bfloat16"], {"name": "float32"}, 5, None, "float64"])
+def test_a_fixture_whose_dtype_is_not_a_type_name_is_unreadable(tmp_path, dtype) -> None:
+    """A float32 fixture stores no dtype, so the fuzzing above seldom reaches the field: a list or
+    an object there once raised TypeError (unhashable) through every command that lists fixtures."""
+    doc = json.loads(next(p for p in COMMITTED if "bfloat16" in p.read_text()).read_text())
+    doc["minimal"]["dtype"] = dtype
+    path = tmp_path / "f.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(FixtureError, match=r"minimal: dtype .* is not one of float32"):
+        load_fixture(path)
+
+
 def _report_doc() -> dict:
     return {"format": "normprops-report/1", "command": "hunt", "targets": [], "complete": True,
             "error": None, "notes": [],
