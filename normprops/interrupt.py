@@ -8,6 +8,10 @@ would then run to its end. :func:`catching` installs a handler that also records
 pending; the "Exception ignored" traceback of a KeyboardInterrupt swallowed that way is not
 printed (it is not lost: it is pending). A process started with SIGINT ignored (a background job)
 keeps ignoring it.
+
+SIGTERM (what a batch scheduler, a CI runner's timeout or ``kill`` sends) stops a run the same way,
+where it has its default action: the run writes its report and exits 143 rather than dying with
+nothing written. :func:`last_signal` says which of the two stopped it.
 """
 
 from __future__ import annotations
@@ -18,14 +22,23 @@ import sys
 import threading
 from collections.abc import Iterator
 
-__all__ = ["catching", "check", "requested"]
+__all__ = ["catching", "check", "last_signal", "requested"]
 
 _pending = threading.Event()
+_last: list[int] = []  # the signal that asked the run to stop, kept after the block ends
+# The handlers a signal has when nobody else handles it: only those are replaced.
+_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
 
 
 def _handler(signum: int, frame: object) -> None:
     _pending.set()
+    _last[:] = [signum]
     raise KeyboardInterrupt
+
+
+def last_signal() -> int | None:
+    """The signal (SIGINT or SIGTERM) that stopped the last :func:`catching` block, or None."""
+    return _last[0] if _last else None
 
 
 def requested() -> bool:
@@ -42,13 +55,15 @@ def check() -> None:
 
 @contextlib.contextmanager
 def catching() -> Iterator[None]:
-    """Within this block, Ctrl-C raises KeyboardInterrupt and stays pending for :func:`check`.
-    Outside the main thread, or where SIGINT is ignored or handled by someone else, nothing
-    changes."""
+    """Within this block, Ctrl-C (and SIGTERM, where it has its default action) raises
+    KeyboardInterrupt and stays pending for :func:`check`. Outside the main thread, or where SIGINT
+    is ignored or handled by someone else, nothing changes."""
     _pending.clear()
+    _last.clear()
     usable = threading.current_thread() is threading.main_thread()
-    previous = signal.getsignal(signal.SIGINT) if usable else None
-    if previous is not signal.default_int_handler:
+    previous = {s: signal.getsignal(s) for s, default in _DEFAULTS.items()
+                if usable and signal.getsignal(s) is default}
+    if signal.SIGINT not in previous:
         yield
         return
     unraisable = sys.unraisablehook
@@ -57,11 +72,13 @@ def catching() -> Iterator[None]:
         if not (isinstance(getattr(info, "exc_value", None), KeyboardInterrupt) and _pending.is_set()):
             unraisable(info)  # type: ignore[arg-type]
 
-    signal.signal(signal.SIGINT, _handler)
+    for signum in previous:
+        signal.signal(signum, _handler)
     sys.unraisablehook = quiet
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         sys.unraisablehook = unraisable
         _pending.clear()

@@ -423,6 +423,33 @@ def test_ctrl_c_prints_what_was_found_writes_the_report_and_exits_130(user_modul
     assert doc["results"] and doc["results"][0]["family"] == "ordinary"
 
 
+def test_sigterm_writes_the_report_and_exits_143(user_module: str, tmp_path: Path) -> None:
+    """What a batch scheduler or a CI job's timeout sends: the hunt stops as on Ctrl-C, prints
+    what it found, writes the report saying it was terminated, and exits 128 + 15."""
+    report = tmp_path / "r.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "normprops", "hunt", "--op", "softmax", "--impl",
+         f"{user_module}:softmax_slow", "--max-examples", "200", "--seed", "0", "--no-fixtures",
+         "--json", str(report)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+    first = proc.stdout.readline()  # the header: the hunt has started
+    assert first.startswith("normprops hunt:"), first + proc.stderr.read()
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGTERM)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"no exit within 60 s of SIGTERM; stdout: {out[-2000:]!r} stderr: {err[-2000:]!r}")
+    assert proc.returncode == 143, out + err
+    assert "Traceback" not in out + err and "terminated: what was found so far follows" in out
+    doc = json.loads(report.read_text())
+    assert doc["error"] == "terminated" and doc["complete"] is False
+    assert doc["results"] and doc["results"][0]["family"] == "ordinary"
+
+
 def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
                                                               tmp_path: Path) -> None:
     report = tmp_path / "r.json"
@@ -434,6 +461,7 @@ def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
     doc = json.loads(report.read_text())
     assert doc["error"] == "interrupted" and doc["results"][0]["examples"] <= 3
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
 def test_an_internal_error_is_one_line_exit_4_and_the_report_is_written(

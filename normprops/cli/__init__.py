@@ -17,7 +17,9 @@ Exit status (scripts rely on it):
   an output that could not be written after all (one line naming it; the results are printed);
 - 5: replay: there was no fixture to replay (none saved, or every one of another storage type or
   width); ``fixtures prune``: no fixture matched (none of ``--kernel NAME``, or none to replay);
-- 130: interrupted (Ctrl-C): what was found so far is printed and written to the report.
+- 130: interrupted (Ctrl-C): what was found so far is printed and written to the report;
+- 143: terminated (SIGTERM, as a scheduler or a CI timeout sends it): the same, the report's
+  ``error`` reading ``terminated``.
 
 Once the arguments are accepted, the ``--json`` report is written on every one of these paths
 (atomically), with an ``error`` field when the run did not finish. A usage error (2) stops before
@@ -40,9 +42,11 @@ from normprops.cli.common import (
     EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_UNREADABLE,
     EXIT_USAGE,
     _ParseError,
+    stopped_by,
 )
 from normprops.cli.fixtures import _fixtures_list, _fixtures_prune, _replay
 from normprops.cli.hunt import _best_backend, _hunt, _kernels
@@ -51,7 +55,7 @@ from normprops.cli.parser import _parser
 from normprops.errors import UsageError
 
 __all__ = ["main", "EXIT_OK", "EXIT_FOUND", "EXIT_USAGE", "EXIT_UNREADABLE", "EXIT_INTERNAL",
-           "EXIT_INTERRUPTED", "DEFAULT_FIXTURES"]
+           "EXIT_INTERRUPTED", "EXIT_TERMINATED", "DEFAULT_FIXTURES"]
 
 
 def _joined_fill(argv: Sequence[str] | None) -> list[str] | None:
@@ -156,6 +160,7 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
         print(f"{prefix}: error: {exc}", file=err)
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("normprops: interrupted", file=err)
-        return EXIT_INTERRUPTED
+        what, code = stopped_by()
+        print(f"normprops: {what}", file=err)
+        return code
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TextIO
 
+from normprops import interrupt
 from normprops.case import ShapeConstraints
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
@@ -24,6 +25,14 @@ from normprops.ops import OPS, check_ignore, check_opt_in, is_backward
 from normprops.report import Report
 
 EXIT_OK, EXIT_FOUND, EXIT_USAGE, EXIT_UNREADABLE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 4, 130
+EXIT_TERMINATED = 143  # SIGTERM, as a shell reports a process it ended (128 + 15)
+
+
+def stopped_by() -> tuple[str, int]:
+    """What stopped the run, as the report and the exit status say it: Ctrl-C or SIGTERM."""
+    if interrupt.last_signal() == signal.SIGTERM:
+        return "terminated", EXIT_TERMINATED
+    return "interrupted", EXIT_INTERRUPTED
 
 
 EXIT_NOTHING = 5  # replay: no fixture to replay (as pytest's 5: nothing collected)
@@ -208,7 +217,8 @@ class _Run:
 
 
 def _finish(run: _Run, code: int) -> int:
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not lose it
+    # A second Ctrl-C or SIGTERM must not lose the report.
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         run.report.write(run.json_path)
     except WriteError as exc:  # checked before the run: the disk filled, the folder went away
@@ -216,7 +226,8 @@ def _finish(run: _Run, code: int) -> int:
               file=run.err)
         return EXIT_INTERNAL
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return code
 
 
@@ -225,10 +236,9 @@ def _guarded(run: _Run, body: Callable[[], int]) -> int:
     try:
         code = body()
     except KeyboardInterrupt:
-        run.report.error = "interrupted"
-        print("\ninterrupted: what was found so far follows", file=run.out)
+        run.report.error, code = stopped_by()
+        print(f"\n{run.report.error}: what was found so far follows", file=run.out)
         run.summary()
-        code = EXIT_INTERRUPTED
     except UsageError:
         raise
     except WriteError as exc:  # a fixture: the hunt stops, and says so, with what it found so far

@@ -14,6 +14,7 @@ from normprops.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_NOTHING,
     EXIT_OK,
+    EXIT_TERMINATED,
     EXIT_UNREADABLE,
     EXIT_USAGE,
     _ignore_list,
@@ -111,7 +112,8 @@ def _parser() -> argparse.ArgumentParser:
                             f"report merge: the reports are not one whole; "
                             f"{EXIT_INTERNAL} internal error or an output not written; "
                             f"{EXIT_NOTHING} replay: nothing to replay; "
-                            f"{EXIT_INTERRUPTED} interrupted. " + _OUTPUT_FILES)
+                            f"{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_TERMINATED} terminated "
+                            f"(SIGTERM). " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
