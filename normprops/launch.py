@@ -251,8 +251,9 @@ def target_from_spec(spec: KernelSpec) -> Target:
                   adapter=adapter, constraints=spec.constraints, row_reduction=spec.row_reduction)
 
 
-def _check_promises(ignore: object, opt_in: object) -> tuple[frozenset[str], frozenset[str]]:
-    """``ignore`` and ``opt_in`` validated, and disjoint: UsageError otherwise."""
+def _check_promises(ignore: object, opt_in: object, op: str) -> tuple[frozenset[str], frozenset[str]]:
+    """``ignore`` and ``opt_in`` validated, disjoint, and each optional property one that ``op``
+    has: UsageError otherwise."""
     try:
         ignored, asked = check_ignore(ignore), check_opt_in(opt_in)
     except ValueError as exc:
@@ -261,6 +262,12 @@ def _check_promises(ignore: object, opt_in: object) -> tuple[frozenset[str], fro
     if both:
         raise UsageError(f"{', '.join(both)} both ignored and checked (--ignore and --check, ignore= "
                          f"and opt_in=): a kernel promises a property or does not; keep one")
+    if "row_order" in asked and get_op(op).forward is None:
+        raise UsageError(f"--check row_order (opt_in=) applies to the gradient ops only; op {op} "
+                         f"has no dgamma or dbeta")
+    if "exact_constant" in asked and op not in ("layernorm", "rmsnorm"):
+        raise UsageError(f"--check exact_constant (opt_in=) applies to layernorm and rmsnorm only; op "
+                         f"{op} has no row whose output is exactly known")
     return ignored, asked
 
 
@@ -351,9 +358,6 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
         if row_reduction != "blocks":
             raise UsageError(f"--row-reduction (row_reduction=) applies to the gradient ops only; op "
                              f"{op} sums no rows into dgamma or dbeta")
-        if "row_order" in _check_promises(ignore, opt_in)[1]:
-            raise UsageError(f"--check row_order (opt_in=) applies to the gradient ops only; op {op} "
-                             f"has no dgamma or dbeta")
     adapter = get_adapter(framework, dtype=dtype, device=device)
     fill = _mask_fill(op, mask, mask_fill, dtype)
     _check_variance(variance, op)
@@ -364,7 +368,7 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _check_arithmetic(arithmetic, dtype)
-    ignored, chosen = _check_promises(ignore, opt_in)
+    ignored, chosen = _check_promises(ignore, opt_in, op)
     label = name or getattr(fn, "__name__", None) or type(fn).__name__
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
@@ -426,6 +430,6 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
                         variance=variance)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    ignored, chosen = _check_promises(ignore, opt_in)
+    ignored, chosen = _check_promises(ignore, opt_in, op)
     return Target(kernel, op, "cuda-user", guarded, model, stress_rows=GPU_STRESS_ROWS,
                   ignore=ignored, opt_in=chosen, constraints=constraints)

@@ -178,6 +178,10 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
     (["hunt", "--backend", "numpy", "--kernel", "noSuchKernel"],
      "--kernel noSuchKernel: no numpy kernel of that name"),  # numpy: the default backend only without a GPU
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--backend", "cuda"],
+     "--backend picks registry kernels and does not go with --impl"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--check", "exact_constant"],
+     "--check exact_constant (opt_in=) applies to layernorm and rmsnorm only; op softmax"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str], message: str) -> None:
     code, out, err = run(*argv)

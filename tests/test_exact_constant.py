@@ -89,3 +89,17 @@ def test_exact_constant_is_not_judged_unless_asked() -> None:
     spec = next(k for k in KERNELS if k.backend == "numpy" and k.name == "layerNormRowTwoPass")
     target = replace(target_from_spec(spec), ignore=IGNORABLE - {"exact_constant"})
     assert all(evaluate(target, case, metamorphic=False).passed for case in _battery("layernorm"))
+
+
+@pytest.mark.parametrize("op, fn", [
+    ("softmax", lambda x: x),
+    ("masked_softmax", lambda x, mask, scale: x),
+    ("layernorm_backward", lambda dy, x, gamma, beta, eps: (dy, gamma, beta)),
+])
+def test_exact_constant_is_asked_of_the_norms_only(op: str, fn) -> None:
+    """Softmax and the gradients have no row whose output is exactly known: asking for the
+    property there would read as judged and judge nothing."""
+    from normprops.errors import UsageError
+
+    with pytest.raises(UsageError, match=f"applies to layernorm and rmsnorm only; op {op} "):
+        target_from_callable(fn, op=op, opt_in=("exact_constant",))

@@ -264,6 +264,9 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
     flag = "--impl" if args.impl else "--cuda-source"
     if args.op is None:
         raise UsageError(f"{flag} needs --op {{{','.join(OPS)}}}")
+    if args.backend is not None:
+        raise UsageError(f"--backend picks registry kernels and does not go with {flag} (drop "
+                         f"--backend to hunt your kernel, or {flag} to hunt the registry)")
     constraints = _constraints(args)
     if args.impl:
         if args.kernel:
