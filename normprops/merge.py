@@ -20,11 +20,25 @@ class ReportError(ValueError):
     """A JSON report that cannot be read: the message names the file and what is wrong."""
 
 
+#: The commands whose reports hold a hunt's cells.
+MERGEABLE = ("hunt", "report merge")
+
+
+def _command(doc: dict[str, Any]) -> str:
+    command = doc.get("command")
+    return f"'normprops {command}'" if isinstance(command, str) and command else "no command"
+
+
 
 def load_report(path: Path) -> dict[str, Any]:
     """A JSON report written by :meth:`Report.write`, its shape checked: ReportError otherwise."""
     path = Path(path)
     doc = read_json_document(path, format=REPORT_FORMAT, kind="report", error=ReportError)
+    # A replay's or a bench's report holds no hunt's cells: merged, its failures would vanish from
+    # the matrix and the merge would read clean.
+    if doc.get("command") not in MERGEABLE:
+        raise ReportError(f"{path}: a report of {_command(doc)}, not of a hunt; report merge takes the "
+                          f"--json reports of 'normprops hunt' (or of an earlier merge)")
     for key in ("results", "failures"):
         if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
             raise ReportError(f"{path}: '{key}' is missing or not a list of objects")

@@ -222,3 +222,28 @@ def test_impl_shards_record_their_shard_and_only_all_of_them_merge(user_module: 
     assert run(*common, "--shard", "2/2", "--ftz", "--json", "s2ftz.json")[0] == 0
     code, _, err = run("report", "merge", "s1.json", "s2ftz.json")
     assert code == 3 and "error: s2ftz.json: ftz True, but s1.json: ftz False\n" in err
+
+
+def test_a_replay_report_is_not_merged_as_a_clean_hunt(tmp_path: Path) -> None:
+    """A replay's report holds failures and no cells: merged, the failures left the matrix and the
+    merge exited 0."""
+    doc = {**_shard_doc(1, 1), "command": "replay", "shard": None, "results": [],
+           "failures": [{"target": "softmax[k]", "family": "ordinary", "property": "accuracy"}]}
+    code, _, err = run("report", "merge", _write(tmp_path / "replay.json", doc))
+    assert code == 2
+    assert "replay.json: a report of 'normprops replay', not of a hunt" in err
+
+
+def test_a_picture_without_matplotlib_is_refused_before_anything_is_merged(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "matplotlib" else find_spec(name, *a))
+    merged = tmp_path / "m.json"
+    code, out, err = run("report", "merge", _write(tmp_path / "a.json", _shard_doc(1, 1)),
+                         "--json", str(merged), "--png", str(tmp_path / "m.png"))
+    assert code == 2 and out == "" and not merged.exists()
+    assert err.strip() == ("normprops report merge: error: --png needs matplotlib, which is not "
+                           "installed: pip install 'normprops[plot]'")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import TextIO
 
-from normprops.cli.common import EXIT_INTERNAL, _check_output_file
+from normprops.cli.common import EXIT_INTERNAL, _check_output_file, _check_plot_file
 from normprops.errors import UsageError
 from normprops.specs import backend_status
 
@@ -17,8 +17,10 @@ def _bench(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from normprops import bench
     from normprops.backends import peers
 
-    for flag in ("json", "csv", "png", "lead_csv", "lead_png"):
+    for flag in ("json", "csv", "lead_csv"):
         _check_output_file(getattr(args, flag), f"--{flag.replace('_', '-')}")
+    for flag in ("png", "lead_png"):
+        _check_plot_file(getattr(args, flag), f"--{flag.replace('_', '-')}")
     sets = tuple(s.strip() for s in args.cases.split(","))
     if not sets or not set(sets) <= set(bench.SETS):
         raise UsageError(f"--cases: expected a comma-separated subset of {','.join(bench.SETS)} but "

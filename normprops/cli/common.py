@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import os
 import secrets
 import signal
@@ -111,6 +112,14 @@ def _can_create_in(directory: Path, flag: str, path: Path) -> None:
     except OSError as exc:
         raise UsageError(f"{flag} {path}: cannot create a file in {directory} "
                          f"({exc.strerror or exc})") from None
+
+
+def _check_plot_file(path: Path | None, flag: str) -> None:
+    """A picture to draw: a file as :func:`_check_output_file` says, and matplotlib to draw it,
+    both before anything runs."""
+    _check_output_file(path, flag)
+    if path is not None and importlib.util.find_spec("matplotlib") is None:
+        raise UsageError(f"{flag} needs matplotlib, which is not installed: pip install 'normprops[plot]'")
 
 
 def _check_output_file(path: Path | None, flag: str) -> None:

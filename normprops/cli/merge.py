@@ -12,6 +12,7 @@ from normprops.cli.common import (
     EXIT_OK,
     EXIT_UNREADABLE,
     _check_output_file,
+    _check_plot_file,
     _count,
 )
 from normprops.errors import UsageError, WriteError
@@ -24,7 +25,7 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from normprops.report import cell_from_json, declared_json, matrix_png
 
     _check_output_file(args.json, "--json")
-    _check_output_file(args.png, "--png")
+    _check_plot_file(args.png, "--png")
     try:
         merged = merge_reports(args.reports, allow_incomplete=args.allow_incomplete)
     except IncompleteMerge as exc:
@@ -55,8 +56,6 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             write_json_atomically(args.json, merged)
         if args.png is not None:
             matrix_png(cells, args.png, title=f"normprops robustness matrix ({len(cells)} cells)")
-    except ImportError:
-        raise UsageError("--png needs matplotlib: pip install 'normprops[plot]'") from None
     except OSError as exc:  # checked before: the disk filled, the folder went away
         reason = exc if isinstance(exc, WriteError) else f"cannot write {args.png}: {exc.strerror or exc}"
         print(f"normprops report merge: error: {reason}", file=err)
