@@ -200,7 +200,7 @@ def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, mi
         _check_positive(name, value)
     fam = GRAD_FAMILIES[family]
     k = cols_multiple_of
-    high = max_cols if max_cols is not None else max(MAX_COLS, 2 * min_cols)
+    high = max_cols if max_cols is not None else max(MAX_COLS, 2 * min_cols, -(-min_cols // k) * k)
     if fam.max_cols is not None:
         high = min(high, max(fam.max_cols, -(-min_cols // k) * k))
     if high // k < -(-min_cols // k):

@@ -34,7 +34,7 @@ from normprops.properties import evaluate
 from normprops.strategies import cases, families_for
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
-           "examples_to_catch"]
+           "examples_to_catch", "check_drawable"]
 
 _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
 
@@ -204,6 +204,13 @@ def _strategy(target: Target, family: str, config: HuntConfig):
     if is_backward(target.op):
         return grad_cases(**widths)
     return cases(**widths, mask_fill=target.mask_fill)
+
+
+def check_drawable(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> None:
+    """ValueError, naming the family and the widths, where ``family`` has no case of a width
+    ``target`` takes (``ragged``'s edge widths all outside its range): said before a hunt starts
+    rather than when it reaches the family."""
+    _strategy(target, family, config)
 
 
 def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case], None],

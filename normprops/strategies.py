@@ -271,11 +271,13 @@ def _edges(counts: tuple[int, ...], *, min_cols: int, max_cols: int,
     _check_positive("multiple_of", multiple_of)
     k = multiple_of
     found = {k * c for c in counts}
-    if k > 1:
-        p = 1
-        while p <= max_cols + k:
+    # Powers of two and a vector either side: for vector widths, and past MAX_COLS, where the
+    # listed counts end (a kernel of rows wider than that still has edges).
+    p = 1
+    while p <= max_cols + k:
+        if k > 1 or p > MAX_COLS:
             found |= {q for q in (p - k, p, p + k) if q > 0 and q % k == 0}
-            p *= 2
+        p *= 2
     return tuple(sorted(c for c in found if min_cols <= c <= max_cols))
 
 
@@ -315,10 +317,11 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     _check_positive("min_rows", min_rows)
     _check_positive("max_rows", max_rows)
     _check_positive("min_cols", min_cols)
-    if max_cols is None:
-        max_cols = max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols)
-    _check_positive("max_cols", max_cols)
     _check_positive("cols_multiple_of", cols_multiple_of)
+    if max_cols is None:  # the family's widest, or more: twice min_cols, and one multiple at least
+        max_cols = max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols,
+                       -(-min_cols // cols_multiple_of) * cols_multiple_of)
+    _check_positive("max_cols", max_cols)
     if max_cols < min_cols:
         raise ValueError(f"max_cols must be at least min_cols={min_cols} but was {max_cols}")
     lowest, highest = -(-min_cols // cols_multiple_of), max_cols // cols_multiple_of

@@ -180,6 +180,9 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
      "--kernel noSuchKernel: no numpy kernel of that name"),  # numpy: the default backend only without a GPU
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--backend", "cuda"],
      "--backend picks registry kernels and does not go with --impl"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--min-cols", "20000",
+      "--max-cols", "30000"], "family 'ragged' draws edge column counts only, and none lies in "
+                              "[20000, 30000]: widen --min-cols or --max-cols, or leave ragged out"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--check", "exact_constant"],
      "--check exact_constant (opt_in=) applies to layernorm and rmsnorm only; op softmax"),
 ])

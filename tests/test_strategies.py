@@ -319,3 +319,18 @@ def test_cases_are_deterministic_in_their_parameters() -> None:
     a, b = make_case(**kw), make_case(**kw)
     assert np.array_equal(a.x, b.x) and np.array_equal(a.gamma, b.gamma)
     assert a.eps == float(np.float32(1e-6))
+
+
+def test_rows_wider_than_the_listed_widths_still_have_edges() -> None:
+    """A kernel that only takes rows of 20,000 columns or more: its ragged family draws the powers
+    of two and their neighbours there, not nothing."""
+    from normprops.strategies import edge_cols
+
+    assert edge_cols(min_cols=20000, max_cols=70000) == (32767, 32768, 32769, 65535, 65536, 65537)
+    assert edge_cols() == EDGE_COLS  # the listed widths, unchanged, up to MAX_COLS
+
+
+@settings(max_examples=10, deadline=None)
+@given(case=cases(op="softmax", family="ordinary", cols_multiple_of=17000))
+def test_a_vector_wider_than_the_default_range_still_gets_a_width(case: Case) -> None:
+    assert case.cols % 17000 == 0 and case.cols >= 17000

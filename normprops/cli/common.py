@@ -199,8 +199,13 @@ def _constraints(args: argparse.Namespace) -> ShapeConstraints:
         return ShapeConstraints(cols_multiple_of=args.cols_multiple_of,
                                 min_cols=args.min_cols or 1, max_cols=args.max_cols)
     except ValueError as exc:
-        raise UsageError(str(exc).replace("cols_multiple_of", "--cols-multiple-of")
-                         .replace("min_cols", "--min-cols").replace("max_cols", "--max-cols")) from None
+        raise UsageError(_flag_names(str(exc))) from None
+
+
+def _flag_names(message: str) -> str:
+    """A message of the library's, with its width arguments named as the flags that set them."""
+    return (message.replace("cols_multiple_of", "--cols-multiple-of").replace("min_cols", "--min-cols")
+            .replace("max_cols", "--max-cols"))
 
 
 def _config(args: argparse.Namespace) -> HuntConfig:

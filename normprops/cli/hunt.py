@@ -21,6 +21,7 @@ from normprops.cli.common import (
     _check_output_file,
     _config,
     _count,
+    _flag_names,
     _guarded,
     _parse_families,
     _Run,
@@ -29,7 +30,7 @@ from normprops.cli.common import (
 )
 from normprops.errors import UsageError
 from normprops.hints import hints
-from normprops.hunt import HuntResult
+from normprops.hunt import HuntResult, check_drawable
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.ops import OPS, get_op
@@ -96,6 +97,12 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             raise UsageError(f"--shard {args.shard[0]}/{args.shard[1]}: no family falls in this "
                              f"shard of {args.op}'s families")
     config = _config(args)
+    for family in families:
+        try:
+            check_drawable(target, family=family, config=config)
+        except ValueError as exc:
+            raise UsageError(f"{_flag_names(str(exc))}: widen --min-cols or --max-cols, or leave "
+                             f"{family} out (--families)") from None
     fixtures = None if args.no_fixtures else args.fixtures_dir
     # The families asked for, not this shard's: the shards of one hunt must agree on them.
     report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,
