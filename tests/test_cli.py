@@ -336,3 +336,10 @@ def test_a_registry_hunt_does_not_print_a_replay_command_it_cannot_give(tmp_path
                        "--max-examples", "100", "--seed", "0", "--fixtures-dir", str(tmp_path / "fx"))
     assert code == 0 and "caught" in out
     assert f"saved under {tmp_path / 'fx'}/" in out and "replay with" not in out
+
+
+def test_a_family_named_twice_is_hunted_once(user_module: str) -> None:
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
+                       "ordinary,ordinary", "--max-examples", "5", "--seed", "0", "--no-fixtures")
+    assert code == 0 and "1 family, no counterexample" in out
+    assert sum(line.startswith("  ordinary") for line in out.splitlines()) == 1

@@ -502,3 +502,23 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_stays_pending_without_a_traceback() -
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip() == "pending", done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "Exception ignored" not in done.stderr, done.stderr
+
+
+def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The first second of a run goes to importing numpy and Hypothesis: a Ctrl-C there printed a
+    traceback from inside whichever module was loading."""
+    import importlib.abc
+
+    class Interrupted(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "normprops.cli":
+                raise KeyboardInterrupt
+            return None
+
+    monkeypatch.delitem(sys.modules, "normprops.cli")
+    monkeypatch.setattr(sys, "meta_path", [Interrupted(), *sys.meta_path])
+    from normprops.__main__ import main
+
+    assert main() == 130
+    assert capsys.readouterr().err == "normprops: interrupted\n"

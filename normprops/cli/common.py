@@ -186,7 +186,7 @@ def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) ->
     """--families A,B,...: every name must be in ``allowed``; None means all of them."""
     if text is None:
         return allowed
-    chosen = tuple(f.strip() for f in text.split(",") if f.strip())
+    chosen = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))  # each once
     unknown = [f for f in chosen if f not in allowed]
     if unknown or not chosen:
         raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not {what}; choose from "
