@@ -343,3 +343,18 @@ def test_a_family_named_twice_is_hunted_once(user_module: str) -> None:
                        "ordinary,ordinary", "--max-examples", "5", "--seed", "0", "--no-fixtures")
     assert code == 0 and "1 family, no counterexample" in out
     assert sum(line.startswith("  ordinary") for line in out.splitlines()) == 1
+
+
+def test_a_hunt_says_when_fixtures_it_would_try_first_cannot_be_read(user_module: str,
+                                                                     tmp_path: Path) -> None:
+    fixtures = tmp_path / "fx"
+    (fixtures / "softmax").mkdir(parents=True)
+    (fixtures / "softmax" / "ordinary-damaged.json").write_text("{")
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
+                       "ordinary", "--max-examples", "5", "--seed", "0", "--fixtures-dir", str(fixtures),
+                       "--json", str(report))
+    note = (f"1 fixture under {fixtures / 'softmax'} could not be read and is not tried first "
+            f"(normprops fixtures list --fixtures-dir {fixtures} names them)")
+    assert code == 0 and f"  {note}" in out.splitlines()
+    assert note in json.loads(report.read_text())["notes"]

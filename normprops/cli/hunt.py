@@ -35,6 +35,7 @@ from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.ops import OPS, get_op
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
+from normprops.regressions import list_fixtures
 from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
 from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
@@ -147,6 +148,13 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "
               f"(more where a family fails: its shrinking, and a round per further property); widths: "
               f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
+        unreadable = [] if fixtures is None else list_fixtures(fixtures, op=target.op).unreadable
+        if unreadable:  # passed over by the saved examples a hunt tries first
+            note = (f"{_count(len(unreadable), 'fixture', 'fixtures')} under {fixtures / target.op} "
+                    f"could not be read and {'is' if len(unreadable) == 1 else 'are'} not tried first "
+                    f"(normprops fixtures list --fixtures-dir {fixtures} names them)")
+            report.notes.append(note)
+            print(f"  {note}", file=out)
 
         def show(result: HuntResult, note: str | None) -> None:
             report.results.append((result, None))
