@@ -35,8 +35,8 @@ def load_report(path: Path) -> dict[str, Any]:
     path = Path(path)
     doc = read_json_document(path, format=REPORT_FORMAT, kind="report", error=ReportError)
     # A replay's or a bench's report holds no hunt's cells: merged, its failures would vanish from
-    # the matrix and the merge would read clean.
-    if doc.get("command") not in MERGEABLE:
+    # the matrix and the merge would read clean. (One that names no command is taken as a hunt's.)
+    if doc.get("command", "hunt") not in MERGEABLE:
         raise ReportError(f"{path}: a report of {_command(doc)}, not of a hunt; report merge takes the "
                           f"--json reports of 'normprops hunt' (or of an earlier merge)")
     for key in ("results", "failures"):
