@@ -51,8 +51,13 @@ def _distinct(got: float | None, expected: float | None) -> tuple[str, str]:
 
 
 def _compact(value: float) -> str:
-    """3.9e4 rather than 3.9e+04: the ratio in a verdict line."""
-    text = f"{value:.2g}"
+    """3.9e4 rather than 3.9e+04: the ratio in a verdict line. A ratio just past 1 keeps the digits
+    that show it past 1 (1.004, not 1)."""
+    digits = 2
+    text = f"{value:.{digits}g}"
+    while value > 1 and float(text) <= 1 and digits < 9:
+        digits += 1
+        text = f"{value:.{digits}g}"
     mantissa, sep, exponent = text.partition("e")
     return f"{mantissa}e{int(exponent)}" if sep else text
 

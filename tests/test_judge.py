@@ -378,3 +378,11 @@ def test_the_worst_ratio_leaves_out_what_is_not_judged() -> None:
     # Not promised: neither reported (by evaluate) nor counted in the worst ratio the hunt steers by.
     assert judge_output(case, out, ref, tol, label="rms", skip=frozenset({"range_safety"}))[1] == 0.0
     assert judge_output(case, out, ref, tol, label="rms", skip=frozenset({"accuracy"}))[1] == worst
+
+
+def test_a_ratio_just_past_one_reads_past_one() -> None:
+    """A failing element at err/tol 1.004 read "(x1)", as if it had met its bound."""
+    v = Verdict("softmax[k]", "accuracy", "ordinary", 0, 3, 0.25, 0.25, 1.004e-7, 1e-7, 1.004, "")
+    assert v.message().endswith("> tol 1e-07 (x1.004)"), v.message()
+    w = Verdict("softmax[k]", "accuracy", "ordinary", 0, 3, 0.25, 0.25, 3.9e-3, 1e-7, 3.9e4, "")
+    assert w.message().endswith("(x3.9e4)"), w.message()
