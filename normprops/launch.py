@@ -325,7 +325,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
 
     ``mask`` (masked softmax): "bool" hands the mask over as booleans; "additive" as a float array
     of 0 and ``mask_fill`` ("-inf", the default; "lowest", the storage type's lowest finite value;
-    or a negative number, rounded to the storage type), for a kernel computing
+    or a negative number, rounded to the storage type, one past its range taken as its lowest
+    finite value), for a kernel computing
     ``softmax(scale * x + mask)``.
 
     ``threads``: how many threads cooperate on a row (the depth of the error bound's reduction;

@@ -44,7 +44,9 @@ MASK_KINDS = ("bool", "additive")
 def mask_fill_value(fill: float | str, *, dtype: str = "float32") -> float:
     """The fill of an additive mask as the storage type ``dtype`` holds it: ``"-inf"``,
     ``"lowest"`` (the type's lowest finite value) or a negative number (rounded to the nearest
-    value of the type, which is what the kernel receives). ValueError naming the value otherwise."""
+    value of the type, which is what the kernel receives; a number past the type's range is taken
+    as its lowest finite value, a finite fill as asked, not -inf). ValueError naming the value
+    otherwise."""
     kind = get_dtype(dtype)
     wrong = f"mask fill must be -inf, lowest or a negative number but was {fill!r}"
     if isinstance(fill, str):

@@ -91,7 +91,8 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                         "softmax(scale * x + mask))")
     g.add_argument("--mask-fill", metavar="V",
                    help="with --mask additive: the value at masked entries, -inf (default), lowest "
-                        "(the storage type's lowest finite value) or a negative number")
+                        "(the storage type's lowest finite value) or a negative number (one past "
+                        "the type's range is taken as lowest)")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")
