@@ -39,6 +39,10 @@ def load_report(path: Path) -> dict[str, Any]:
     if doc.get("command", "hunt") not in MERGEABLE:
         raise ReportError(f"{path}: a report of {_command(doc)}, not of a hunt; report merge takes the "
                           f"--json reports of 'normprops hunt' (or of an earlier merge)")
+    if not isinstance(doc.get("complete", True), bool):
+        raise ReportError(f"{path}: 'complete' is {doc['complete']!r}, not true or false")
+    if doc.get("shard") is not None and _shard(doc) is None:
+        raise ReportError(f"{path}: 'shard' is {doc['shard']!r}, not K/N (as --shard writes it)")
     for key in ("results", "failures"):
         if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
             raise ReportError(f"{path}: '{key}' is missing or not a list of objects")

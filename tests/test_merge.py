@@ -247,3 +247,13 @@ def test_a_picture_without_matplotlib_is_refused_before_anything_is_merged(
     assert code == 2 and out == "" and not merged.exists()
     assert err.strip() == ("normprops report merge: error: --png needs matplotlib, which is not "
                            "installed: pip install 'normprops[plot]'")
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"complete": "yes"}, "'complete' is 'yes', not true or false"),
+    ({"shard": 5}, "'shard' is 5, not K/N (as --shard writes it)"),
+])
+def test_a_report_with_a_malformed_field_is_refused_by_name(tmp_path: Path, change: dict,
+                                                            message: str) -> None:
+    code, _, err = run("report", "merge", _write(tmp_path / "a.json", {**_shard_doc(1, 1), **change}))
+    assert code == 2 and f"a.json: {message}" in err, err
