@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +37,8 @@ from normprops.replay import with_saved_examples
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
 
-__all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json", "deadline_after"]
+__all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json", "deadline_after",
+           "SessionDefaults", "use_session_defaults"]
 
 
 @dataclass
@@ -136,6 +138,27 @@ def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
     return chosen
 
 
+@dataclass(frozen=True)
+class SessionDefaults:
+    """What a pytest run's options ask of every :func:`hunt_kernel` and :func:`assert_robust` call
+    made during it, where the call does not say otherwise: ``--normprops-fixtures-dir``,
+    ``--normprops-policy``, ``--normprops-oracle`` and ``--normprops-time-budget`` (its end, as a
+    ``time.monotonic()`` deadline). Outside pytest, the defaults below."""
+
+    fixtures_dir: Path | None = None
+    policy: str = "default"
+    oracle: str = "float64"
+    deadline: float | None = None
+
+
+_SESSION = [SessionDefaults()]
+
+
+def use_session_defaults(defaults: SessionDefaults) -> None:
+    """Set what the calls of this process take by default (the pytest plugin does, once a run)."""
+    _SESSION[0] = defaults
+
+
 def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 framework: str = "numpy", device: str | None = None,
                 families: Iterable[str] | str | None = None, ignore: Iterable[str] = (),
@@ -161,8 +184,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
     - ``max_examples``: per family and property; default the active Hypothesis profile's (100
       unless a profile, such as the pytest plugin's ``deep``, says otherwise).
-    - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved), and
-      try the newest ``fn`` saved there before first, so a re-run meets its last failure at once.
+    - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved, or
+      under pytest ``--normprops-fixtures-dir``), and try the newest ``fn`` saved there before
+      first, so a re-run meets its last failure at once.
     - ``ftz``: ``fn`` flushes subnormals to zero; the tolerance allows for it.
     - ``threads``: threads that cooperate on a row in ``fn``'s reduction (default 32);
       ``reduction``: "sequential" (each adds its share in turn) or "tree" (pairwise).
@@ -173,7 +197,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       right for rows of any finite magnitude, which is otherwise hunted as information only).
     - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops.
     - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
-      found (``report.cut_short``, each result's ``examples`` says how far it got).
+      found (``report.cut_short``, each result's ``examples`` says how far it got). Under pytest,
+      ``--normprops-time-budget`` bounds it too, and ``--normprops-policy`` and
+      ``--normprops-oracle`` set how it is judged.
     - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta: "blocks"
       (per-block partials over ``threads`` blocks joined in a tree, the default), "sequential" (one
       running sum over the rows) or "tree" (pairwise).
@@ -204,16 +230,22 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                                   mask_fill=mask_fill, variance=variance)
     chosen = _families(op, families)
     current = hypothesis_settings()
+    session = _SESSION[0]
+    fixtures = session.fixtures_dir if fixtures_dir is None else Path(fixtures_dir)
+    deadline = deadline_after(time_budget)
+    if session.deadline is not None:
+        deadline = session.deadline if deadline is None else min(deadline, session.deadline)
     try:
         config = HuntConfig(max_examples=current.max_examples if max_examples is None else max_examples,
                             seed=seed, derandomize=current.derandomize, parent=current,
-                            deadline=deadline_after(time_budget))
+                            policy=session.policy, oracle=session.oracle, deadline=deadline)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    run = hunt_families(target, families=chosen, config=config,
-                        fixtures_dir=None if fixtures_dir is None else Path(fixtures_dir))
+    run = hunt_families(target, families=chosen, config=config, fixtures_dir=fixtures)
     report = Report("hunt", settings={"op": op, "max_examples": config.max_examples, "seed": seed,
-                                      "families": list(chosen)},
+                                      "families": list(chosen), "policy": config.policy,
+                                      "oracle": config.oracle,
+                                      "fixtures_dir": None if fixtures is None else str(fixtures)},
                     targets=[target_json(target)], results=[(r, None) for r in run.results])
     if run.interrupted:  # Ctrl-C is the user's, not ours to swallow
         raise KeyboardInterrupt
@@ -257,7 +289,7 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"
         lines.append(f"replay: normprops replay --op {target['op']} --impl {impl} "
-                     f"--fixtures-dir {kwargs.get('fixtures_dir')}{replay_flags(target)}")
+                     f"--fixtures-dir {shlex.quote(report.settings['fixtures_dir'])}{replay_flags(target)}")
     raise AssertionError("\n".join(lines))
 
 

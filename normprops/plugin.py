@@ -101,6 +101,18 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     if config.stash[OPTIONS_KEY].stress_rows is not None and config.stash[OPTIONS_KEY].stress_rows < 0:
         raise pytest.UsageError("--normprops-stress-rows must be 0 (off) or a positive row count")
+    # The same options reach a user's own tests, which call hunt_kernel and assert_robust.
+    from normprops.api import SessionDefaults, use_session_defaults
+
+    options = config.stash[OPTIONS_KEY]
+    use_session_defaults(SessionDefaults(fixtures_dir=options.fixtures_dir, policy=options.policy,
+                                         oracle=options.oracle, deadline=options.deadline))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    from normprops.api import SessionDefaults, use_session_defaults
+
+    use_session_defaults(SessionDefaults())
 
 
 def worker_device(worker_id: str, device_count: int) -> int | None:

@@ -51,6 +51,36 @@ def test_options_reach_the_hunt_config(pytester: pytest.Pytester) -> None:
     result.assert_outcomes(passed=1)
 
 
+def test_options_reach_a_users_own_assert_robust(pytester: pytest.Pytester) -> None:
+    """A user's test calls assert_robust, not the hunt_config fixture: the run's fixtures folder,
+    policy and oracle reach it all the same."""
+    pytester.makepyfile(kernels="""
+        import numpy as np
+
+        def softmax_noshift(x):
+            e = np.exp(x)
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    """)
+    pytester.makepyfile(test_mine="""
+        import pytest
+        import normprops
+        from kernels import softmax_noshift
+
+        def test_noshift():
+            report = normprops.hunt_kernel(softmax_noshift, op="softmax", families=["overflow_logits"],
+                                           max_examples=20, seed=0)
+            assert not report.passed
+            assert (report.settings["policy"], report.settings["oracle"]) == ("table", "mpmath")
+            with pytest.raises(AssertionError, match="replay: .* --fixtures-dir fx"):
+                normprops.assert_robust(softmax_noshift, op="softmax", families=["overflow_logits"],
+                                        max_examples=20, seed=0)
+    """)
+    result = pytester.runpytest_subprocess("--normprops-fixtures-dir", "fx", "--normprops-policy",
+                                           "table", "--normprops-oracle", "mpmath")
+    result.assert_outcomes(passed=1)
+    assert list((pytester.path / "fx" / "softmax").glob("*.json"))
+
+
 def test_ci_profile_is_derandomized(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         def test_config(hunt_config):
