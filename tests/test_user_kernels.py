@@ -310,6 +310,12 @@ def test_hunt_kernel_saves_fixtures_when_asked(tmp_path: Path) -> None:
     (dict(op="softmax", ignore=["contract"]), "'contract' cannot be ignored"),
     (dict(op="softmax", cols_multiple_of=0), "cols_multiple_of must be an integer of at least 1"),
     (dict(op="softmax", max_examples=0), "max_examples must be at least 1"),
+    (dict(op="softmax", max_examples="10"), "max_examples must be an integer of at least 1 but was '10'"),
+    (dict(op="softmax", seed=1.5), r"seed must be an integer \(or None: a fresh one\) but was 1.5"),
+    (dict(op="softmax", call_timeout="5"), "call_timeout must be a number of seconds but was '5'"),
+    (dict(op="softmax", ftz="yes"), "ftz must be True or False but was 'yes'"),
+    (dict(op="softmax", opt_in="range_sfety"), r"'range_sfety' is not a property \(did you mean"),
+    (dict(op="softmax", opt_in=None), "opt_in must be a collection of property names but was None"),
 ])
 def test_hunt_kernel_argument_errors_name_the_argument(kwargs, message: str) -> None:
     with pytest.raises(UsageError, match=message):
