@@ -18,7 +18,7 @@ import numpy as np
 from normprops.backward import GradReference, GradTolerance
 from normprops.case import Case
 from normprops.dtypes import get_dtype
-from normprops.judge import Verdict, judge_bitwise
+from normprops.judge import Verdict, judge_bitwise, nonfinite_reason
 
 __all__ = ["judge_grads", "judge_grads_bitwise", "with_exact"]
 
@@ -41,10 +41,6 @@ def _past_range(z: float, dtype: str) -> str:
     return f"expected {'-' if z < 0 else ''}inf: the exact result {z:.5g} is past {dtype}'s range"
 
 
-def _nonfinite(z: float) -> str:
-    return f"non-finite output where the exact result is {z:.5g}"
-
-
 def with_exact(verdict: Verdict, exact: float, *, dtype: str) -> Verdict:
     """``verdict`` quoting ``exact`` (a sharper oracle's value of its element) as the exact result,
     with its error and err/tol from it. The verdict stands as judged: where the sharper value would
@@ -53,8 +49,8 @@ def with_exact(verdict: Verdict, exact: float, *, dtype: str) -> Verdict:
     if verdict.expected is None or not math.isfinite(exact) or exact == verdict.expected:
         return verdict
     # The reasons judge_grads wrote with the float64 value, written again with the sharper one.
-    if verdict.reason == _nonfinite(verdict.expected):
-        return replace(verdict, expected=exact, reason=_nonfinite(exact))
+    if verdict.reason == nonfinite_reason(verdict.got, verdict.expected):
+        return replace(verdict, expected=exact, reason=nonfinite_reason(verdict.got, exact))
     if verdict.reason == _past_range(verdict.expected, dtype):
         return replace(verdict, expected=exact, reason=_past_range(exact, dtype))
     if verdict.error is None or not verdict.tolerance:
@@ -123,7 +119,7 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             r, c = _worst(np.ones_like(err), bad)
             add(_verdict(label, case, "range_safety" if ranged[r, c] else "finite", name, row(r), c,
                          got[r, c], z[r, c],
-                         reason=_nonfinite(z[r, c])))
+                         reason=nonfinite_reason(got[r, c], z[r, c])))
         failing = accurate & np.isfinite(got) & ~(err <= t)
         for prop, mask in (("range_safety", ranged), ("accuracy", ~ranged)):
             sel = failing & mask

@@ -62,6 +62,12 @@ def _compact(value: float) -> str:
     return f"{mantissa}e{int(exponent)}" if sep else text
 
 
+def nonfinite_reason(got: float, exact: float) -> str:
+    """A non-finite output, and what it is, where the exact result is finite: "non-finite output
+    nan where the exact result is 1"."""
+    return f"non-finite output {float(got)} where the exact result is {float(exact):.5g}"
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One failed property on one example, located at its worst element."""
@@ -176,7 +182,7 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
         r, c = _worst(np.ones_like(err), bad)
         prop = "range_safety" if range_row[r, 0] else finite_prop
         v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c],
-              reason=f"non-finite output where the exact result is {ref.z[r, c]:.5g}")
+              reason=nonfinite_reason(got[r, c], ref.z[r, c]))
 
     check = judged & accurate_rows & got_finite
     failing = check & ~(err <= tol.tol)
