@@ -86,6 +86,18 @@ def pytest_configure(config: pytest.Config) -> None:
         _pin_worker_gpu(worker)
         share_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     backends = config.getoption("--normprops-backend")
+    if backends:
+        from normprops.specs import KERNELS
+
+        known = sorted({k.backend for k in KERNELS})
+        unknown = [b for b in backends if b not in known]
+        if unknown:
+            raise pytest.UsageError(f"--normprops-backend {', '.join(unknown)}: no such backend; "
+                                    f"choose from {', '.join(known)}")
+    fixtures_dir = config.getoption("--normprops-fixtures-dir")
+    if fixtures_dir is not None and fixtures_dir.exists() and not fixtures_dir.is_dir():
+        raise pytest.UsageError(f"--normprops-fixtures-dir {fixtures_dir} is a file; name a folder "
+                                f"(fixtures are saved under DIR/<op>/)")
     budget = config.getoption("--normprops-time-budget")
     if budget is not None and not 0 < budget < math.inf:
         raise pytest.UsageError(f"--normprops-time-budget must be a positive number of seconds but "
@@ -93,7 +105,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[OPTIONS_KEY] = PluginOptions(
         policy=config.getoption("--normprops-policy"),
         oracle=config.getoption("--normprops-oracle"),
-        fixtures_dir=config.getoption("--normprops-fixtures-dir"),
+        fixtures_dir=fixtures_dir,
         backends=tuple(backends) if backends else None,
         stress_rows=config.getoption("--normprops-stress-rows"),
         time_budget=budget,

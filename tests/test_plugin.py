@@ -96,6 +96,13 @@ def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest("--normprops-stress-rows", "-3")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--normprops-stress-rows must be 0 (off) or a positive row count*"])
+    result = pytester.runpytest("--normprops-backend", "nosuch")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--normprops-backend nosuch: no such backend; choose from *numpy*"])
+    pytester.makefile(".txt", notes="")
+    result = pytester.runpytest("--normprops-fixtures-dir", "notes.txt")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--normprops-fixtures-dir notes.txt is a file; name a folder*"])
 
 
 def test_a_time_budget_cuts_the_running_hunt_and_skips_the_later_ones(pytester: pytest.Pytester) -> None:
