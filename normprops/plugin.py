@@ -164,13 +164,18 @@ def _pin_worker_gpu(worker_id: str) -> None:
         cupy.cuda.runtime.setDevice(device)
 
 
-def pytest_runtest_setup(item: pytest.Item) -> None:
-    if item.get_closest_marker("gpu") is not None:
-        from normprops.specs import backend_status
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """GPU tests skip with the reason where no GPU is usable, reported at the test itself."""
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if not gpu:
+        return
+    from normprops.specs import backend_status
 
-        ok, why = backend_status("cuda")
-        if not ok:
-            pytest.skip(f"needs a usable CUDA GPU: {why}")
+    ok, why = backend_status("cuda")
+    if not ok:
+        skip = pytest.mark.skip(reason=f"needs a usable CUDA GPU: {why}")
+        for item in gpu:
+            item.add_marker(skip)
 
 
 @pytest.fixture
