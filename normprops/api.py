@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import inspect
 import math
+import secrets
 import shlex
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from hypothesis import core as hypothesis_core
 from hypothesis import settings as hypothesis_settings
 
 from normprops.case import ShapeConstraints
@@ -182,6 +184,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
 
     - ``ignore``: properties ``fn`` does not promise (e.g. ``"batch_invariance"``): not judged.
     - ``cols_multiple_of``, ``min_cols``, ``max_cols``: the row widths ``fn`` accepts.
+    - ``seed``: the hunt's Hypothesis seed; by default a fresh one, kept in
+      ``report.settings["seed"]`` (pytest's ``--hypothesis-seed``, where given; none under a
+      derandomized profile, which repeats by itself).
     - ``max_examples``: per family and property; default the active Hypothesis profile's (100
       unless a profile, such as the pytest plugin's ``deep``, says otherwise).
     - ``fixtures_dir``: save each finding there as a replayable fixture (default: not saved, or
@@ -236,6 +241,11 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     deadline = deadline_after(time_budget)
     if session.deadline is not None:
         deadline = session.deadline if deadline is None else min(deadline, session.deadline)
+    if seed is None and not current.derandomize:
+        # A seed drawn and kept, as the CLI does, so that a failure can be repeated (seed=N); one
+        # pytest forces (--hypothesis-seed) is taken as it is.
+        forced = getattr(hypothesis_core, "global_force_seed", None)
+        seed = forced if isinstance(forced, int) else secrets.randbelow(2**31)
     try:
         config = HuntConfig(max_examples=current.max_examples if max_examples is None else max_examples,
                             seed=seed, derandomize=current.derandomize, parent=current,
@@ -301,6 +311,9 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     lines = [f"normprops: {target['label']} ({target['framework']} {target['dtype']}) failed "
              f"{len(report.failures)} propert{'y' if len(report.failures) == 1 else 'ies'}:"]
     lines += [format_finding(f, indent="  ") for f in report.failures]
+    if report.settings.get("seed") is not None:
+        lines.append(f"seed {report.settings['seed']}: pass seed={report.settings['seed']} to repeat "
+                     f"this hunt")
     lines += report.notes
     lines += report.hints
     if any(f.fixture for f in report.failures):

@@ -649,3 +649,19 @@ def test_a_value_the_storage_type_cannot_hold_is_named_before_the_call() -> None
         check_representable(np.array([1.0, 1.0 + 2**-10], np.float32), "bfloat16", name="x")
     with pytest.raises(ValueError, match=r"gamma\[0\] = 65520\.0 is not exactly representable in float16"):
         check_representable(np.array([65520.0], np.float32), "float16", name="gamma")
+
+
+def test_an_unseeded_hunt_keeps_its_seed_and_that_seed_repeats_it() -> None:
+    from normprops.examples.planted import softmax_no_shift
+
+    first = normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["overflow_logits", "ordinary"],
+                                  max_examples=20)
+    seed = first.settings["seed"]
+    assert isinstance(seed, int)
+    again = normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["overflow_logits", "ordinary"],
+                                  max_examples=20, seed=seed)
+    assert [(r.family, r.examples, r.properties) for r, _ in again.results] == \
+        [(r.family, r.examples, r.properties) for r, _ in first.results]
+    with pytest.raises(AssertionError, match=r"seed \d+: pass seed=\d+ to repeat this hunt"):
+        normprops.assert_robust(softmax_no_shift, op="softmax", families=["overflow_logits"],
+                                max_examples=20)
