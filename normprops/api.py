@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import inspect
 import math
+import os
 import secrets
 import shlex
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -319,9 +321,21 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     if any(f.fixture for f in report.failures):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"
-        lines.append(f"replay: normprops replay --op {target['op']} --impl {impl} "
+        lines.append(f"replay: {_import_path(module)}normprops replay --op {target['op']} --impl {impl} "
                      f"--fixtures-dir {shlex.quote(report.settings['fixtures_dir'])}{replay_flags(target)}")
     raise AssertionError("\n".join(lines))
+
+
+def _import_path(module: str | None) -> str:
+    """``PYTHONPATH=DIR `` where the replay command could not import ``module`` from the current
+    directory: a kernel defined in a test file, which pytest imported from the test's folder."""
+    file = getattr(sys.modules.get(module or ""), "__file__", None)
+    if not module or not file:
+        return ""
+    root = Path(file).resolve().parents[module.count(".")]
+    if root == Path.cwd().resolve() or "site-packages" in root.parts:
+        return ""
+    return f"PYTHONPATH={shlex.quote(os.path.relpath(root))} "
 
 
 def replay_flags(target: dict[str, Any]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -147,7 +148,11 @@ def test_assert_robust_names_the_replay_that_takes_its_fixtures(tmp_path: Path,
                                 max_cols=4096)
     (line,) = [x for x in str(caught.value).splitlines() if x.startswith("replay: ")]
     assert line.endswith(f"--fixtures-dir {tmp_path} --dtype bfloat16 --max-cols 4096")
-    argv = line.removeprefix("replay: normprops ").split()
+    # The kernel lives in this test file, which pytest imported from its own folder: the command
+    # says where to import it from.
+    prefix = f"replay: PYTHONPATH={os.path.relpath(Path(__file__).parent)} normprops "
+    assert line.startswith(prefix), line
+    argv = line.removeprefix(prefix).split()
     assert main(argv, out=io.StringIO(), err=io.StringIO()) == 1  # its fixture, replayed
 
 
