@@ -55,7 +55,14 @@ def get_dtype(name: str) -> StorageType:
     try:
         return DTYPES[name]
     except (KeyError, TypeError):
-        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} but was {name!r}") from None
+        hint = ""
+        try:  # np.float16, torch.bfloat16, ml_dtypes.bfloat16: their names
+            named = str(np.dtype(name)) if not isinstance(name, str) else None
+        except Exception:  # not a dtype numpy knows (torch's): its name after the module's
+            named = str(name).rpartition(".")[2] if not isinstance(name, str) else None
+        if named in DTYPES:
+            hint = f' (pass its name: dtype="{named}")'
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)} but was {name!r}{hint}") from None
 
 
 def numpy_dtype(name: str) -> np.dtype:

@@ -310,6 +310,9 @@ def test_hunt_kernel_saves_fixtures_when_asked(tmp_path: Path) -> None:
 @pytest.mark.parametrize("kwargs, message", [
     (dict(op="gelu"), "op must be one of"),
     (dict(op="softmax", dtype="float8"), "dtype must be one of"),
+    (dict(op="softmax", dtype=np.float16),
+     r'but was <class .numpy.float16.> \(pass its name: dtype="float16"\)'),
+    (dict(op="softmax", dtype=ml_dtypes.bfloat16), r'\(pass its name: dtype="bfloat16"\)'),
     (dict(op="softmax", framework="mxnet"), "framework must be one of"),
     (dict(op="softmax", families=["eps_scale"]), "not a family of softmax"),
     (dict(op="softmax", ignore=["contract"]), "'contract' cannot be ignored"),
