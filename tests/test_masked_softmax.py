@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import textwrap
 from pathlib import Path
 
@@ -431,9 +432,14 @@ def test_assert_robust_names_the_replay_of_an_additive_kernel(user_module: Path)
                                 families=["masked"], max_examples=40, seed=0,
                                 fixtures_dir=user_module / "fx")
     replay = caught.value.args[0].splitlines()[-1]
-    assert replay.startswith("replay: normprops replay --op masked_softmax")
+    # Where the module was imported from (this test's folder, or an earlier test's, whose import
+    # is kept): a folder other than the current one is named for the command to import it from.
+    root = Path(kernel.__code__.co_filename).resolve().parent
+    where = "" if root == Path.cwd().resolve() else f"PYTHONPATH={os.path.relpath(root)} "
+    prefix = f"replay: {where}normprops "
+    assert replay.startswith(prefix + "replay --op masked_softmax"), replay
     assert replay.endswith(f"--mask additive --mask-fill {-float(np.finfo(np.float32).max)!r}")
-    code, out, _ = run(*replay.removeprefix("replay: normprops ").split())
+    code, out, _ = run(*replay.removeprefix(prefix).split())
     assert code == 1 and "FAIL" in out
 
 
