@@ -395,8 +395,13 @@ def test_one_contract_failure_stops_the_hunt_with_one_message(user_module: str, 
     assert len(list((tmp_path / "fx" / "softmax").glob("*.json"))) == 1
 
 
-def test_ctrl_c_prints_what_was_found_writes_the_report_and_exits_130(user_module: str,
-                                                                     tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum, code, word", [
+    (signal.SIGINT, 130, "interrupted"),  # Ctrl-C
+    # What a batch scheduler or a CI job's timeout sends: as Ctrl-C, the report saying so.
+    (signal.SIGTERM, 143, "terminated"),
+])
+def test_a_stopped_hunt_prints_what_was_found_writes_the_report_and_exits_with_its_status(
+        user_module: str, tmp_path: Path, signum: int, code: int, word: str) -> None:
     # A child inherits an ignored SIGINT (and would then rightly keep ignoring it).
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     report = tmp_path / "r.json"
@@ -409,44 +414,17 @@ def test_ctrl_c_prints_what_was_found_writes_the_report_and_exits_130(user_modul
     first = proc.stdout.readline()  # the header: the hunt has started
     assert first.startswith("normprops hunt:"), first + proc.stderr.read()
     time.sleep(2.0)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     try:
         out, err = proc.communicate(timeout=60)
     except subprocess.TimeoutExpired:
         proc.kill()
         out, err = proc.communicate()
-        pytest.fail(f"no exit within 60 s of Ctrl-C; stdout: {out[-2000:]!r} stderr: {err[-2000:]!r}")
-    assert proc.returncode == 130, out + err
-    assert "Traceback" not in out + err and "interrupted" in out
+        pytest.fail(f"no exit within 60 s of {word}; stdout: {out[-2000:]!r} stderr: {err[-2000:]!r}")
+    assert proc.returncode == code, out + err
+    assert "Traceback" not in out + err and f"{word}: what was found so far follows" in out
     doc = json.loads(report.read_text())
-    assert doc["error"] == "interrupted" and doc["complete"] is False
-    assert doc["results"] and doc["results"][0]["family"] == "ordinary"
-
-
-def test_sigterm_writes_the_report_and_exits_143(user_module: str, tmp_path: Path) -> None:
-    """What a batch scheduler or a CI job's timeout sends: the hunt stops as on Ctrl-C, prints
-    what it found, writes the report saying it was terminated, and exits 128 + 15."""
-    report = tmp_path / "r.json"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "normprops", "hunt", "--op", "softmax", "--impl",
-         f"{user_module}:softmax_slow", "--max-examples", "200", "--seed", "0", "--no-fixtures",
-         "--json", str(report)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1"})
-    first = proc.stdout.readline()  # the header: the hunt has started
-    assert first.startswith("normprops hunt:"), first + proc.stderr.read()
-    time.sleep(2.0)
-    proc.send_signal(signal.SIGTERM)
-    try:
-        out, err = proc.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"no exit within 60 s of SIGTERM; stdout: {out[-2000:]!r} stderr: {err[-2000:]!r}")
-    assert proc.returncode == 143, out + err
-    assert "Traceback" not in out + err and "terminated: what was found so far follows" in out
-    doc = json.loads(report.read_text())
-    assert doc["error"] == "terminated" and doc["complete"] is False
+    assert doc["error"] == word and doc["complete"] is False
     assert doc["results"] and doc["results"][0]["family"] == "ordinary"
 
 
