@@ -223,7 +223,6 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     (family, property) that failed, ``.information`` (e.g. a norm that is not range-safe) and
     ``.hints`` (declarations checked to explain the failures). Raises :class:`~normprops.errors.UsageError` (a
     ``ValueError``) naming a bad argument."""
-    _check_types(seed=seed, max_examples=max_examples, call_timeout=call_timeout, ftz=ftz)
     try:
         get_op(op)
         constraints = ShapeConstraints(cols_multiple_of=cols_multiple_of,
@@ -270,23 +269,6 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         report.hints = hints(report.failures, target=target, policy=config.policy,
                              oracle=config.oracle)
     return report
-
-
-def _check_types(*, seed: object, max_examples: object, call_timeout: object, ftz: object) -> None:
-    """The arguments whose wrong type would otherwise surface as a TypeError deep inside, or be
-    taken silently ("yes" as a flag, 1.5 as a seed): UsageError naming each."""
-    def whole(value: object) -> bool:
-        return isinstance(value, int) and not isinstance(value, bool)
-
-    if seed is not None and not whole(seed):
-        raise UsageError(f"seed must be an integer (or None: a fresh one) but was {seed!r}")
-    if max_examples is not None and not whole(max_examples):
-        raise UsageError(f"max_examples must be an integer of at least 1 but was {max_examples!r}")
-    if call_timeout is not None and (isinstance(call_timeout, bool)
-                                     or not isinstance(call_timeout, (int, float))):
-        raise UsageError(f"call_timeout must be a number of seconds but was {call_timeout!r}")
-    if not isinstance(ftz, bool):
-        raise UsageError(f"ftz must be True or False but was {ftz!r}")
 
 
 def deadline_after(time_budget: float | None) -> float | None:

@@ -61,6 +61,8 @@ class ErrorModel:
     variance: str = "two_pass"
 
     def __post_init__(self) -> None:
+        if not isinstance(self.ftz, bool):
+            raise ValueError(f"ftz must be True or False but was {self.ftz!r}")
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1 but was {self.threads}")
         if self.arithmetic not in ("float32", "bfloat16"):

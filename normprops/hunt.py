@@ -75,8 +75,11 @@ class HuntConfig:
     deadline: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_examples, int) or self.max_examples < 1:
-            raise ValueError(f"max_examples must be at least 1 but was {self.max_examples!r}")
+        if (not isinstance(self.max_examples, int) or isinstance(self.max_examples, bool)
+                or self.max_examples < 1):
+            raise ValueError(f"max_examples must be an integer of at least 1 but was {self.max_examples!r}")
+        if self.seed is not None and (not isinstance(self.seed, int) or isinstance(self.seed, bool)):
+            raise ValueError(f"seed must be an integer (or None: a fresh one) but was {self.seed!r}")
         if self.policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES} but was {self.policy!r}")
         if self.oracle not in ORACLES:

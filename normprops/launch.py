@@ -350,8 +350,10 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     _check_arity(fn, spec.params, op)
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise UsageError(f"threads must be a positive integer but was {threads!r}")
-    if timeout_s is not None and not timeout_s > 0:
-        raise UsageError(f"call timeout must be a positive number of seconds but was {timeout_s!r}")
+    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
+                                  or not timeout_s > 0):
+        raise UsageError(f"call timeout (--call-timeout, call_timeout=) must be a positive number of "
+                         f"seconds but was {timeout_s!r}")
     if row_reduction not in ROW_REDUCTIONS:
         raise UsageError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
                          f"{row_reduction!r}")
@@ -363,7 +365,7 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     fill = _mask_fill(op, mask, mask_fill, dtype)
     _check_variance(variance, op)
     try:
-        model = replace(FOREIGN_ERROR_MODEL, ftz=bool(ftz), reduction=reduction,
+        model = replace(FOREIGN_ERROR_MODEL, ftz=ftz, reduction=reduction,
                         arithmetic=arithmetic, variance=variance,
                         **({} if threads is None else {"threads": threads}))
     except ValueError as exc:
@@ -427,7 +429,7 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
             raise FatalTargetError(str(exc)) from exc
 
     try:
-        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=bool(ftz), reduction=reduction,
+        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=ftz, reduction=reduction,
                         variance=variance)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
