@@ -22,20 +22,25 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 __all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY", "worker_device", "HUNT_PROPERTY"]
 
 PROFILES = {
-    "ci": dict(max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True),
+    "ci": dict(max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow]),
     "dev": dict(max_examples=300, deadline=None),
     "deep": dict(max_examples=10_000, deadline=None),
 }
 
 
 def register_profiles() -> None:
+    # Each profile is built on Hypothesis' own default, not on whichever profile is loaded now:
+    # in a CI environment Hypothesis loads its `ci` profile first, and `dev` would inherit its
+    # derandomize=True and stop exploring.
+    base = settings.get_profile("default")
     for name, kwargs in PROFILES.items():
-        settings.register_profile(name, **kwargs)
+        settings.register_profile(name, parent=base, **kwargs)
 
 
 # Profiles must exist before Hypothesis' own plugin loads --hypothesis-profile in pytest_configure.
