@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -125,24 +125,67 @@ def _at_width(case: Case, cols: int) -> Case:
                         mask=rows(case.mask))
 
 
-def _width_candidates(widths: list[int]) -> list[tuple[_Declaration, ShapeConstraints]]:
+#: The widest row a --min-cols hint looks for the narrowest width taken at (or twice the widest
+#: failing row, if wider).
+_NARROW_LIMIT = 16385
+
+
+def _width_candidates(widths: list[int], takes: Callable[[int], bool]
+                      ) -> list[tuple[_Declaration, ShapeConstraints]]:
+    """Width declarations that could explain raises at ``widths``; ``takes(w)``: whether the
+    kernel runs the failing rows cut or repeated to ``w`` columns."""
     out = []
+    # A limit is where the kernel stops taking rows, which a shrunk counterexample usually sits
+    # right past but need not (a shrink cut short, a worst case far from it): it is looked for by
+    # bisection, the kernel run at about log2(width) widths, taking the widths it runs as a range.
+    # A limit also needs the width next to it on the taken side to run: a kernel that takes only
+    # multiples of K never runs two widths in a row, and gets the multiple's hint instead. A limit
+    # is offered first, as it leaves out fewer widths than a multiple does.
+    below = _edge(takes, lo=1, hi=widths[0] - 1)
+    if below is not None and (below == 1 or takes(below - 1)):
+        out.append((_Declaration(f"--max-cols {below}", f"max_cols={below}",
+                                 f"It declares that the kernel takes no row wider than {below} "
+                                 f"columns: no wider row is hunted"), ShapeConstraints(max_cols=below)))
+    above = _lowest(takes, lo=widths[-1] + 1, hi=max(_NARROW_LIMIT, 2 * widths[-1]))
+    if above is not None and takes(above + 1):
+        out.append((_Declaration(f"--min-cols {above}", f"min_cols={above}",
+                                 f"It declares that the kernel takes no row narrower than {above} "
+                                 f"columns: no narrower row is hunted"), ShapeConstraints(min_cols=above)))
     for k in _MULTIPLES:
         if all(w % k for w in widths):
             out.append((_Declaration(f"--cols-multiple-of {k}", f"cols_multiple_of={k}",
                                      f"It declares that the kernel takes only widths that are "
                                      f"multiples of {k}: no other width is hunted"),
                         ShapeConstraints(cols_multiple_of=k)))
-    if widths[0] > 1:
-        n = widths[0] - 1
-        out.append((_Declaration(f"--max-cols {n}", f"max_cols={n}",
-                                 f"It declares that the kernel takes no row wider than {n} "
-                                 f"columns: no wider row is hunted"), ShapeConstraints(max_cols=n)))
-    n = widths[-1] + 1
-    out.append((_Declaration(f"--min-cols {n}", f"min_cols={n}",
-                             f"It declares that the kernel takes no row narrower than {n} "
-                             f"columns: no narrower row is hunted"), ShapeConstraints(min_cols=n)))
     return out
+
+
+def _edge(takes: Callable[[int], bool], *, lo: int, hi: int) -> int | None:
+    """The largest ``w`` in [lo, hi] with ``takes(w)``, taking it to hold on [lo, w] and not past
+    it; None when it fails at ``lo``. ``hi`` is tried first: a limit right below is the usual case."""
+    if hi < lo:
+        return None
+    if takes(hi):
+        return hi
+    if not takes(lo):
+        return None
+    while hi - lo > 1:  # takes(lo), not takes(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if takes(mid) else (lo, mid)
+    return lo
+
+
+def _lowest(takes: Callable[[int], bool], *, lo: int, hi: int) -> int | None:
+    """The smallest ``w`` in [lo, hi] with ``takes(w)``, taking it to hold on [w, hi] and not
+    below; None when it fails at ``hi``. ``lo`` is tried first."""
+    if takes(lo):
+        return lo
+    if not takes(hi):
+        return None
+    while hi - lo > 1:  # takes(hi), not takes(lo)
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if takes(mid) else (mid, hi)
+    return hi
 
 
 def _nearest_allowed(cols: int, widths: ShapeConstraints) -> list[int]:
@@ -191,7 +234,12 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
         if raised and target.constraints.unconstrained:
             cases = _cases(raised)
             widths = sorted({c.cols for c in cases})
-            for declaration, allowed in _width_candidates(widths):
+
+            def takes(cols: int) -> bool:
+                return _passes(target, [_at_width(c, cols) for c in cases], frozenset({"contract"}),
+                               policy=policy, oracle=oracle)
+
+            for declaration, allowed in _width_candidates(widths, takes):
                 moved = [_at_width(c, w) for c in cases for w in _nearest_allowed(c.cols, allowed)]
                 if _passes(replace(target, constraints=allowed), moved, frozenset({"contract"}),
                            policy=policy, oracle=oracle):

@@ -175,6 +175,34 @@ def test_a_kernel_that_refuses_wide_rows_gets_a_checked_width_hint() -> None:
     assert n >= 64 and all(f.minimal.cols > n for f in report.failures)
 
 
+def _softmax_taking(lo: int, hi: int, multiple: int = 1):
+    def softmax(x):
+        if not lo <= x.shape[1] <= hi or x.shape[1] % multiple:
+            raise ValueError(f"{lo} to {hi} columns, got {x.shape[1]}")
+        z = x.astype(np.float64)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+    return softmax
+
+
+@pytest.mark.parametrize("lo, hi, multiple, wide, flag", [
+    (1, 100, 1, 300, "--max-cols 100"),
+    (40, 16385, 1, 3, "--min-cols 40"),
+    (1, 16385, 4, 5, "--cols-multiple-of 4"),  # takes 4 but not 3: no limit explains it
+])
+def test_a_width_limit_away_from_the_counterexample_is_found(lo, hi, multiple, wide, flag) -> None:
+    # As after a shrink cut short: the counterexample is far from the limit, not one past it.
+    fn = _softmax_taking(lo, hi, multiple)
+    target = target_from_callable(fn, op="softmax")
+    report = normprops.hunt_kernel(fn, op="softmax", families=["ordinary"], max_examples=50, seed=0)
+    (finding,) = [f for f in report.failures if f.property == "contract"]
+    case = finding.minimal.replace(x=np.resize(finding.minimal.x, (finding.minimal.rows, wide)))
+    far = Finding(label=finding.label, family=finding.family, property="contract",
+                  verdict=finding.verdict, minimal=case, worst=case, worst_verdict=finding.verdict)
+    (hint,) = hints([far], target=target)
+    assert hint.startswith(f"hint: {flag} (")
+
+
 # --- --arithmetic bfloat16 on float32 storage -------------------------------------------------------
 
 
