@@ -68,6 +68,11 @@ def nonfinite_reason(got: float, exact: float) -> str:
     return f"non-finite output {float(got)} where the exact result is {float(exact):.5g}"
 
 
+#: Properties judged by comparing the kernel's output on a transformed copy of the case with its
+#: output on the case (judge_close).
+_AGAINST_ITSELF = frozenset({"shift_invariance", "scale_invariance"})
+
+
 @dataclass(frozen=True)
 class Verdict:
     """One failed property on one example, located at its worst element."""
@@ -107,7 +112,9 @@ class Verdict:
         if self.error is not None and self.tolerance is not None:
             ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
             got, expected = _distinct(self.got, self.expected)
-            detail = (f" got {got} expected {expected} "
+            # A metamorphic property compares the kernel with itself: no value is "expected".
+            names = ("copy", "original") if self.property in _AGAINST_ITSELF else ("got", "expected")
+            detail = (f" {names[0]} {got} {names[1]} {expected} "
                       f"|err| {_num(self.error)} > tol {_num(self.tolerance)}{ratio}")
             return f"{head}:{where}{detail}" + (f"; {self.reason}" if self.reason else "")
         return f"{head}:{where} {self.reason}"

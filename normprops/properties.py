@@ -267,7 +267,7 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
         if unranged:
             rows &= ~range_rows(case, ref) & ~range_rows(other_case, other_ref)
         found = judge_close(prop, out, other, tol.tol + other_tol.tol, case=case, label=label,
-                            rows=rows, what=f"output of {what} vs the original")
+                            rows=rows, what=f"the copy is {what}")
         if found:
             return found
     return None

@@ -10,7 +10,7 @@ import pytest
 
 from normprops.case import Case
 from normprops.errormodel import FOREIGN_ERROR_MODEL
-from normprops.judge import Verdict, bits_equal, judge_output
+from normprops.judge import Verdict, bits_equal, judge_close, judge_output
 from normprops.oracles import reference, tolerance
 
 F32 = np.float32
@@ -386,3 +386,14 @@ def test_a_ratio_just_past_one_reads_past_one() -> None:
     assert v.message().endswith("> tol 1e-07 (x1.004)"), v.message()
     w = Verdict("softmax[k]", "accuracy", "ordinary", 0, 3, 0.25, 0.25, 3.9e-3, 1e-7, 3.9e4, "")
     assert w.message().endswith("(x3.9e4)"), w.message()
+
+
+def test_a_copy_compared_with_the_original_is_not_called_expected() -> None:
+    case = _case("softmax", [[1.0, 2.0, 3.0]])
+    base = np.array([[0.25, 0.25, 0.5]], np.float32)
+    other = base + np.float32(1e-3)
+    v = judge_close("shift_invariance", base, other, np.full(base.shape, 1e-6), case=case, label="softmax[k]",
+                    rows=np.array([True]), what="the copy is x + 3 (exact)")
+    message = v.message()
+    assert " copy 0.251 original 0.25 |err| " in message and "expected" not in message, message
+    assert message.endswith("; the copy is x + 3 (exact)")
