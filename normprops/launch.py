@@ -225,13 +225,17 @@ def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
         raise _CallTimeout
 
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return fn(*args)
+        # The alarm can fire anywhere from its setting to its clearing, the clearing included (a
+        # timeout as long as the call itself): every place it can land is inside the handler's try.
+        try:
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            return fn(*args)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
     except _CallTimeout:
         raise FatalTargetError(f"did not return within {seconds:g} s (call timeout)") from None
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
 
@@ -348,7 +352,7 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     _check_arity(fn, spec.params, op)
-    if threads is not None and (not isinstance(threads, int) or threads < 1):
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise UsageError(f"threads must be a positive integer but was {threads!r}")
     if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
                                   or not timeout_s > 0):
