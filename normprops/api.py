@@ -34,6 +34,7 @@ from normprops.errors import UsageError
 from normprops.hints import hints
 from normprops.hunt import HuntConfig, HuntResult, hunt
 from normprops.information import hunt_information
+from normprops.jsonio import output_dir_problem
 from normprops.launch import VARIANCE_OPS, Target, target_from_callable
 from normprops.ops import get_op, is_backward
 from normprops.regressions import save_findings
@@ -118,6 +119,7 @@ def target_json(target: Target) -> dict[str, Any]:
         "ignore": sorted(target.ignore), "opt_in": sorted(target.opt_in),
         "information": sorted(target.information),
         "ftz": target.error_model.ftz, "threads": target.error_model.threads,
+        "call_timeout": target.timeout_s,
         "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
         **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
         **({"variance": target.error_model.variance} if target.op in VARIANCE_OPS else {}),
@@ -134,7 +136,11 @@ def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
     allowed = families_for(op)
     if families is None:
         return allowed
-    chosen = tuple(f.strip() for f in families.split(",")) if isinstance(families, str) else tuple(families)
+    chosen = (tuple(f.strip() for f in families.split(",")) if isinstance(families, str)
+              else tuple(families) if isinstance(families, Iterable) else (families,))
+    if not all(isinstance(f, str) for f in chosen):
+        raise UsageError(f"families must be family names (a list, or one string split at commas) "
+                         f"but was {families!r}; families for {op}: {', '.join(allowed)}")
     unknown = [f for f in chosen if f not in allowed]
     if unknown or not chosen:
         raise UsageError(f"families: {', '.join(map(repr, unknown)) or '(none)'} not a family of "
@@ -153,6 +159,9 @@ class SessionDefaults:
     policy: str = "default"
     oracle: str = "float64"
     deadline: float | None = None
+    #: Called with a reason, instead of hunting, when ``deadline`` has passed before a hunt starts
+    #: (the plugin passes ``pytest.skip``: a test whose hunt cannot run is not a pass).
+    when_spent: Callable[[str], Any] | None = None
 
 
 _SESSION = [SessionDefaults()]
@@ -238,9 +247,11 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     chosen = _families(op, families)
     current = hypothesis_settings()
     session = _SESSION[0]
-    fixtures = session.fixtures_dir if fixtures_dir is None else Path(fixtures_dir)
+    fixtures = session.fixtures_dir if fixtures_dir is None else _fixtures_dir(fixtures_dir)
     deadline = deadline_after(time_budget)
     if session.deadline is not None:
+        if session.when_spent is not None and time.monotonic() >= session.deadline:
+            session.when_spent("the session's normprops time budget was spent before this hunt")
         deadline = session.deadline if deadline is None else min(deadline, session.deadline)
     if seed is None and not current.derandomize:
         # A seed drawn and kept, as the CLI does, so that a failure can be repeated (seed=N); one
@@ -271,6 +282,18 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     return report
 
 
+def _fixtures_dir(value: Any) -> Path:
+    """``fixtures_dir`` as a folder findings can be saved in, checked before the hunt rather than
+    when its first finding is saved."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise UsageError(f"fixtures_dir must be a folder's path (a str or Path) but was {value!r}")
+    path = Path(value)
+    problem = output_dir_problem(path)
+    if problem:
+        raise UsageError(f"fixtures_dir={str(path)!r}{problem}")
+    return path
+
+
 def deadline_after(time_budget: float | None) -> float | None:
     """The ``HuntConfig.deadline`` of a hunt that may take ``time_budget`` seconds from now (None:
     no budget). Raises :class:`~normprops.errors.UsageError` for a budget that is not a positive
@@ -298,13 +321,20 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     if report.settings.get("seed") is not None:
         lines.append(f"seed {report.settings['seed']}: pass seed={report.settings['seed']} to repeat "
                      f"this hunt")
+    elif hypothesis_settings().derandomize:
+        lines.append("derandomized (a profile such as ci): the same call repeats this hunt")
     lines += report.notes
     lines += report.hints
     if any(f.fixture for f in report.failures):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
-        impl = f"{module}:{name}" if module and name and "<" not in name else "MODULE:FUNC"
-        lines.append(f"replay: {_import_path(module)}normprops replay --op {target['op']} --impl {impl} "
-                     f"--fixtures-dir {shlex.quote(report.settings['fixtures_dir'])}{replay_flags(target)}")
+        if module and name and "<" not in name and module != "__main__":
+            lines.append(f"replay: {_import_path(module)}normprops replay --op {target['op']} --impl "
+                         f"{module}:{name} --fixtures-dir {shlex.quote(report.settings['fixtures_dir'])}"
+                         f"{replay_flags(target, policy=report.settings['policy'])}")
+        else:
+            lines.append(f"replay: {name or fn!r} cannot be imported by name (defined inside a function, "
+                         f"a lambda or a script run as __main__); define it at a module's top level to "
+                         f"replay its fixtures with normprops replay")
     raise AssertionError("\n".join(lines))
 
 
@@ -317,14 +347,20 @@ def _import_path(module: str | None) -> str:
     root = Path(file).resolve().parents[module.count(".")]
     if root == Path.cwd().resolve() or "site-packages" in root.parts:
         return ""
-    return f"PYTHONPATH={shlex.quote(os.path.relpath(root))} "
+    # Ahead of the user's own PYTHONPATH, which may be what finds normprops or their kernels' imports.
+    keep = ":$PYTHONPATH" if os.environ.get("PYTHONPATH") else ""
+    return f"PYTHONPATH={shlex.quote(os.path.relpath(root))}{keep} "
 
 
-def replay_flags(target: dict[str, Any]) -> str:
+#: ``normprops replay``'s own --call-timeout, left out of a replay command that would repeat it.
+_REPLAY_CALL_TIMEOUT = 60.0
+
+
+def replay_flags(target: dict[str, Any], *, policy: str = "default") -> str:
     """The flags that make ``normprops replay`` take the fixtures of the kernel ``target`` describes
-    (:func:`target_json`) and judge them as the hunt did: its arrays, storage type and widths, and
-    what it declared (properties not promised or promised too, flushing, reduction, arithmetic,
-    variance)."""
+    (:func:`target_json`) and judge them as the hunt did: its arrays, storage type and widths, what
+    it declared (properties not promised or promised too, flushing, reduction, arithmetic,
+    variance), its call timeout and the hunt's tolerance ``policy``."""
     widths = target["constraints"]
     threads = target.get("threads")
     flags = [("--framework", target["framework"] if target["framework"] != "numpy" else None),
@@ -344,6 +380,9 @@ def replay_flags(target: dict[str, Any]) -> str:
               if target.get("variance", "two_pass") != "two_pass" else None)]
     if target.get("mask") == "additive":
         flags += [("--mask", "additive"), ("--mask-fill", _fill_flag(target["mask_fill"]))]
+    timeout = target.get("call_timeout")
+    flags += [("--call-timeout", f"{timeout:g}" if timeout not in (None, _REPLAY_CALL_TIMEOUT) else None),
+              ("--policy", policy if policy != "default" else None)]
     line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
     return line + (" --ftz" if target.get("ftz") else "")
 

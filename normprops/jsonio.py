@@ -15,7 +15,7 @@ from typing import Any
 
 from normprops.errors import WriteError
 
-__all__ = ["write_json_atomically", "read_json_document", "check_can_create_in"]
+__all__ = ["write_json_atomically", "read_json_document", "check_can_create_in", "output_dir_problem"]
 
 
 def _create_beside(path: Path) -> tuple[int, Path]:
@@ -36,6 +36,24 @@ def check_can_create_in(directory: Path) -> None:
     fd, tmp = _create_beside(Path(directory) / "normprops-probe")
     os.close(fd)
     os.unlink(tmp)
+
+
+def output_dir_problem(path: Path) -> str | None:
+    """Why files could not be saved under ``path`` (a folder created with its parents when first
+    written), as the end of a sentence that begins with the path; None when they can. A file is
+    created and removed in the nearest existing folder to find out."""
+    if path.exists() and not path.is_dir():
+        return " is a file; name a directory"
+    ancestor = path.absolute()
+    while not ancestor.exists():
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f": {ancestor} is a file, not a directory"
+    try:
+        check_can_create_in(ancestor)
+    except OSError as exc:
+        return f": cannot create a file in {ancestor} ({exc.strerror or exc})"
+    return None
 
 
 def write_json_atomically(path: Path, doc: dict[str, Any]) -> None:

@@ -114,8 +114,9 @@ class Verdict:
             got, expected = _distinct(self.got, self.expected)
             # A metamorphic property compares the kernel with itself: no value is "expected".
             names = ("copy", "original") if self.property in _AGAINST_ITSELF else ("got", "expected")
+            error, tolerance = _distinct(self.error, self.tolerance)
             detail = (f" {names[0]} {got} {names[1]} {expected} "
-                      f"|err| {_num(self.error)} > tol {_num(self.tolerance)}{ratio}")
+                      f"|err| {error} > tol {tolerance}{ratio}")
             return f"{head}:{where}{detail}" + (f"; {self.reason}" if self.reason else "")
         return f"{head}:{where} {self.reason}"
 

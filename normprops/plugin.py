@@ -18,11 +18,13 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from normprops.jsonio import output_dir_problem
 
 __all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY", "worker_device", "HUNT_PROPERTY"]
 
@@ -100,9 +102,10 @@ def pytest_configure(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--normprops-backend {', '.join(unknown)}: no such backend; "
                                     f"choose from {', '.join(known)}")
     fixtures_dir = config.getoption("--normprops-fixtures-dir")
-    if fixtures_dir is not None and fixtures_dir.exists() and not fixtures_dir.is_dir():
-        raise pytest.UsageError(f"--normprops-fixtures-dir {fixtures_dir} is a file; name a folder "
-                                f"(fixtures are saved under DIR/<op>/)")
+    problem = None if fixtures_dir is None else output_dir_problem(fixtures_dir)
+    if problem:
+        raise pytest.UsageError(f"--normprops-fixtures-dir {fixtures_dir}{problem} (fixtures are "
+                                f"saved under DIR/<op>/)")
     budget = config.getoption("--normprops-time-budget")
     if budget is not None and not 0 < budget < math.inf:
         raise pytest.UsageError(f"--normprops-time-budget must be a positive number of seconds but "
@@ -114,16 +117,33 @@ def pytest_configure(config: pytest.Config) -> None:
         backends=tuple(backends) if backends else None,
         stress_rows=config.getoption("--normprops-stress-rows"),
         time_budget=budget,
-        deadline=None if budget is None else time.monotonic() + budget,
     )
     if config.stash[OPTIONS_KEY].stress_rows is not None and config.stash[OPTIONS_KEY].stress_rows < 0:
         raise pytest.UsageError("--normprops-stress-rows must be 0 (off) or a positive row count")
-    # The same options reach a user's own tests, which call hunt_kernel and assert_robust.
+    _share_options(config.stash[OPTIONS_KEY])
+
+
+def _share_options(options: PluginOptions) -> None:
+    """The same options reach a user's own tests, which call hunt_kernel and assert_robust; a hunt
+    that would start after the time budget is spent skips its test."""
     from normprops.api import SessionDefaults, use_session_defaults
 
-    options = config.stash[OPTIONS_KEY]
+    def spent(why: str) -> None:
+        pytest.skip(f"{why} (--normprops-time-budget {options.time_budget:g})")
+
     use_session_defaults(SessionDefaults(fixtures_dir=options.fixtures_dir, policy=options.policy,
-                                         oracle=options.oracle, deadline=options.deadline))
+                                         oracle=options.oracle, deadline=options.deadline,
+                                         when_spent=spent))
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The time budget starts with the first test, not with collection (which imports the
+    frameworks the tests use)."""
+    options = session.config.stash[OPTIONS_KEY]
+    if options.time_budget is not None:
+        options = replace(options, deadline=time.monotonic() + options.time_budget)
+        session.config.stash[OPTIONS_KEY] = options
+        _share_options(options)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

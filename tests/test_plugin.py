@@ -102,7 +102,11 @@ def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makefile(".txt", notes="")
     result = pytester.runpytest("--normprops-fixtures-dir", "notes.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--normprops-fixtures-dir notes.txt is a file; name a folder*"])
+    result.stderr.fnmatch_lines(["*--normprops-fixtures-dir notes.txt is a file; name a directory*"])
+    result = pytester.runpytest("--normprops-fixtures-dir", "notes.txt/fx")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--normprops-fixtures-dir notes.txt/fx: *notes.txt is a file, not a "
+                                 "directory*"])
 
 
 def test_a_time_budget_cuts_the_running_hunt_and_skips_the_later_ones(pytester: pytest.Pytester) -> None:
@@ -120,12 +124,19 @@ def test_a_time_budget_cuts_the_running_hunt_and_skips_the_later_ones(pytester: 
 
         def test_later(hunt_config):
             raise AssertionError("a hunt after the budget must not run")
+
+        def test_a_users_later_hunt():
+            import normprops
+            from normprops.examples.planted import softmax_no_shift
+
+            normprops.assert_robust(softmax_no_shift, op="softmax", families=["overflow_logits"])
+            raise AssertionError("a hunt after the budget must not run, nor pass")
     """)
-    # The budget runs from the start of the session: 8 s leave room for a slow collection (the
-    # subprocess imports numpy, Hypothesis and normprops first) on a loaded machine.
-    result = pytester.runpytest_subprocess("--normprops-time-budget", "8", "-p", "no:randomly", "-rs")
-    result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*the normprops time budget of 8 s was spent*"])
+    # The budget runs from the first test, after collection (which imports the frameworks).
+    result = pytester.runpytest_subprocess("--normprops-time-budget", "3", "-p", "no:randomly", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*the normprops time budget of 3 s was spent*",
+                                 "*time budget was spent before this hunt (--normprops-time-budget 3)*"])
 
 
 def test_a_time_budget_must_be_positive(pytester: pytest.Pytester) -> None:

@@ -142,11 +142,21 @@ def test_cli_dtype_flag_and_fixture_records_it(tmp_path: Path, monkeypatch: pyte
 def test_assert_robust_names_the_replay_that_takes_its_fixtures(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    with pytest.raises(AssertionError) as caught:
-        normprops.assert_robust(rms_norm_bf16_accumulate, op="rmsnorm", dtype="bfloat16",
-                                families=["ordinary"], max_examples=100, seed=0, fixtures_dir=tmp_path,
-                                max_cols=4096)
-    (line,) = [x for x in str(caught.value).splitlines() if x.startswith("replay: ")]
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+
+    def replay_line() -> str:
+        with pytest.raises(AssertionError) as caught:
+            normprops.assert_robust(rms_norm_bf16_accumulate, op="rmsnorm", dtype="bfloat16",
+                                    families=["ordinary"], max_examples=100, seed=0,
+                                    fixtures_dir=tmp_path, max_cols=4096)
+        (line,) = [x for x in str(caught.value).splitlines() if x.startswith("replay: ")]
+        return line
+
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")  # kept behind the test's folder
+    assert replay_line().startswith(f"replay: PYTHONPATH={os.path.relpath(Path(__file__).parent)}"
+                                    f":$PYTHONPATH normprops ")
+    monkeypatch.delenv("PYTHONPATH")
+    line = replay_line()
     assert line.endswith(f"--fixtures-dir {tmp_path} --dtype bfloat16 --max-cols 4096")
     # The kernel lives in this test file, which pytest imported from its own folder: the command
     # says where to import it from.
@@ -154,6 +164,18 @@ def test_assert_robust_names_the_replay_that_takes_its_fixtures(tmp_path: Path,
     assert line.startswith(prefix), line
     argv = line.removeprefix(prefix).split()
     assert main(argv, out=io.StringIO(), err=io.StringIO()) == 1  # its fixture, replayed
+
+
+def test_a_kernel_that_cannot_be_imported_by_name_is_told_so(tmp_path: Path) -> None:
+    def local_softmax(x):
+        e = np.exp(x)  # no max shift
+        return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+    with pytest.raises(AssertionError) as caught:
+        normprops.assert_robust(local_softmax, op="softmax", families=["overflow_logits"],
+                                max_examples=30, seed=0, fixtures_dir=tmp_path)
+    (line,) = [x for x in str(caught.value).splitlines() if x.startswith("replay: ")]
+    assert "cannot be imported by name" in line and "MODULE:FUNC" not in line, line
 
 
 # --- width limits ------------------------------------------------------------------------------
@@ -325,6 +347,10 @@ def test_hunt_kernel_saves_fixtures_when_asked(tmp_path: Path) -> None:
     (dict(op="softmax", ftz="yes"), "ftz must be True or False but was 'yes'"),
     (dict(op="softmax", opt_in="range_sfety"), r"'range_sfety' is not a property \(did you mean"),
     (dict(op="softmax", opt_in=None), "opt_in must be a collection of property names but was None"),
+    (dict(op="softmax", threads=True), "threads must be a positive integer but was True"),
+    (dict(op="softmax", families=5), "families must be family names .* but was 5"),
+    (dict(op="softmax", fixtures_dir=123), r"fixtures_dir must be a folder's path .* but was 123"),
+    (dict(op="softmax", fixtures_dir=__file__), "fixtures_dir=.* is a file; name a directory"),
 ])
 def test_hunt_kernel_argument_errors_name_the_argument(kwargs, message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -359,6 +385,37 @@ def test_assert_robust_in_a_users_test_file(pytester: pytest.Pytester) -> None:
     assert "replay: normprops replay" in text
     # The helper's own frames are hidden: the traceback ends in the user's test.
     assert "api.py" not in text
+
+
+def test_the_replay_command_judges_as_the_hunt_did(pytester: pytest.Pytester) -> None:
+    """A finding made under a call timeout and the table policy fails again when the printed replay
+    command is pasted: the command carries both."""
+    pytester.makepyfile(test_slow=textwrap.dedent('''
+        import time
+        import numpy as np
+        import normprops
+
+        def slow_softmax(x):
+            if x.shape[1] > 100:
+                time.sleep(2)
+            z = x.astype(np.float64)
+            e = np.exp(z - z.max(axis=1, keepdims=True))
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+        def test_slow():
+            normprops.assert_robust(slow_softmax, op="softmax", families=["ragged"], max_examples=20,
+                                    call_timeout=0.3, seed=1, fixtures_dir="fx")
+    '''))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--normprops-policy", "table")
+    result.assert_outcomes(failed=1)
+    (line,) = [ln for ln in result.stdout.lines if "replay: " in ln]
+    command = line.split("replay: ", 1)[1]
+    assert "--call-timeout 0.3" in command and "--policy table" in command, command
+    replay = subprocess.run(command, shell=True, cwd=pytester.path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(pytester.path),
+                                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"})
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert "did not return within 0.3 s" in replay.stdout
 
 
 # --- frameworks --------------------------------------------------------------------------------
@@ -704,5 +761,31 @@ def test_a_derandomized_hunt_has_no_seed_and_repeats_without_one(ci_profile) -> 
     runs = [normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["overflow_logits", "ordinary"],
                                   max_examples=20) for _ in range(2)]
     assert [run.settings["seed"] for run in runs] == [None, None]
+    with pytest.raises(AssertionError, match=r"derandomized \(a profile such as ci\): the same call repeats"):
+        normprops.assert_robust(softmax_no_shift, op="softmax", families=["overflow_logits"], max_examples=20)
     assert [(r.family, r.examples, r.properties) for r, _ in runs[0].results] == \
         [(r.family, r.examples, r.properties) for r, _ in runs[1].results]
+
+
+def test_a_call_timeout_as_short_as_the_call_is_a_timeout_or_a_result() -> None:
+    # The alarm lands anywhere from its setting to its clearing: each landing must read as the
+    # call's timeout (or the call's result), never as the alarm's own exception.
+    from normprops.errors import FatalTargetError
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    target = target_from_callable(softmax_vec4, op="softmax", timeout_s=1e-6)
+    case = make_case(op="softmax", family="ordinary", rows=2, cols=8, seed=0,
+                     params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    outcomes = set()
+    for _ in range(2000):
+        try:
+            outcomes.add(target.run(case).shape)
+        except FatalTargetError as exc:
+            assert "did not return within 1e-06 s" in str(exc)
+            outcomes.add("timeout")
+    assert outcomes <= {(2, 8), "timeout"}
+    report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=30,
+                                   cols_multiple_of=4, call_timeout=1e-6, seed=1)
+    assert all(f.property == "contract" and "did not return within" in f.message
+               for f in report.failures)

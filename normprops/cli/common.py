@@ -20,7 +20,7 @@ from normprops import interrupt
 from normprops.case import ShapeConstraints
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
-from normprops.jsonio import check_can_create_in
+from normprops.jsonio import check_can_create_in, output_dir_problem
 from normprops.launch import Target, target_from_callable, target_from_cuda_source
 from normprops.ops import OPS, check_ignore, check_opt_in, is_backward
 from normprops.report import Report
@@ -144,16 +144,9 @@ def _check_output_file(path: Path | None, flag: str) -> None:
 
 def _check_output_dir(path: Path | None, flag: str) -> None:
     """An output directory is created (with its parents) where a file can be created now."""
-    if path is None:
-        return
-    if path.exists() and not path.is_dir():
-        raise UsageError(f"{flag} {path} is a file; name a directory")
-    ancestor = path.absolute()
-    while not ancestor.exists():
-        ancestor = ancestor.parent
-    if not ancestor.is_dir():
-        raise UsageError(f"{flag} {path}: {ancestor} is a file, not a directory")
-    _can_create_in(ancestor, flag, path)
+    problem = None if path is None else output_dir_problem(path)
+    if problem:
+        raise UsageError(f"{flag} {path}{problem}")
 
 
 def resolve_impl(impl: str) -> Callable[..., Any]:

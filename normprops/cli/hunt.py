@@ -124,7 +124,7 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         replay = None
         if args.impl and fixtures is not None:
             replay = (f"normprops replay --op {args.op} --impl {args.impl} --fixtures-dir {fixtures}"
-                      f"{replay_flags(target_json(target))}")
+                      f"{replay_flags(target_json(target), policy=args.policy)}")
         line = _fixtures_line(results, fixtures, replay)
         if line:
             print(line, file=out)
