@@ -19,10 +19,7 @@ Loading checks everything it reads: a truncated, garbled or incomplete file rais
 
 from __future__ import annotations
 
-import base64
-import binascii
 import hashlib
-import math
 import platform
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -36,6 +33,14 @@ from normprops import interrupt
 from normprops.case import Case, ShapeConstraints
 from normprops.dtypes import DTYPES, to_dtype
 from normprops.errors import FatalTargetError, FixtureError, WriteError
+from normprops.fixture_codec import (
+    decode_array,
+    decode_case,
+    decode_mask,
+    encode_array,
+    encode_case,
+    encode_mask,
+)
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.jsonio import read_json_document, write_json_atomically
 from normprops.judge import Verdict
@@ -50,204 +55,6 @@ __all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fix
            "replay_selection", "Replayed", "case_id", "FORMAT", "encode_mask", "decode_mask"]
 
 FORMAT = "normprops-fixture/1"
-INLINE_LIMIT = 256
-MAX_ELEMENTS = 1 << 26  # a fixture's array never needs more (the hunt draws at most ~80k elements)
-
-
-def encode_array(a: np.ndarray) -> dict[str, Any]:
-    a = np.ascontiguousarray(a, dtype=np.float32)
-    if a.size <= INLINE_LIMIT:
-        return {"shape": list(a.shape), "hex": [float(v).hex() for v in a.ravel()]}
-    return {"shape": list(a.shape), "f32le_base64": base64.b64encode(a.astype("<f4").tobytes()).decode()}
-
-
-def _checked_shape(shape: list[Any], *, what: str) -> tuple[list[int], int]:
-    """A blob's shape and element count; ValueError naming ``what`` if it is no list of
-    non-negative integers or holds more than a fixture can."""
-    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-        raise ValueError(f"{what}: shape {shape!r} is not a list of non-negative integers")
-    size = math.prod(shape)
-    if size > MAX_ELEMENTS:
-        raise ValueError(f"{what}: shape {shape!r} holds {size} elements, more than the {MAX_ELEMENTS} "
-                         f"elements a fixture may hold; the file is damaged or was not written by normprops")
-    return shape, size
-
-
-def decode_array(blob: Any, *, what: str = "array") -> np.ndarray:
-    """The float32 array a blob of :func:`encode_array` holds; ValueError naming ``what`` if the
-    blob is malformed (wrong shape, wrong length, not hex, not base64)."""
-    if not isinstance(blob, dict) or not isinstance(blob.get("shape"), list):
-        raise ValueError(f"{what}: expected an object with a 'shape' list")
-    shape, size = _checked_shape(blob["shape"], what=what)
-    if "hex" in blob:
-        values = blob["hex"]
-        if not isinstance(values, list) or len(values) != size:
-            raise ValueError(f"{what}: 'hex' must list {size} values for shape {shape!r}")
-        try:
-            floats = [float.fromhex(v) for v in values]
-        except (TypeError, ValueError, OverflowError) as exc:
-            raise ValueError(f"{what}: a value is not a hex float ({exc})") from None
-        with np.errstate(all="ignore"):
-            array = np.array(floats, dtype=np.float64).astype(np.float32)
-        return array.reshape(shape)
-    if "f32le_base64" in blob:
-        try:
-            raw = base64.b64decode(blob["f32le_base64"], validate=True)
-        except (TypeError, ValueError, binascii.Error) as exc:
-            raise ValueError(f"{what}: 'f32le_base64' is not base64 ({exc})") from None
-        if len(raw) != 4 * size:
-            raise ValueError(f"{what}: 'f32le_base64' holds {len(raw)} bytes; shape {shape!r} "
-                             f"needs {4 * size}")
-        return np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(shape).copy()
-    raise ValueError(f"{what}: neither 'hex' nor 'f32le_base64' present")
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (np.floating, np.integer)):
-        return _jsonable(value.item())
-    return value
-
-
-def _encode_case(case: Case) -> dict[str, Any]:
-    out: dict[str, Any] = {"shape": list(case.x.shape), "x": encode_array(case.x)}
-    if case.dy is not None:
-        out["dy"] = encode_array(case.dy)
-    if case.gamma is not None:
-        out["gamma"] = encode_array(case.gamma)
-    if case.beta is not None:
-        out["beta"] = encode_array(case.beta)
-    if case.eps is not None:
-        out["eps"] = float(case.eps).hex()
-    if case.dtype != "float32":
-        out["dtype"] = case.dtype  # the values are float32, exact in this storage type
-    if case.mask is not None:
-        out["mask"] = encode_mask(case.mask)
-        out["scale"] = float(case.scale).hex()
-        if case.mask_fill is not None:
-            out["mask_fill"] = float(case.mask_fill).hex()
-    out["params"] = _jsonable(case.params)
-    return out
-
-
-def encode_mask(mask: np.ndarray) -> dict[str, Any]:
-    """A boolean mask as data: a string of 0s and 1s per row (1: the entry takes part) for small
-    masks, base64 of ``np.packbits`` (row-major, most significant bit first) for large ones."""
-    mask = np.ascontiguousarray(mask, dtype=bool)
-    if mask.size <= 16 * INLINE_LIMIT:
-        return {"shape": list(mask.shape), "rows": ["".join("1" if v else "0" for v in row)
-                                                    for row in mask.reshape(mask.shape[0], -1)]}
-    return {"shape": list(mask.shape), "packbits_base64": base64.b64encode(np.packbits(mask)).decode()}
-
-
-def decode_mask(blob: Any, *, what: str = "mask") -> np.ndarray:
-    """The boolean mask a blob of :func:`encode_mask` holds; ValueError naming ``what`` if the blob
-    is malformed."""
-    if not isinstance(blob, dict) or not isinstance(blob.get("shape"), list) or len(blob["shape"]) != 2:
-        raise ValueError(f"{what}: expected an object with a 'shape' of two integers")
-    shape, size = _checked_shape(blob["shape"], what=what)
-    if "rows" in blob:
-        rows = blob["rows"]
-        if (not isinstance(rows, list) or len(rows) != shape[0]
-                or not all(isinstance(r, str) and len(r) == shape[1] and set(r) <= {"0", "1"}
-                           for r in rows)):
-            raise ValueError(f"{what}: 'rows' must be {shape[0]} strings of {shape[1]} 0s and 1s")
-        return np.array([[c == "1" for c in r] for r in rows], dtype=bool).reshape(shape)
-    if "packbits_base64" in blob:
-        try:
-            raw = base64.b64decode(blob["packbits_base64"], validate=True)
-        except (TypeError, ValueError, binascii.Error) as exc:
-            raise ValueError(f"{what}: 'packbits_base64' is not base64 ({exc})") from None
-        if len(raw) != -(-size // 8):
-            raise ValueError(f"{what}: 'packbits_base64' holds {len(raw)} bytes; shape {shape!r} "
-                             f"needs {-(-size // 8)}")
-        bits = np.unpackbits(np.frombuffer(raw, dtype=np.uint8), count=size)
-        return bits.astype(bool).reshape(shape)
-    raise ValueError(f"{what}: neither 'rows' nor 'packbits_base64' present")
-
-
-def _hex_float(blob: dict[str, Any], key: str, *, what: str, op: str) -> float:
-    try:
-        return float.fromhex(blob[key])
-    except (KeyError, TypeError, ValueError, OverflowError):
-        raise ValueError(f"{what}: {op} needs {key} as a hex float") from None
-
-
-def _decode_mask_args(blob: dict[str, Any], x: np.ndarray, *, op: str,
-                      what: str) -> tuple[np.ndarray | None, float | None, float | None]:
-    """A masked softmax's mask, scale and additive fill (None: a boolean mask), checked."""
-    if not OPS[op].has_mask:
-        extra = [k for k in ("mask", "scale", "mask_fill") if k in blob]
-        if extra:
-            raise ValueError(f"{what}: {op} takes no {extra[0]}")
-        return None, None, None
-    if "mask" not in blob:
-        raise ValueError(f"{what}: {op} needs a mask")
-    mask = decode_mask(blob["mask"], what=f"{what}.mask")
-    if mask.shape != x.shape:
-        raise ValueError(f"{what}.mask: shape {list(mask.shape)} does not match x's {list(x.shape)}")
-    scale = _hex_float(blob, "scale", what=what, op=op)
-    if not (math.isfinite(scale) and float(np.float32(scale)) == scale):
-        raise ValueError(f"{what}: scale {scale!r} is not a finite float32 value")
-    fill = None
-    if "mask_fill" in blob:
-        fill = _hex_float(blob, "mask_fill", what=what, op=op)
-        if not fill < 0:
-            raise ValueError(f"{what}: mask_fill {fill!r} is not -inf or a negative number")
-    return mask, scale, fill
-
-
-def _decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
-    """A case from its JSON, every part checked against the op (ValueError naming the part)."""
-    if not isinstance(blob, dict):
-        raise ValueError(f"{what}: expected an object")
-    spec = OPS[op]
-    x = decode_array(blob.get("x"), what=f"{what}.x")
-    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"{what}.x: shape {list(x.shape)} is not (rows >= 1, cols >= 1)")
-    vectors = {}
-    for name in ("gamma", "beta"):
-        if (name in spec.params) != (name in blob):
-            raise ValueError(f"{what}: {op} {'needs' if name in spec.params else 'takes no'} {name}")
-        if name in blob:
-            vectors[name] = decode_array(blob[name], what=f"{what}.{name}")
-            if vectors[name].shape != (x.shape[1],):
-                raise ValueError(f"{what}.{name}: shape {list(vectors[name].shape)} does not match "
-                                 f"x's {x.shape[1]} columns")
-    eps = None
-    if "eps" in spec.params:
-        try:
-            eps = float.fromhex(blob["eps"])
-        except (KeyError, TypeError, ValueError, OverflowError):
-            raise ValueError(f"{what}: {op} needs eps as a hex float") from None
-        if not (math.isfinite(eps) and eps > 0):
-            raise ValueError(f"{what}: eps {eps!r} is not a positive finite float")
-    dtype = blob.get("dtype", "float32")
-    if not isinstance(dtype, str) or dtype not in DTYPES:
-        raise ValueError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
-    dy = None
-    if ("dy" in spec.params) != ("dy" in blob):
-        raise ValueError(f"{what}: {op} {'needs' if 'dy' in spec.params else 'takes no'} dy")
-    if "dy" in blob:
-        dy = decode_array(blob["dy"], what=f"{what}.dy")
-        if dy.shape != x.shape:
-            raise ValueError(f"{what}.dy: shape {list(dy.shape)} does not match x's {list(x.shape)}")
-        vectors["dy"] = dy
-    for name, a in (("x", x), *vectors.items()):
-        if not np.array_equal(to_dtype(a, dtype), a, equal_nan=True):
-            raise ValueError(f"{what}.{name}: values are not exact in its dtype {dtype}")
-    mask, scale, fill = _decode_mask_args(blob, x, op=op, what=what)
-    params = blob.get("params", {})
-    return Case(op=op, family=family, x=x, gamma=vectors.get("gamma"), beta=vectors.get("beta"),
-                eps=eps, params=params if isinstance(params, dict) else {}, dtype=dtype, dy=dy,
-                mask=mask, scale=scale, mask_fill=fill)
-
-
 def case_id(case: Case, *, kernel: str | None = None, property: str | None = None) -> str:
     """A short hash of the input, and of the kernel and property whose finding it is."""
     h = hashlib.sha256()
@@ -297,9 +104,9 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "property": finding.property,
         "message": finding.message,
         "verdict": finding.verdict.to_json(),
-        "minimal": _encode_case(finding.minimal),
+        "minimal": encode_case(finding.minimal),
         "worst_verdict": finding.worst_verdict.to_json(),
-        "worst": _encode_case(finding.worst),
+        "worst": encode_case(finding.worst),
         "versions": _versions(),
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
@@ -395,8 +202,8 @@ def load_fixture(path: Path) -> Fixture:
                              f"fixtures live in DIR/<op>/); move it to {path.parent.parent / op}/")
         family = _text(doc, "family", families_for(op) if is_backward(op) else FAMILIES)
         prop = _text(doc, "property", PROPERTIES)
-        minimal = _decode_case(doc.get("minimal"), op=op, family=family, what="minimal")
-        worst = (_decode_case(doc["worst"], op=op, family=family, what="worst")
+        minimal = decode_case(doc.get("minimal"), op=op, family=family, what="minimal")
+        worst = (decode_case(doc["worst"], op=op, family=family, what="worst")
                  if "worst" in doc else None)
         return Fixture(path, _text(doc, "id"), op, _text(doc, "impl"), _text(doc, "backend"),
                        family, prop, str(doc.get("message", "")), minimal, worst,
@@ -440,6 +247,10 @@ def list_fixtures(directory: Path, *, op: str | None = None) -> FixtureListing:
     fixtures: list[Fixture] = []
     unreadable: list[Unreadable] = []
     for path in iter_fixtures(directory, op=op):
+        if path.parent.name not in OPS:  # replay and prune read DIR/<op>/ only
+            unreadable.append(Unreadable(path, f"{path}: not in an op's folder, so never replayed; "
+                                               f"fixtures live in DIR/<op>/ ({', '.join(OPS)})"))
+            continue
         try:
             fixtures.append(load_fixture(path))
         except FixtureError as exc:

@@ -249,6 +249,12 @@ def test_fixtures_list_names_an_unreadable_fixture_and_exits_3(fixtures: Path) -
     assert line.startswith("unreadable ") and "'saved' is 'yesterday', not an ISO 8601 time" in line
     assert "5 fixtures under normprops-fixtures/rmsnorm, 2 of them unreadable" in out
     assert run("fixtures", "list", "--fixtures-dir", "nowhere")[0] == 2
+    # A fixture outside an op's folder is never replayed: listed as such, not as a fixture.
+    (fixtures / "junk").mkdir()
+    (fixtures / "junk" / name).write_text(json.dumps(doc))
+    code, out, _ = run("fixtures", "list")
+    (line,) = [x for x in out.splitlines() if "junk" in x]
+    assert code == 3 and line.startswith("unreadable ") and "not in an op's folder, so never replayed" in line
 
 
 @pytest.mark.parametrize("text, what", [

@@ -90,6 +90,27 @@ def test_a_fixture_whose_dtype_is_not_a_type_name_is_unreadable(tmp_path, dtype)
         load_fixture(path)
 
 
+@pytest.mark.parametrize("where, value, message", [
+    ("x", "10", r"value 0 \('10'\) is not a hex float"),  # float.fromhex reads it as 16
+    ("x", "abc", r"value 0 \('abc'\) is not a hex float"),  # 2748
+    ("x", "0x1p+200", r"value 0 \('0x1p\+200'\) is not a float32 value \(it would be read as inf\)"),
+    ("x", "0x1.0000000000001p+0", r"is not a float32 value \(it would be read as 1\.0\)"),
+    ("eps", "abc", r"needs eps as a hex float such as .* not 'abc'"),
+    ("eps", "0x1.0000000000001p-23", r"eps .* is not a positive finite float32 value"),
+])
+def test_a_hand_edited_value_is_refused_not_reread(tmp_path, where, value, message) -> None:
+    """Values a hand edit could mean otherwise are unreadable, not replayed as other numbers."""
+    path = next(p for p in COMMITTED if '"hex"' in p.read_text() and '"eps"' in p.read_text())
+    doc = json.loads(path.read_text())
+    if where == "x":
+        doc["minimal"]["x"]["hex"][0] = value
+    else:
+        doc["minimal"]["eps"] = value
+    (tmp_path / "f.json").write_text(json.dumps(doc))
+    with pytest.raises(FixtureError, match=message):
+        load_fixture(tmp_path / "f.json")
+
+
 def _report_doc() -> dict:
     return {"format": "normprops-report/1", "command": "hunt", "targets": [], "complete": True,
             "error": None, "notes": [],

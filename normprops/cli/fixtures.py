@@ -64,7 +64,9 @@ def _not_judged(prop: str) -> str:
 def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _check_output_file(args.json, "--json")
     _check_all_dtypes(args)
-    directory = _fixtures_dir(args.fixtures_dir)
+    # A folder that does not exist yet holds no fixtures (git keeps no empty folder): nothing to
+    # replay, exit 5, as for a kernel without fixtures; one that is a file is a usage error.
+    directory = args.fixtures_dir if not args.fixtures_dir.exists() else _fixtures_dir(args.fixtures_dir)
     targets = _ReplayTargets(args, resolve_impl(args.impl))
     dtype = args.dtype or "float32"
     targets(dtype)  # a bad --framework or --device is a usage error now
@@ -146,7 +148,9 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not done.listing.paths:
             here = sorted(p.name for p in directory.glob("*.json"))
             hint = (f"; {directory} itself holds {len(here)} .json file(s): pass the directory "
-                    f"above it (fixtures live in DIR/{args.op}/)" if here else "")
+                    f"above it (fixtures live in DIR/{args.op}/)" if here else
+                    f" ({directory} does not exist: a hunt creates it when it saves a fixture)"
+                    if not directory.exists() else "")
             print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
