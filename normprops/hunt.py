@@ -152,6 +152,14 @@ class HuntResult:
     def properties(self) -> tuple[str, ...]:
         return tuple(f.property for f in self.findings)
 
+    @property
+    def worst_ratio(self) -> float:
+        """The worst err/tol of the family, its findings included (inf: an outright failure such
+        as a non-finite output or a broken contract, which has no finite ratio)."""
+        return max([self.max_ratio, *(r for f in self.findings
+                                      for r in (f.verdict.ratio, f.worst_verdict.ratio)
+                                      if r is not None and not math.isnan(r))])
+
     # The most severe finding, for callers that show one.
     @property
     def failure(self) -> Verdict | None:
@@ -270,8 +278,17 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
         test()
     except Counterexample:
         pass
-    except Flaky:
+    except Flaky as exc:
         seen.flaky = True  # e.g. a nondeterministic kernel whose failure did not reproduce
+        if seen.last is None and seen.current is not None:
+            # The example failed in a way Hypothesis could not repeat, and no verdict was kept (an
+            # error outside the judged properties): a finding all the same, never a pass.
+            inner = next(iter(getattr(exc, "exceptions", ())), exc)  # FlakyFailure holds the error
+            why = f"{type(inner).__name__}: {inner}" if inner is not exc else type(exc).__name__
+            verdict = Verdict.contract(target.label, family, f"an error that did not repeat when the "
+                                       f"example was run again ({why}; input shape "
+                                       f"{seen.current.x.shape})")
+            seen.last = seen.worst = (seen.current, verdict)
     except _StopHunt:
         # The target cannot run again: the case that caused it is the counterexample.
         verdict = Verdict.contract(target.label, family, f"{seen.fatal} (input shape "

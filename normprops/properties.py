@@ -59,11 +59,22 @@ def _call(target: Target, case: Case, *, check_inputs: bool = True) -> np.ndarra
         raise
     except ContractError as exc:
         reason = str(exc)
-    except Exception as exc:  # a user's kernel may raise anything; that is a finding, not a crash
-        reason = f"raised {type(exc).__name__}: {exc}{_where(exc)}"
     except SystemExit as exc:  # sys.exit() in a kernel would end the hunt with the kernel's status
         reason = f"{describe_exit(exc)}{_where(exc)}"
+    except KeyboardInterrupt:  # Ctrl-C is the user's
+        raise
+    except BaseException as exc:  # a user's kernel may raise anything; that is a finding, not a crash
+        message = _message(exc)
+        reason = f"raised {type(exc).__name__}{': ' if message else ''}{message}{_where(exc)}"
     return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
+
+
+def _message(exc: BaseException) -> str:
+    """``str(exc)``, or what it is when the kernel's exception cannot say (its ``__str__`` raises)."""
+    try:
+        return str(exc)
+    except Exception as inner:
+        return f"(its message could not be read: {type(inner).__name__} in its __str__)"
 
 
 def _where(exc: BaseException) -> str:

@@ -276,7 +276,7 @@ def result_json(result: HuntResult, *, expected: str | None = None,
         "examples": result.examples,
         "elapsed_s": round(result.elapsed_s, 4),
         # None: no example was judged (cut short before the first), which a ratio of 0 would hide.
-        "max_ratio": _finite_or_text(result.max_ratio) if result.examples else None,
+        "max_ratio": _finite_or_text(result.worst_ratio) if result.examples else None,
         "warnings": result.warnings,
     }
     if result.first_warning:

@@ -177,10 +177,16 @@ def test_a_damaged_fixture_is_one_line_and_the_rest_still_replay(user_module: st
     assert {r["outcome"] for r in rows} == {"unreadable", "pass"}
 
 
-def test_replay_of_a_missing_directory_is_a_usage_error(user_module: str, tmp_path: Path) -> None:
+def test_replay_of_a_missing_directory_has_nothing_to_replay(user_module: str, tmp_path: Path) -> None:
+    # A repository whose kernel has no fixtures yet has no folder either (git keeps no empty one):
+    # the same exit 5 as an empty folder, which a CI job accepts; a file there is a usage error.
     code, out, err = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
                          "--fixtures-dir", str(tmp_path / "nowhere"))
-    assert code == 2 and "no such directory" in err and len(err.splitlines()) == 1
+    assert code == 5 and err == "" and "nowhere does not exist" in out, out + err
+    (tmp_path / "file").write_text("")
+    code, out, err = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_good",
+                         "--fixtures-dir", str(tmp_path / "file"))
+    assert code == 2 and "not a directory" in err and len(err.splitlines()) == 1
 
 
 
@@ -500,3 +506,43 @@ def test_ctrl_c_while_the_command_loads_is_one_line_and_exit_130(
 
     assert main() == 130
     assert capsys.readouterr().err == "normprops: interrupted\n"
+
+
+def test_an_error_that_does_not_repeat_is_a_finding_not_a_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    # One example errs outside the judged properties and the error does not come back when
+    # Hypothesis runs that example again (Hypothesis's Flaky): the family must not read "pass".
+    import normprops.hunt as hunt_module
+    from normprops.examples.correct import softmax_f64
+
+    real, calls = hunt_module.evaluate, []
+
+    def once(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("once only")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hunt_module, "evaluate", once)
+    target = target_from_callable(softmax_f64, op="softmax")
+    result = hunt_module.hunt(target, family="ordinary", config=HuntConfig(max_examples=20, seed=0))
+    assert not result.passed
+    (finding,) = result.findings
+    assert finding.flaky and finding.property == "contract"
+    assert "an error that did not repeat" in finding.message and "once only" in finding.message
+
+
+def test_the_reports_worst_ratio_is_the_one_printed() -> None:
+    """A family that failed outright (a raise, a non-finite output) has no finite ratio: the JSON
+    says inf, as the terminal does, not the 0 of the examples that passed before it."""
+    from normprops.examples.planted import softmax_no_shift
+    from normprops.report import result_json
+
+    def raises(x):
+        raise ValueError("no")
+
+    for fn, family in ((raises, "ordinary"), (softmax_no_shift, "overflow_logits")):
+        target = target_from_callable(fn, op="softmax")
+        config = HuntConfig(max_examples=20, seed=0)
+        (result,) = hunt_families(target, families=[family], config=config).results
+        assert result.worst_ratio == float("inf")
+        assert result_json(result)["max_ratio"] == "inf"

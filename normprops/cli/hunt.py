@@ -5,7 +5,6 @@ commands that read the registry.
 from __future__ import annotations
 
 import argparse
-import math
 import shutil
 import textwrap
 from dataclasses import replace
@@ -52,12 +51,7 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     if result.findings:  # each finding was shrunk, and the family hunted again for the others
         examples += " (incl. shrinking)"
     if result.examples:
-        # A failing family's worst includes its findings (inf: an outright failure such as a
-        # non-finite output or a broken contract, which has no finite ratio).
-        worst = max([result.max_ratio, *(r for f in result.findings
-                                         for r in (f.verdict.ratio, f.worst_verdict.ratio)
-                                         if r is not None and not math.isnan(r))])
-        judged = f"worst err/tol {worst:.3g}"
+        judged = f"worst err/tol {result.worst_ratio:.3g}"
     else:  # cut short before its first example: no ratio, not even 0
         judged = "nothing judged"
     line = (f"  {result.family:16s} {status:30s} {result.examples:6d} {examples}  {judged}  "
