@@ -224,8 +224,24 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
                       for path in cut_short]
                      + [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
                         if isinstance(note, str)],
+            "targets": _unique(t for _, doc in docs for t in doc.get("targets") or []
+                               if isinstance(t, dict)),
             "results": [r for _, r in results.values()], "failures": failures,
-            "information": information}
+            "information": information,
+            # Each shard checked its hints on its own findings; the merged report keeps them all.
+            "hints": _unique(h for _, doc in docs for h in doc.get("hints") or [] if isinstance(h, str))}
+
+
+def _unique(items: Iterable[Any]) -> list[Any]:
+    """``items`` in order, each once (JSON objects compared by their content)."""
+    seen: set[str] = set()
+    out = []
+    for item in items:
+        key = json.dumps(item, sort_keys=True, default=str)
+        if key not in seen:
+            seen.add(key)
+            out.append(item)
+    return out
 
 
 def _outcome(result: dict[str, Any]) -> tuple[Any, ...]:

@@ -257,3 +257,14 @@ def test_a_report_with_a_malformed_field_is_refused_by_name(tmp_path: Path, chan
                                                             message: str) -> None:
     code, _, err = run("report", "merge", _write(tmp_path / "a.json", {**_shard_doc(1, 1), **change}))
     assert code == 2 and f"a.json: {message}" in err, err
+
+
+def test_a_merge_keeps_the_shards_targets_and_hints(tmp_path: Path) -> None:
+    target = {"label": "rmsnorm[k1]", "name": "k1", "dtype": "bfloat16"}
+    hint = "hint: --arithmetic bfloat16 (arithmetic=\"bfloat16\") explains every accuracy finding here"
+    paths = [_write(tmp_path / "s1.json", _shard_doc(1, targets=[target])),
+             _write(tmp_path / "s2.json", _shard_doc(2, targets=[target], hints=[hint]))]
+    merged = merge_reports(paths)
+    assert merged["targets"] == [target] and merged["hints"] == [hint]
+    code, out, _ = run("report", "merge", *paths)
+    assert code == 0 and hint in out

@@ -44,6 +44,8 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"incomplete: {problem}", file=out)
     for note in merged["notes"]:
         print(note, file=out)
+    for hint in merged["hints"]:
+        print(hint, file=out)
     # A registry's cells by its own rule; a user's kernel (which declares nothing) by what it found.
     surprising = [r for r in merged["results"]
                   if (not declared_json(r) if r.get("expected") is not None else not r["passed"])]
