@@ -231,7 +231,10 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
                                    f"one's minimal and worst case passes. {declaration.meaning}.")
                         break
         raised = [f for f in found if f.property == "contract" and "raised" in f.verdict.reason]
-        if raised and target.constraints.unconstrained:
+        # A width explains a raise only when the raise repeats at the width it happened at (a
+        # kernel that raised once, by chance, on a narrow row has no width limit).
+        if raised and target.constraints.unconstrained and not _passes(
+                target, _cases(raised), frozenset({"contract"}), policy=policy, oracle=oracle):
             cases = _cases(raised)
             widths = sorted({c.cols for c in cases})
 

@@ -337,6 +337,11 @@ def _judge_ratios(got: np.ndarray, ref: Reference, ratio_tol: np.ndarray, range_
         if sel.any():
             r = int(np.argmax(np.where(sel, fit.rho, -np.inf)))
             j, i = int(fit.hi[r]), int(fit.lo[r])
+            if j == i:  # one element no scale fits at all (a 0, whose log is -inf): no pair to show
+                v.add(prop, row=r, col=j, got=got[r, j], expected=ref.y[r, j], ratio=fit.rho[r],
+                      reason=f"y[{j}] = {float(got[r, j]):.5g} where the exact result is "
+                             f"{float(ref.y[r, j]):.5g}: no single scale of the row fits it")
+                continue
             with np.errstate(all="ignore"):
                 measured = got[r, j] / got[r, i]
                 exact = ref.y[r, j] / ref.y[r, i]

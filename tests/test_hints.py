@@ -213,3 +213,20 @@ def test_bfloat16_arithmetic_on_float32_storage_is_a_usage_error(here: Path) -> 
     assert "--arithmetic bfloat16" in err and "--dtype bfloat16" in err and len(err.splitlines()) == 1
     with pytest.raises(normprops.UsageError, match='dtype="bfloat16"'):
         normprops.hunt_kernel(rms_norm_sequential, op="rmsnorm", arithmetic="bfloat16")
+
+
+def test_a_raise_that_does_not_repeat_gets_no_width_hint() -> None:
+    calls = []
+
+    def raises_once(x):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a passing fault")
+        z = x.astype(np.float64)
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+
+    report = normprops.hunt_kernel(raises_once, op="softmax", families=["ordinary"], max_examples=30,
+                                   seed=0)
+    assert any(f.property == "contract" for f in report.failures)
+    assert not any("cols" in hint for hint in report.hints), report.hints

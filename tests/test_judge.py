@@ -397,3 +397,13 @@ def test_a_copy_compared_with_the_original_is_not_called_expected() -> None:
     message = v.message()
     assert " copy 0.251 original 0.25 |err| " in message and "expected" not in message, message
     assert message.endswith("; the copy is x + 3 (exact)")
+
+
+def test_a_softmax_output_of_zero_is_named_not_paired_with_itself() -> None:
+    case = _case("softmax", [[0.0, 1.0, 2.0]])
+    out = np.zeros((1, 3), F32)  # zeros where the exact results are not: no scale fits them
+    failures, _ = _judge(case, out)
+    (ratios,) = [v for v in failures if v.property == "ratios"]
+    message = ratios.message()
+    assert "] = 0 where the exact result is 0." in message and "no single scale of the row fits it" in message
+    assert "got nan" not in message and " / y[" not in message, message
