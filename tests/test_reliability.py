@@ -444,6 +444,9 @@ def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
     assert time.perf_counter() - start < 30  # stopped at the next example, not after 10 families
     doc = json.loads(report.read_text())
     assert doc["error"] == "interrupted" and doc["results"][0]["examples"] <= 3
+    # The families it never reached are named, as a time budget names them.
+    assert doc["not_reached"] and "ordinary" not in doc["not_reached"]
+    assert f"not hunted: {', '.join(doc['not_reached'])}" in out
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 

@@ -246,6 +246,8 @@ def _guarded(run: _Run, body: Callable[[], int]) -> int:
         run.report.error, code = stopped_by()
         print(f"\n{run.report.error}: what was found so far follows", file=run.out)
         run.summary()
+        if run.report.extra.get("not_reached"):
+            print(f"not hunted: {', '.join(run.report.extra['not_reached'])}", file=run.out)
     except UsageError:
         raise
     except WriteError as exc:  # a fixture: the hunt stops, and says so, with what it found so far

@@ -167,19 +167,22 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         hunted = hunt_families(target, families=families, fixtures_dir=fixtures, on_result=show,
                                config=replace(config, deadline=deadline_after(args.time_budget)))
         if hunted.interrupted:
+            done = {r.family for r, _ in report.results}
+            report.extra["not_reached"] = [f for f in families if f not in done]
             raise KeyboardInterrupt
         report.cut_short = hunted.cut_short
         reached = len(report.results)
-        not_hunted = f"{len(families) - reached} of {len(families)} families not hunted"
+        not_hunted = (f"{len(families) - reached} of {len(families)} families not hunted"
+                      if reached < len(families) else "every family hunted")
         if hunted.cut_short:
             done = {r.family for r, _ in report.results}
             report.extra["not_reached"] = [f for f in families if f not in done]
             report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
                                 f"{not_hunted}")
+            examples = _count(sum(r.examples for r, _ in report.results), "example", "examples")
             print(f"  cut short: the time budget of {args.time_budget:g} s was spent after {reached} "
-                  f"of {len(families)} families ({sum(r.examples for r, _ in report.results)} "
-                  f"examples); not hunted: {', '.join(report.extra['not_reached']) or 'none'}.",
-                  file=out)
+                  f"of {len(families)} families ({examples}); not hunted: "
+                  f"{', '.join(report.extra['not_reached']) or 'none'}.", file=out)
         elif hunted.stopped:
             done = {r.family for r, _ in report.results}
             report.extra["not_reached"] = [f for f in families if f not in done]
