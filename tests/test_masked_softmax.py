@@ -435,7 +435,8 @@ def test_assert_robust_names_the_replay_of_an_additive_kernel(user_module: Path)
     # Where the module was imported from (this test's folder, or an earlier test's, whose import
     # is kept): a folder other than the current one is named for the command to import it from.
     root = Path(kernel.__code__.co_filename).resolve().parent
-    where = "" if root == Path.cwd().resolve() else f"PYTHONPATH={os.path.relpath(root)} "
+    keep = ":$PYTHONPATH" if os.environ.get("PYTHONPATH") else ""  # the user's own, kept behind it
+    where = "" if root == Path.cwd().resolve() else f"PYTHONPATH={os.path.relpath(root)}{keep} "
     prefix = f"replay: {where}normprops "
     assert replay.startswith(prefix + "replay --op masked_softmax"), replay
     assert replay.endswith(f"--mask additive --mask-fill {-float(np.finfo(np.float32).max)!r}")
