@@ -177,15 +177,9 @@ def _edge(takes: Callable[[int], bool], *, lo: int, hi: int) -> int | None:
 
 def _lowest(takes: Callable[[int], bool], *, lo: int, hi: int) -> int | None:
     """The smallest ``w`` in [lo, hi] with ``takes(w)``, taking it to hold on [w, hi] and not
-    below; None when it fails at ``hi``. ``lo`` is tried first."""
-    if takes(lo):
-        return lo
-    if not takes(hi):
-        return None
-    while hi - lo > 1:  # takes(hi), not takes(lo)
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if takes(mid) else (mid, hi)
-    return hi
+    below; None when it fails at ``hi``: :func:`_edge` on the range turned round (``lo`` first)."""
+    top = _edge(lambda w: takes(lo + hi - w), lo=lo, hi=hi)
+    return None if top is None else lo + hi - top
 
 
 def _nearest_allowed(cols: int, widths: ShapeConstraints) -> list[int]:
