@@ -280,15 +280,12 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
         pass
     except Flaky as exc:
         seen.flaky = True  # e.g. a nondeterministic kernel whose failure did not reproduce
-        if seen.last is None and seen.current is not None:
-            # The example failed in a way Hypothesis could not repeat, and no verdict was kept (an
-            # error outside the judged properties): a finding all the same, never a pass.
-            inner = next(iter(getattr(exc, "exceptions", ())), exc)  # FlakyFailure holds the error
-            why = f"{type(inner).__name__}: {inner}" if inner is not exc else type(exc).__name__
-            verdict = Verdict.contract(target.label, family, f"an error that did not repeat when the "
-                                       f"example was run again ({why}; input shape "
-                                       f"{seen.current.x.shape})")
-            seen.last = seen.worst = (seen.current, verdict)
+        if seen.last is None:
+            # No verdict was kept: the error came from outside the kernel's call (which turns
+            # anything the kernel raises into a verdict), normprops' own or Hypothesis'. That is an
+            # internal error whether or not it repeats, never a pass.
+            inner = next(iter(getattr(exc, "exceptions", ())), None)
+            raise (inner if inner is not None else exc) from None
     except _StopHunt:
         # The target cannot run again: the case that caused it is the counterexample.
         verdict = Verdict.contract(target.label, family, f"{seen.fatal} (input shape "
