@@ -46,6 +46,9 @@ def load_report(path: Path) -> dict[str, Any]:
     for key in ("results", "failures"):
         if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
             raise ReportError(f"{path}: '{key}' is missing or not a list of objects")
+    for key, kind, what in (("targets", dict, "objects"), ("hints", str, "strings")):
+        if not isinstance(doc.get(key, []), list) or not all(isinstance(v, kind) for v in doc.get(key, [])):
+            raise ReportError(f"{path}: '{key}' is not a list of {what}")
     for i, r in enumerate(doc["results"]):
         for key, kind in (("target", str), ("family", str), ("passed", bool), ("properties", list)):
             if not isinstance(r.get(key), kind):
@@ -224,12 +227,11 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
                       for path in cut_short]
                      + [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
                         if isinstance(note, str)],
-            "targets": _unique(t for _, doc in docs for t in doc.get("targets") or []
-                               if isinstance(t, dict)),
+            "targets": _unique(t for _, doc in docs for t in doc.get("targets", [])),
             "results": [r for _, r in results.values()], "failures": failures,
             "information": information,
-            # Each shard checked its hints on its own findings; the merged report keeps them all.
-            "hints": _unique(h for _, doc in docs for h in doc.get("hints") or [] if isinstance(h, str))}
+            # Each report checked its hints on its own findings only: each is kept with its file.
+            "hints": _unique(f"{path}: {h}" for path, doc in docs for h in doc.get("hints", []))}
 
 
 def _unique(items: Iterable[Any]) -> list[Any]:

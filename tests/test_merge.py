@@ -252,6 +252,9 @@ def test_a_picture_without_matplotlib_is_refused_before_anything_is_merged(
 @pytest.mark.parametrize("change, message", [
     ({"complete": "yes"}, "'complete' is 'yes', not true or false"),
     ({"shard": 5}, "'shard' is 5, not K/N (as --shard writes it)"),
+    ({"hints": 5}, "'hints' is not a list of strings"),
+    ({"hints": "abc"}, "'hints' is not a list of strings"),
+    ({"targets": [5]}, "'targets' is not a list of objects"),
 ])
 def test_a_report_with_a_malformed_field_is_refused_by_name(tmp_path: Path, change: dict,
                                                             message: str) -> None:
@@ -265,6 +268,7 @@ def test_a_merge_keeps_the_shards_targets_and_hints(tmp_path: Path) -> None:
     paths = [_write(tmp_path / "s1.json", _shard_doc(1, targets=[target])),
              _write(tmp_path / "s2.json", _shard_doc(2, targets=[target], hints=[hint]))]
     merged = merge_reports(paths)
-    assert merged["targets"] == [target] and merged["hints"] == [hint]
+    # A hint was checked on its own report's findings: it keeps that report's name.
+    assert merged["targets"] == [target] and merged["hints"] == [f"{paths[1]}: {hint}"]
     code, out, _ = run("report", "merge", *paths)
-    assert code == 0 and hint in out
+    assert code == 0 and f"{paths[1]}: {hint}" in out
