@@ -381,8 +381,9 @@ def replay_flags(target: dict[str, Any], *, policy: str = "default") -> str:
     if target.get("mask") == "additive":
         flags += [("--mask", "additive"), ("--mask-fill", _fill_flag(target["mask_fill"]))]
     timeout = target.get("call_timeout")
-    flags += [("--call-timeout", f"{timeout:g}" if timeout not in (None, _REPLAY_CALL_TIMEOUT) else None),
-              ("--policy", policy if policy != "default" else None)]
+    if timeout not in (None, _REPLAY_CALL_TIMEOUT):
+        flags.append(("--call-timeout", repr(float(timeout))))
+    flags.append(("--policy", policy if policy != "default" else None))
     line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
     return line + (" --ftz" if target.get("ftz") else "")
 

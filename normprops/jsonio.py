@@ -42,11 +42,14 @@ def output_dir_problem(path: Path) -> str | None:
     """Why files could not be saved under ``path`` (a folder created with its parents when first
     written), as the end of a sentence that begins with the path; None when they can. A file is
     created and removed in the nearest existing folder to find out."""
-    if path.exists() and not path.is_dir():
-        return " is a file; name a directory"
-    ancestor = path.absolute()
-    while not ancestor.exists():
-        ancestor = ancestor.parent
+    try:
+        if path.exists() and not path.is_dir():
+            return " is a file; name a directory"
+        ancestor = path.absolute()
+        while not ancestor.exists():
+            ancestor = ancestor.parent
+    except OSError as exc:  # a folder on the way that cannot be looked into
+        return f": cannot be looked at ({exc.strerror or exc})"
     if not ancestor.is_dir():
         return f": {ancestor} is a file, not a directory"
     try:

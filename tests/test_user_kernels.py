@@ -143,6 +143,7 @@ def test_assert_robust_names_the_replay_that_takes_its_fixtures(tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     monkeypatch.delenv("PYTHONPATH", raising=False)
+    monkeypatch.chdir(tmp_path)  # wherever pytest runs from, the test's folder is elsewhere
 
     def replay_line() -> str:
         with pytest.raises(AssertionError) as caught:
@@ -385,6 +386,25 @@ def test_assert_robust_in_a_users_test_file(pytester: pytest.Pytester) -> None:
     assert "replay: normprops replay" in text
     # The helper's own frames are hidden: the traceback ends in the user's test.
     assert "api.py" not in text
+
+
+def test_a_kernel_that_skips_its_test_skips_it(pytester: pytest.Pytester) -> None:
+    """pytest.skip and importorskip end a test through a BaseException: raised in the kernel, they
+    skip the test that hunts it, not fail it as a broken contract."""
+    pytester.makepyfile(test_skips=textwrap.dedent('''
+        import pytest
+        import normprops
+
+        def needs_a_library(x):
+            pytest.importorskip("a_library_that_is_not_installed")
+            return x
+
+        def test_needs_a_library():
+            normprops.assert_robust(needs_a_library, op="softmax", families=["ordinary"], max_examples=5)
+    '''))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*could not import 'a_library_that_is_not_installed'*"])
 
 
 def test_the_replay_command_judges_as_the_hunt_did(pytester: pytest.Pytester) -> None:
@@ -790,3 +810,17 @@ def test_a_call_timeout_as_short_as_the_call_is_a_timeout_or_a_result() -> None:
                                    cols_multiple_of=4, call_timeout=1e-6, seed=1)
     assert all(f.property == "contract" and "did not return within" in f.message
                for f in report.failures)
+
+
+def test_a_fixtures_folder_that_cannot_be_looked_at_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    # As under a folder the user may not search (root here can search everything: simulated).
+    real = Path.exists
+
+    def exists(self, *args, **kwargs):
+        if "locked" in self.parts:
+            raise PermissionError(13, "Permission denied")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    with pytest.raises(UsageError, match=r"fixtures_dir='/tmp/locked/fx': cannot be looked at \(Permission"):
+        normprops.hunt_kernel(softmax_vec4, op="softmax", fixtures_dir="/tmp/locked/fx")
