@@ -298,6 +298,40 @@ def test_json_failures_have_family_and_property(tmp_path: Path, monkeypatch: pyt
     assert set(result["properties"]) == {p for _, p in pairs}
 
 
+def rms_norm_wrong_on_big_leads(x, gamma, eps):
+    """Wrong (by 5%) on rows that begin with a value above 3, right on the others."""
+    x64 = x.astype(np.float64)
+    out = x64 / np.sqrt(np.mean(x64 ** 2, axis=1, keepdims=True) + eps) * gamma
+    out[x64[:, 0] > 3] *= 1.05
+    return out.astype(np.float32)
+
+
+def test_a_counterexample_keeps_only_the_rows_its_failure_needs() -> None:
+    """Hypothesis cannot drop a failing last row (fewer rows of one seed are a prefix of the same
+    rows); the hunt then drops the rows the failure does not need itself, as data, and says which
+    rows of the drawn case are left. Here only row 4 of 5 fails: 2 rows are kept (the hunt draws
+    at least 2), row 4 among them, and the finding's row index is the kept case's own."""
+    from dataclasses import replace
+
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    drawn = make_case(op="rmsnorm", family="ordinary", rows=5, cols=6, seed=1,
+                      params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    x = np.clip(drawn.x, -2.5, 2.5)
+    x[4, 0] = 4.0
+    case = drawn.replace(x=x)
+    target = replace(target_from_callable(rms_norm_wrong_on_big_leads, op="rmsnorm"), examples=(case,))
+    finding = hunt(target, family="ordinary", config=HuntConfig(max_examples=1, seed=0)).findings[0]
+    assert finding.property == "accuracy"
+    assert finding.minimal.rows == 2 and finding.minimal.params["rows_kept"] == [0, 4]
+    assert finding.minimal.params["rows_drawn"] == 5 and finding.minimal.params["seed"] == 1
+    np.testing.assert_array_equal(finding.minimal.x, x[[0, 4]])
+    assert finding.verdict.row == 1
+    assert "rows_kept=[0, 4], rows_drawn=5" in repr(finding.minimal)
+
+
 # --- the Python API ----------------------------------------------------------------------------
 
 
