@@ -37,8 +37,8 @@ from normprops.ops import (
     get_op,
 )
 
-__all__ = ["Target", "VARIANCE_OPS", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec",
-           "target_from_callable", "target_from_cuda_source"]
+__all__ = ["Target", "same_source", "VARIANCE_OPS", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS",
+           "target_from_spec", "target_from_callable", "target_from_cuda_source"]
 
 GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "cuda-cluster", "torch-cuda", "cuda-user", "torch-compile",
                           "liger", "quack"})
@@ -101,6 +101,9 @@ class Target:
     # Masked softmax: None, the mask is handed over as booleans; else as an additive float mask of
     # 0 and this fill (its value in the storage type).
     mask_fill: float | None = None
+    # Where a user's kernel is defined, MODULE:QUALNAME or FILE:KERNEL (None: a registry entry, whose
+    # backend and name are unique): two kernels of one name in two modules keep their fixtures apart.
+    source: str | None = None
 
     @property
     def label(self) -> str:
@@ -377,11 +380,26 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     _check_arithmetic(arithmetic, dtype)
     ignored, chosen = _check_promises(ignore, opt_in, op)
     label = name or getattr(fn, "__name__", None) or type(fn).__name__
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    source = f"{module}:{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
                   ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
                   adapter=adapter, constraints=constraints, row_reduction=row_reduction,
-                  mask_fill=fill)
+                  mask_fill=fill, source=source)
+
+
+def same_source(a: str, b: str) -> bool:
+    """Whether two kernel sources (MODULE:QUALNAME, FILE:KERNEL) name one kernel: the same function,
+    in the same module as imported by either name (``tests.kernels`` and ``kernels``, a script run
+    as ``__main__``) or the same file by either path."""
+    (where_a, _, what_a), (where_b, _, what_b) = a.rpartition(":"), b.rpartition(":")
+    if what_a != what_b:
+        return False
+    if where_a == where_b or "__main__" in (where_a, where_b):
+        return True
+    long, short = (where_a, where_b) if len(where_a) > len(where_b) else (where_b, where_a)
+    return bool(short) and long.endswith(short) and long[-len(short) - 1] in "./"
 
 
 def _mask_fill(op: str, mask: str, mask_fill: float | str | None, dtype: str) -> float | None:
@@ -439,4 +457,4 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
         raise UsageError(str(exc)) from None
     ignored, chosen = _check_promises(ignore, opt_in, op)
     return Target(kernel, op, "cuda-user", guarded, model, stress_rows=GPU_STRESS_ROWS,
-                  ignore=ignored, opt_in=chosen, constraints=constraints)
+                  ignore=ignored, opt_in=chosen, constraints=constraints, source=f"{path}:{kernel}")

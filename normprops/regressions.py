@@ -20,6 +20,7 @@ Loading checks everything it reads: a truncated, garbled or incomplete file rais
 from __future__ import annotations
 
 import hashlib
+import json
 import platform
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -44,7 +45,7 @@ from normprops.fixture_codec import (
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.jsonio import read_json_document, write_json_atomically
 from normprops.judge import Verdict
-from normprops.launch import Target
+from normprops.launch import Target, same_source
 from normprops.ops import OPS, PROPERTIES, is_backward
 from normprops.properties import evaluate
 from normprops.strategies import FAMILIES, families_for
@@ -87,18 +88,26 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
 
     The same finding (kernel, property, minimal input) is written once. The folders are created
     as needed; :class:`~normprops.errors.WriteError` names the file that could not be written."""
-    fixture_id = case_id(finding.minimal, kernel=f"{target.backend}:{target.name}",
-                         property=finding.property)
+    kernel = f"{target.backend}:{target.name}"
+    fixture_id = case_id(finding.minimal, kernel=kernel, property=finding.property)
     folder = Path(directory) / target.op
     path = folder / f"{finding.family}-{fixture_id}.json"
     if path.exists():
-        return path
+        if not _another_source(path, target.source):
+            return path
+        # The same finding of a kernel of the same name defined elsewhere: a file of its own.
+        fixture_id = case_id(finding.minimal, kernel=f"{kernel}@{target.source}",
+                             property=finding.property)
+        path = folder / f"{finding.family}-{fixture_id}.json"
+        if path.exists():
+            return path
     doc = {
         "format": FORMAT,
         "id": fixture_id,
         "op": target.op,
         "impl": target.name,
         "backend": target.backend,
+        **({} if target.source is None else {"source": target.source}),
         "framework": target.adapter.framework,
         "family": finding.family,
         "property": finding.property,
@@ -116,6 +125,18 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         raise WriteError(f"cannot create the fixtures folder {folder}: {exc.strerror or exc}") from exc
     write_json_atomically(path, doc)
     return path
+
+
+def _another_source(path: Path, source: str | None) -> bool:
+    """Whether the fixture at ``path`` records a kernel source that is not ``source`` (a file that
+    cannot be read is taken as the same kernel's, as before sources were recorded)."""
+    if source is None:
+        return False
+    try:
+        theirs = json.loads(path.read_text()).get("source")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(theirs, str) and not same_source(theirs, source)
 
 
 def save_findings(result: HuntResult, *, target: Target, directory: Path) -> HuntResult:
@@ -138,6 +159,7 @@ class Fixture:
     minimal: Case
     worst: Case | None
     saved: datetime | None = None  # when it was written, where the fixture records it
+    source: str | None = None  # where its kernel is defined (Target.source), where recorded
 
     def cases(self) -> tuple[Case, ...]:
         return (self.minimal,) if self.worst is None else (self.minimal, self.worst)
@@ -148,8 +170,11 @@ class Fixture:
         return f"{self.backend}:{self.impl}"
 
     def of_kernel(self, name: str) -> bool:
-        """Whether it holds a finding of the kernel ``name`` (``rms_norm`` or ``python:rms_norm``)."""
-        return name in (self.impl, self.kernel)
+        """Whether it holds a finding of the kernel ``name``: ``rms_norm``, ``python:rms_norm`` or
+        where it is defined, ``MODULE:FUNC`` (``FILE:KERNEL`` for CUDA source)."""
+        if name in (self.impl, self.kernel):
+            return True
+        return self.source is not None and same_source(name, self.source)
 
     def saved_at(self) -> tuple[datetime, bool]:
         """When it was saved (UTC), and whether the fixture says so itself; if it does not, its
@@ -207,7 +232,7 @@ def load_fixture(path: Path) -> Fixture:
                  if "worst" in doc else None)
         return Fixture(path, _text(doc, "id"), op, _text(doc, "impl"), _text(doc, "backend"),
                        family, prop, str(doc.get("message", "")), minimal, worst,
-                       saved=_saved(doc))
+                       saved=_saved(doc), source=_text(doc, "source") if "source" in doc else None)
     except ValueError as exc:
         raise FixtureError(f"{path}: {exc}") from None
 

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from normprops.case import Case, ShapeConstraints
-from normprops.launch import Target
+from normprops.errors import UsageError
+from normprops.launch import Target, same_source
 from normprops.regressions import (
     Fixture,
     FixtureListing,
@@ -135,6 +136,11 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
         raise ValueError("prune_fixtures needs kernel, target or both")
     listing = list_fixtures(directory, op=op)
     pruning = Pruning(listing, [f for f in listing.fixtures if kernel is None or f.of_kernel(kernel)])
+    sources = _sources(pruning.mine) if kernel is not None else []
+    if len(sources) > 1:
+        raise UsageError(f"kernel {kernel!r} (--kernel) is the name of {len(sources)} kernels defined in "
+                         f"different places ({', '.join(sources)}); name one by where it is defined, "
+                         f"e.g. {sources[0]}")
     if not pruning.mine:
         if on_selected is not None:
             on_selected(pruning)
@@ -169,13 +175,23 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
     return pruning
 
 
+def _sources(fixtures: list[Fixture]) -> list[str]:
+    """The distinct places the kernels of ``fixtures`` are defined in, where recorded."""
+    out: list[str] = []
+    for f in fixtures:
+        if f.source is not None and not any(same_source(f.source, seen) for seen in out):
+            out.append(f.source)
+    return out
+
+
 def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:
     """The failures ``target``'s kernel saved under ``directory`` that a hunt tries first, as
     (property, minimal input): the newest fixture of each family and property, of those the kernel
     can be handed (its storage type, widths it accepts; as :func:`select_fixtures` chooses for a
     replay). A file that cannot be read is passed over (``normprops replay`` names it)."""
     kernel = f"{target.backend}:{target.name}"
-    mine = [f for f in list_fixtures(directory, op=target.op).fixtures if f.kernel == kernel]
+    mine = [f for f in list_fixtures(directory, op=target.op).fixtures if f.kernel == kernel
+            and (f.source is None or target.source is None or same_source(f.source, target.source))]
     chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype,
                                             widths=target.constraints).replays]
     newest: dict[tuple[str, str], Fixture] = {}

@@ -354,3 +354,48 @@ def test_fixtures_prune_usage_errors(fixtures: Path, argv: list[str], message: s
     code, out, err = run("fixtures", "prune", *argv)
     assert code == 2 and out == "" and err.startswith("normprops fixtures prune: error: ")
     assert message in err and len(err.splitlines()) == 1
+
+
+def test_kernels_of_one_name_in_two_modules_keep_their_fixtures_apart(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two modules each define `rms_norm`, the same bug: each hunt writes its own fixture (the
+    same input would otherwise be one file, kept by whichever came first), a bare `--kernel
+    rms_norm` is refused as naming both, and `--kernel MODULE:FUNC` prunes one module's only."""
+    body = USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm(")
+    for module in ("kernels_a", "kernels_b"):
+        (tmp_path / f"{module}.py").write_text(body)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for module in ("kernels_a", "kernels_b"):
+        code, out, _ = run("hunt", "--op", "rmsnorm", "--impl", f"{module}:rms_norm", "--families",
+                           "ordinary", "--max-examples", "50", "--seed", "0")
+        assert code == 1, out
+    docs = _fixture_docs(tmp_path / "normprops-fixtures")
+    by_source: dict[str, set[str]] = {}
+    for name, doc in docs.items():
+        by_source.setdefault(doc["source"], set()).add(doc["property"])
+    assert set(by_source) == {"kernels_a:rms_norm", "kernels_b:rms_norm"}
+    assert by_source["kernels_a:rms_norm"] == by_source["kernels_b:rms_norm"]
+    code, out, err = run("fixtures", "prune", "--kernel", "rms_norm")
+    assert code == 2 and "kernels_a:rms_norm, kernels_b:rms_norm" in err, err
+    assert len(err.strip().splitlines()) == 1
+    code, out, _ = run("fixtures", "prune", "--kernel", "kernels_b:rms_norm")
+    assert code == 0, out
+    left = _fixture_docs(tmp_path / "normprops-fixtures")
+    assert {doc["source"] for doc in left.values()} == {"kernels_a:rms_norm"} and len(left) == len(docs) // 2
+
+
+@pytest.mark.parametrize("a, b, same", [
+    ("kernels:rms_norm", "kernels:rms_norm", True),
+    ("tests.kernels:rms_norm", "kernels:rms_norm", True),  # one module imported by two names
+    ("__main__:rms_norm", "kernels:rms_norm", True),  # a script run as itself
+    ("src/k.cu:rmsNorm", "k.cu:rmsNorm", True),
+    ("kernels_a:rms_norm", "kernels_b:rms_norm", False),
+    ("tests.kernels:rms_norm", "ernels:rms_norm", False),  # a suffix only at a dot or a slash
+    ("kernels:rms_norm", "kernels:Fused.rms_norm", False),
+    ("rms_norm", "kernels:rms_norm", False),  # a bare name is matched by name, not as a source
+])
+def test_one_kernel_is_one_source_by_any_name_it_is_imported_as(a: str, b: str, same: bool) -> None:
+    from normprops.launch import same_source
+
+    assert same_source(a, b) is same and same_source(b, a) is same

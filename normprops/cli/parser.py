@@ -196,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
     pr.add_argument("--kernel", metavar="NAME",
-                    help="the fixtures of this kernel: its name, or backend:name as fixtures list shows it")
+                    help="the fixtures of this kernel: its name, backend:name as fixtures list shows it, "
+                         "or MODULE:FUNC where kernels of one name are defined in several modules")
     pr.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures (required with --impl)")
     pr.add_argument("--impl", metavar="MODULE:FUNC",
                     help="replay the fixtures on this function and remove those it passes")
