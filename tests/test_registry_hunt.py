@@ -274,3 +274,24 @@ def test_a_hunt_reaches_the_long_rows_own_widths() -> None:
     assert examples_to_catch(target, family="long_rows", config=config, property="accuracy") == 1
     capped = replace(target, constraints=ShapeConstraints(max_cols=16385))
     assert examples_to_catch(capped, family="long_rows", config=config, property="accuracy") is None
+
+
+def test_a_ctrl_c_in_a_registry_hunt_names_the_cells_not_reached(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C while a known bug's fixture is written: exit 130, the report written, and the cells
+    without a result named in it and on the screen (the one interrupted among them), as a time
+    budget names them."""
+    import normprops.api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(normprops.api, "save_findings", interrupted)
+    code, out, err = run("hunt", "--backend", "numpy", "--kernel", "layerNormRowOnePass", "--families",
+                         "large_mean,tiny", "--max-examples", "50", "--seed", "0", "--fixtures-dir",
+                         str(tmp_path / "fx"), "--json", str(tmp_path / "r.json"))
+    assert code == 130 and "Traceback" not in out + err, out + err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    cells = ["layernorm[layerNormRowOnePass] x large_mean", "layernorm[layerNormRowOnePass] x tiny"]
+    assert doc["error"] == "interrupted" and doc["not_reached"] == cells and doc["results"] == []
+    assert f"not hunted: {', '.join(cells)}" in out

@@ -451,6 +451,26 @@ def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def test_a_ctrl_c_while_a_fixture_is_saved_names_the_families_not_reached(
+        user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C between two hunts (here while the first finding's fixture is written) stops the hunt
+    as one during a hunt does: exit 130, the report written, the families never hunted named."""
+    import normprops.api
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(normprops.api, "save_findings", interrupted)
+    report = tmp_path / "r.json"
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+                         "--families", "ordinary,overflow_logits,tiny", "--max-examples", "20",
+                         "--seed", "0", "--fixtures-dir", str(tmp_path / "fx"), "--json", str(report))
+    assert code == 130 and "Traceback" not in out + err, out + err
+    doc = json.loads(report.read_text())
+    assert doc["error"] == "interrupted" and doc["not_reached"] == ["overflow_logits", "tiny"]
+    assert "not hunted: overflow_logits, tiny" in out
+
+
 def test_an_internal_error_is_one_line_exit_4_and_the_report_is_written(
         user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import normprops.hunt

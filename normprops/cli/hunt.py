@@ -164,19 +164,25 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                       f"is not judged; --check {finding.property} judges it)", file=out)
                 print(format_finding(finding, indent="      "), file=out)
 
-        hunted = hunt_families(target, families=families, fixtures_dir=fixtures, on_result=show,
-                               config=replace(config, deadline=deadline_after(args.time_budget)))
-        if hunted.interrupted:
+        def not_reached() -> list[str]:
             done = {r.family for r, _ in report.results}
-            report.extra["not_reached"] = [f for f in families if f not in done]
+            return [f for f in families if f not in done]
+
+        try:
+            hunted = hunt_families(target, families=families, fixtures_dir=fixtures, on_result=show,
+                                   config=replace(config, deadline=deadline_after(args.time_budget)))
+        except KeyboardInterrupt:  # between two hunts, e.g. while a fixture was being saved
+            report.extra["not_reached"] = not_reached()
+            raise
+        if hunted.interrupted:
+            report.extra["not_reached"] = not_reached()
             raise KeyboardInterrupt
         report.cut_short = hunted.cut_short
         reached = len(report.results)
         not_hunted = (f"{len(families) - reached} of {len(families)} families not hunted"
                       if reached < len(families) else "every family hunted")
         if hunted.cut_short:
-            done = {r.family for r, _ in report.results}
-            report.extra["not_reached"] = [f for f in families if f not in done]
+            report.extra["not_reached"] = not_reached()
             report.notes.append(f"cut short: the time budget of {args.time_budget:g} s was spent; "
                                 f"{not_hunted}")
             examples = _count(sum(r.examples for r, _ in report.results), "example", "examples")
@@ -184,8 +190,7 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   f"of {len(families)} families ({examples}); not hunted: "
                   f"{', '.join(report.extra['not_reached']) or 'none'}.", file=out)
         elif hunted.stopped:
-            done = {r.family for r, _ in report.results}
-            report.extra["not_reached"] = [f for f in families if f not in done]
+            report.extra["not_reached"] = not_reached()
             if any(r.fatal for r in hunted.results):
                 # The kernel cannot be called again (it hung, or faulted the GPU): the report is
                 # not whole, as a replay that stops is not. (A hunt that stopped because every
@@ -302,11 +307,20 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                   f"{registry_cell_text(spec, result)} ({result.examples} examples, "
                   f"{result.elapsed_s:.1f}s)", file=err, flush=True)
 
-        outcome = hunt_registry(
-            cells_planned, config=replace(config, deadline=deadline_after(args.time_budget)),
-            fixtures_dir=fixtures, on_result=show,
-            on_target=lambda spec, target: report.targets.append(target_json(target)))
+        def not_reached() -> list[str]:
+            done = {(id(s), r.family) for s, r in hunted}
+            return [f"{s.label} x {f}" for s, f in cells_planned if (id(s), f) not in done]
+
+        try:
+            outcome = hunt_registry(
+                cells_planned, config=replace(config, deadline=deadline_after(args.time_budget)),
+                fixtures_dir=fixtures, on_result=show,
+                on_target=lambda spec, target: report.targets.append(target_json(target)))
+        except KeyboardInterrupt:  # between two hunts, e.g. while a fixture was being saved
+            report.extra["not_reached"] = not_reached()
+            raise
         if outcome.interrupted:
+            report.extra["not_reached"] = not_reached()
             raise KeyboardInterrupt
         report.notes += outcome.notes
         summary()
