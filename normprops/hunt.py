@@ -196,6 +196,7 @@ class _Round:
     worst: tuple[Case, Verdict] | None = None
     current: Case | None = None
     fatal: str | None = None
+    fatal_case: Case | None = None  # where cutting a counterexample's rows made the target fatal
     flaky: bool = False
     interrupted: bool = False
     cut_short: bool = False
@@ -289,14 +290,17 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
             raise (inner if inner is not None else exc) from None
     except _StopHunt:
         # The target cannot run again: the case that caused it is the counterexample.
-        verdict = Verdict.contract(target.label, family, f"{seen.fatal} (input shape "
-                                   f"{seen.current.x.shape}); hunt stopped")
+        verdict = _stopped(target, family, seen.fatal, seen.current)
         seen.last = seen.worst = (seen.current, verdict)
     except _BudgetSpent:
         seen.cut_short = True  # a failure already seen is kept, shrunk as far as it got
     except KeyboardInterrupt:
         seen.interrupted = True
     return seen
+
+
+def _stopped(target: Target, family: str, fatal: str, case: Case) -> Verdict:
+    return Verdict.contract(target.label, family, f"{fatal} (input shape {case.x.shape}); hunt stopped")
 
 
 def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -> bool:
@@ -333,7 +337,8 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
             try:
                 evaluation = evaluate(target, candidate, policy=config.policy, oracle=config.oracle,
                                       skip=seen.skip)
-            except FatalTargetError:
+            except FatalTargetError as exc:  # the target cannot run again: the hunt stops here
+                seen.fatal, seen.fatal_case = str(exc), candidate
                 break
             again = next((v for v in evaluation.failures if v.property == verdict.property), None)
             if again is not None:
@@ -382,6 +387,10 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
             findings.append(Finding(target.label, family, verdict.property, verdict, minimal, worst,
                                     worst_verdict, flaky=seen.flaky))
             skip = skip | {verdict.property}
+            if seen.fatal_case is not None:
+                stopped = _stopped(target, family, seen.fatal, seen.fatal_case)
+                findings.append(Finding(target.label, family, stopped.property, stopped, seen.fatal_case,
+                                        seen.fatal_case, stopped))
         fatal = seen.fatal is not None
         interrupted = seen.interrupted
         cut_short = seen.cut_short

@@ -391,15 +391,20 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
 
 def same_source(a: str, b: str) -> bool:
     """Whether two kernel sources (MODULE:QUALNAME, FILE:KERNEL) name one kernel: the same function,
-    in the same module as imported by either name (``tests.kernels`` and ``kernels``, a script run
-    as ``__main__``) or the same file by either path."""
+    in the same module as imported by either name (``tests.kernels`` and ``kernels``) or the same
+    file by either path (``src/k.cu`` and ``k.cu``)."""
     (where_a, _, what_a), (where_b, _, what_b) = a.rpartition(":"), b.rpartition(":")
     if what_a != what_b:
         return False
-    if where_a == where_b or "__main__" in (where_a, where_b):
+    if where_a == where_b:
         return True
     long, short = (where_a, where_b) if len(where_a) > len(where_b) else (where_b, where_a)
-    return bool(short) and long.endswith(short) and long[-len(short) - 1] in "./"
+    # A file's path is cut at its folders, a module's dotted name at its packages.
+    boundary = "/" if "/" in long or long.endswith(CUDA_SUFFIXES) else "."
+    return bool(short) and long.endswith(short) and long[-len(short) - 1] == boundary
+
+
+CUDA_SUFFIXES = (".cu", ".cuh")
 
 
 def _mask_fill(op: str, mask: str, mask_fill: float | str | None, dtype: str) -> float | None:

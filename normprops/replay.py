@@ -176,12 +176,11 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
 
 
 def _sources(fixtures: list[Fixture]) -> list[str]:
-    """The distinct places the kernels of ``fixtures`` are defined in, where recorded."""
-    out: list[str] = []
-    for f in fixtures:
-        if f.source is not None and not any(same_source(f.source, seen) for seen in out):
-            out.append(f.source)
-    return out
+    """The places the kernels of ``fixtures`` are defined in, where recorded; more than one only
+    where two of them name different kernels."""
+    out = sorted({f.source for f in fixtures if f.source is not None})
+    apart = any(not same_source(a, b) for i, a in enumerate(out) for b in out[i + 1:])
+    return out if apart else out[:1]
 
 
 def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:

@@ -313,7 +313,7 @@ def test_fixtures_prune_removes_a_kernels_fixtures(fixtures: Path) -> None:
     code, out, _ = run("fixtures", "prune", "--kernel", "rms_typo")
     assert code == 5
     assert out == ("no fixture of kernel rms_typo under normprops-fixtures "
-                   "(kernels there: python:rms_bf16_accumulate)\n")
+                   "(kernels there: python:rms_bf16_accumulate (rmskernels_fx:rms_bf16_accumulate))\n")
 
 
 def test_fixtures_prune_removes_the_fixtures_a_kernel_passes(fixtures: Path) -> None:
@@ -388,8 +388,9 @@ def test_kernels_of_one_name_in_two_modules_keep_their_fixtures_apart(
 @pytest.mark.parametrize("a, b, same", [
     ("kernels:rms_norm", "kernels:rms_norm", True),
     ("tests.kernels:rms_norm", "kernels:rms_norm", True),  # one module imported by two names
-    ("__main__:rms_norm", "kernels:rms_norm", True),  # a script run as itself
+    ("__main__:rms_norm", "kernels:rms_norm", False),  # no module stands for every other
     ("src/k.cu:rmsNorm", "k.cu:rmsNorm", True),
+    ("fast.rms.cu:rmsNorm", "rms.cu:rmsNorm", False),  # a file's name is cut at folders only
     ("kernels_a:rms_norm", "kernels_b:rms_norm", False),
     ("tests.kernels:rms_norm", "ernels:rms_norm", False),  # a suffix only at a dot or a slash
     ("kernels:rms_norm", "kernels:Fused.rms_norm", False),
@@ -399,3 +400,21 @@ def test_one_kernel_is_one_source_by_any_name_it_is_imported_as(a: str, b: str, 
     from normprops.launch import same_source
 
     assert same_source(a, b) is same and same_source(b, a) is same
+
+
+def test_a_kernel_re_exported_by_a_package_is_recorded_by_the_name_hunted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--impl pkg:rms_norm` where pkg re-exports pkg._impl.rms_norm: the fixtures say `pkg:rms_norm`,
+    and `fixtures prune --kernel pkg:rms_norm` finds them."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "_impl.py").write_text(USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm("))
+    (tmp_path / "pkg" / "__init__.py").write_text("from pkg._impl import rms_norm\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code, out, _ = run("hunt", "--op", "rmsnorm", "--impl", "pkg:rms_norm", "--families", "ordinary",
+                       "--max-examples", "50", "--seed", "0")
+    assert code == 1, out
+    docs = _fixture_docs(tmp_path / "normprops-fixtures")
+    assert docs and {doc["source"] for doc in docs.values()} == {"pkg:rms_norm"}
+    code, out, _ = run("fixtures", "prune", "--kernel", "pkg:rms_norm", "--dry-run")
+    assert code == 0 and out.count("would remove ") == len(docs) + 1, out

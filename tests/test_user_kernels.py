@@ -332,6 +332,39 @@ def test_a_counterexample_keeps_only_the_rows_its_failure_needs() -> None:
     assert "rows_kept=[0, 4], rows_drawn=5" in repr(finding.minimal)
 
 
+def rms_norm_wrong_and_hanging_on_four_rows(x, gamma, eps):
+    """As rms_norm_wrong_on_big_leads, but a batch of 4 rows with a lead of 4 never returns."""
+    import time
+
+    if x.shape[0] == 4 and (x[:, 0] == 4.0).any():
+        while True:
+            time.sleep(0.01)
+    return rms_norm_wrong_on_big_leads(x, gamma, eps)
+
+
+def test_a_target_that_cannot_run_again_while_rows_are_cut_stops_the_hunt() -> None:
+    """A hang met while cutting a counterexample's rows is the contract finding it is, and the
+    hunt stops there, as one met while hunting does; the finding cut short keeps its rows."""
+    from dataclasses import replace
+
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_callable
+    from normprops.strategies import make_case
+
+    drawn = make_case(op="rmsnorm", family="ordinary", rows=5, cols=6, seed=1,
+                      params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    x = np.clip(drawn.x, -2.5, 2.5)
+    x[4, 0] = 4.0
+    target = replace(target_from_callable(rms_norm_wrong_and_hanging_on_four_rows, op="rmsnorm",
+                                          timeout_s=0.5), examples=(drawn.replace(x=x),))
+    result = hunt(target, family="ordinary", config=HuntConfig(max_examples=5, seed=0))
+    assert result.fatal and [f.property for f in result.findings] == ["contract", "accuracy"]
+    hang, wrong = result.findings
+    assert hang.minimal.rows == 4 and "did not return within 0.5 s" in hang.message
+    assert hang.message.endswith("(input shape (4, 6)); hunt stopped")
+    assert wrong.minimal.rows == 5
+
+
 # --- the Python API ----------------------------------------------------------------------------
 
 

@@ -254,7 +254,8 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                               on_removed=lambda f: print(f"{verb} {f.path}", file=out))
         listing, mine = done.listing, done.mine
         if not mine:
-            kernels = sorted({f.kernel for f in listing.fixtures})
+            kernels = sorted({f.kernel if f.source is None else f"{f.kernel} ({f.source})"
+                              for f in listing.fixtures})
             what = f"of kernel {args.kernel} " if args.kernel else ""
             print(f"no fixture {what}under {where}"
                   + (f" (kernels there: {', '.join(kernels)})" if kernels else ""), file=out)
