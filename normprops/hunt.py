@@ -303,9 +303,9 @@ def _stopped(target: Target, family: str, fatal: str, case: Case) -> Verdict:
     return Verdict.contract(target.label, family, f"{fatal} (input shape {case.x.shape}); hunt stopped")
 
 
-def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -> bool:
-    """Drop the rows of the shrunk counterexample that its failure does not need, one at a time
-    from the last, keeping a drop when the same property still fails (True: Ctrl-C came first).
+def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -> None:
+    """Drop the rows of the shrunk counterexample ``seen.last`` that its failure does not need,
+    one at a time from the last, keeping a drop when the same property still fails.
 
     Hypothesis shrinks the number of rows, but a case's rows all come from one seed, so fewer rows
     are a prefix of the same rows: when only the last row fails (a rounding error that one row in
@@ -315,11 +315,11 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
     them (``tall``)."""
     case, verdict = seen.last
     if is_backward(target.op) or Phase.shrink not in config.hypothesis_settings().phases:
-        return False
+        return
     fam = FAMILIES[family]
     floor = max(config.min_rows, fam.min_rows)
     if case.rows <= floor:
-        return False
+        return
     keep = list(range(case.rows))
     best = (case, verdict)
     try:
@@ -344,15 +344,12 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
             if again is not None:
                 keep, best = rows, (candidate, again)
     except KeyboardInterrupt:
-        return True
+        seen.interrupted = True
     finally:
         if best[0] is not case:
-            if seen.worst is not None and seen.worst[0] is case:
-                was, now = seen.worst[1].ratio, best[1].ratio
-                if was is None or now is None or now >= was:
-                    seen.worst = best
+            if seen.worst is not None and seen.worst[0] is case and best[1].ratio >= seen.worst[1].ratio:
+                seen.worst = best
             seen.last = best
-    return False
 
 
 def _rows_kept(case: Case, rows: list[int]) -> dict[str, Any]:
@@ -379,7 +376,7 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
         max_ratio = max(max_ratio, seen.max_ratio)
         if seen.last is not None:
             if not (seen.fatal is not None or seen.interrupted or seen.cut_short):
-                seen.interrupted = _fewer_rows(target, family, config, seen)
+                _fewer_rows(target, family, config, seen)
             (minimal, verdict), (worst, worst_verdict) = seen.last, seen.worst
             if is_backward(target.op):
                 verdict = quoting_exact(minimal, verdict, oracle=config.oracle)
