@@ -330,7 +330,7 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
                 break
             rows = [r for r in keep if r != row]
             candidate = case.take(np.array(rows))
-            candidate = candidate.replace(params=_rows_kept(case, rows))
+            candidate = candidate.replace(params=_rows_kept(case, rows, fam.row_params))
             if not fam.promise(candidate):
                 continue
             seen.examples += 1  # counted as Hypothesis' shrinking is
@@ -352,11 +352,14 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
             seen.last = best
 
 
-def _rows_kept(case: Case, rows: list[int]) -> dict[str, Any]:
-    """``case``'s parameters, saying which of the rows drawn from them are kept."""
+def _rows_kept(case: Case, rows: list[int], row_params: tuple[str, ...]) -> dict[str, Any]:
+    """``case``'s parameters for its ``rows`` alone: which of the rows drawn are kept, and the
+    parameters that describe one row each (``row_params``) for those rows only."""
     drawn = case.params.get("rows_drawn", case.rows)
     before = case.params.get("rows_kept", list(range(case.rows)))
-    return {**case.params, "rows_kept": [before[r] for r in rows], "rows_drawn": drawn}
+    per_row = {name: [case.params[name][r] for r in rows] for name in row_params
+               if isinstance(case.params.get(name), list) and len(case.params[name]) == case.rows}
+    return {**case.params, **per_row, "rows_kept": [before[r] for r in rows], "rows_drawn": drawn}
 
 
 def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> HuntResult:

@@ -107,6 +107,9 @@ class Family:
     # What the parameters drew (and built), in words, shown beside them in reports (e.g. each
     # row's mask).
     describe: Callable[[CaseShape, dict[str, Any], np.ndarray], dict[str, Any]] | None = None
+    # The shown parameters that list one entry per row (kept in step with the rows when a
+    # counterexample is cut to the rows its failure needs).
+    row_params: tuple[str, ...] = ()
     # Its own widths, drawn when the caller names no max_cols (None: up to MAX_COLS), their edge
     # widths besides EDGE_COLS, and the most rows it draws (None: as many as the caller allows).
     cols: tuple[int, int] | None = None
@@ -146,7 +149,7 @@ FAMILIES: dict[str, Family] = {
                _ragged_build, lambda c: c.cols in EDGE_COLS, edge_cols_only=True),
         Family("masked", "-inf entries: attention masks, thread shares, fully masked rows",
                _SOFTMAX, _masked_params, _masked_build, _masked_promise, min_rows=2,
-               describe=_masked_describe, layout=_masked_layout),
+               describe=_masked_describe, row_params=("masks",), layout=_masked_layout),
         Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)", _ALL,
                _nonfinite_params, _nonfinite_build, _nonfinite_promise, min_rows=2),
         Family("long_rows", "1 or 2 rows of 2^15 - 1 to 2^18 + 1 columns, ordinary values", _ALL,

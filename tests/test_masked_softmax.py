@@ -311,6 +311,32 @@ def test_a_fill_without_an_additive_mask_is_a_usage_error(user_module: Path) -> 
     assert code == 2 and "--mask additive" in err
 
 
+def test_a_cut_counterexample_describes_the_masks_of_the_rows_it_kept() -> None:
+    """Rows cut from a masked counterexample take their masks' descriptions with them: only row 4
+    of 5 is wrong, so rows 0 and 4 are kept (the family draws at least 2), and ``masks`` names
+    those two rows' masks, in that order, not the five drawn."""
+    from dataclasses import replace
+
+    from normprops.hunt import HuntConfig, hunt
+
+    params = _masked_params(patterns=["left_pad", "causal", "none", "none"], masked_values="drawn")
+    drawn = make_case(op="masked_softmax", family="masked", rows=5, cols=9, seed=3, params=params)
+    x_last = drawn.x[4].copy()
+
+    def kernel(x, mask, scale):
+        out = _kernel("masked_f64")(x, mask, scale)
+        wrong = (x == x_last).all(axis=1)
+        out[wrong] = out[wrong][:, ::-1]  # the last drawn row's probabilities reversed
+        return out
+
+    target = replace(target_from_callable(kernel, op="masked_softmax"), examples=(drawn,))
+    finding = hunt(target, family="masked", config=HuntConfig(max_examples=1, seed=0)).findings[0]
+    kept = finding.minimal.params["rows_kept"]
+    assert finding.minimal.rows == 2 and kept == [0, 4]
+    assert finding.minimal.params["masks"] == [drawn.params["masks"][r] for r in kept]
+    assert len(drawn.params["masks"]) == 5
+
+
 def test_torch_cpu_tensors_take_a_bool_mask() -> None:
     torch = pytest.importorskip("torch", reason="torch is not importable here")
 
