@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from cli_harness import run
 
+import normprops
+
 USER_MODULE = textwrap.dedent('''
     import time
 
@@ -402,10 +404,11 @@ def test_one_kernel_is_one_source_by_any_name_it_is_imported_as(a: str, b: str, 
     assert same_source(a, b) is same and same_source(b, a) is same
 
 
-def test_a_kernel_re_exported_by_a_package_is_recorded_by_the_name_hunted(
+def test_a_kernel_re_exported_by_a_package_is_one_kernel_by_either_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--impl pkg:rms_norm` where pkg re-exports pkg._impl.rms_norm: the fixtures say `pkg:rms_norm`,
-    and `fixtures prune --kernel pkg:rms_norm` finds them."""
+    """`--impl pkg:rms_norm` where pkg re-exports pkg._impl.rms_norm: the fixtures record where the
+    function is defined, as a hunt from Python does, so the same finding from Python is no second
+    file, and `fixtures prune --kernel pkg:rms_norm` finds them by the name the user knows."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "_impl.py").write_text(USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm("))
     (tmp_path / "pkg" / "__init__.py").write_text("from pkg._impl import rms_norm\n")
@@ -414,7 +417,15 @@ def test_a_kernel_re_exported_by_a_package_is_recorded_by_the_name_hunted(
     code, out, _ = run("hunt", "--op", "rmsnorm", "--impl", "pkg:rms_norm", "--families", "ordinary",
                        "--max-examples", "50", "--seed", "0")
     assert code == 1, out
-    docs = _fixture_docs(tmp_path / "normprops-fixtures")
-    assert docs and {doc["source"] for doc in docs.values()} == {"pkg:rms_norm"}
+    fixtures = tmp_path / "normprops-fixtures"
+    docs = _fixture_docs(fixtures)
+    assert docs and {doc["source"] for doc in docs.values()} == {"pkg._impl:rms_norm"}
+    import pkg
+
+    report = normprops.hunt_kernel(pkg.rms_norm, op="rmsnorm", families=["ordinary"], max_examples=50,
+                                   seed=0, fixtures_dir=fixtures)
+    assert report.failures and set(_fixture_docs(fixtures)) == set(docs)
     code, out, _ = run("fixtures", "prune", "--kernel", "pkg:rms_norm", "--dry-run")
     assert code == 0 and out.count("would remove ") == len(docs) + 1, out
+    code, out, err = run("fixtures", "prune", "--kernel", "no_such_module:rms_norm", "--dry-run")
+    assert code == 5 and "no fixture of kernel no_such_module:rms_norm" in out and not err, (out, err)

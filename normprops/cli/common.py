@@ -12,7 +12,7 @@ import secrets
 import signal
 import sys
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TextIO
 
@@ -289,8 +289,7 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       opt_in=args.check, timeout_s=args.call_timeout,
                                       row_reduction=args.row_reduction, variance=args.variance,
                                       **_mask_keywords(args))
-        # Recorded as named here: a function re-exported by a package is pruned by this name.
-        return replace(target, source=args.impl), args.impl
+        return target, args.impl
     if is_backward(args.op):
         raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
                          f"takes the forward ops' standard signatures")
