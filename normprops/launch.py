@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import signal
+import sys
 import threading
 import warnings
 from dataclasses import dataclass, field, replace
@@ -37,8 +38,8 @@ from normprops.ops import (
     get_op,
 )
 
-__all__ = ["Target", "same_source", "VARIANCE_OPS", "WarningLog", "GPU_BACKENDS", "GPU_STRESS_ROWS",
-           "target_from_spec", "target_from_callable", "target_from_cuda_source"]
+__all__ = ["Target", "defined_at", "same_source", "VARIANCE_OPS", "WarningLog", "GPU_BACKENDS",
+           "GPU_STRESS_ROWS", "target_from_spec", "target_from_callable", "target_from_cuda_source"]
 
 GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "cuda-cluster", "torch-cuda", "cuda-user", "torch-compile",
                           "liger", "quack"})
@@ -104,6 +105,9 @@ class Target:
     # Where a user's kernel is defined, MODULE:QUALNAME or FILE:KERNEL (None: a registry entry, whose
     # backend and name are unique): two kernels of one name in two modules keep their fixtures apart.
     source: str | None = None
+    # The MODULE:FUNC the user named it by (``--impl``), where that is not ``source`` (a package's
+    # name for a function it re-exports): fixtures answer to either.
+    named: str | None = None
 
     @property
     def label(self) -> str:
@@ -387,6 +391,22 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                   ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
                   adapter=adapter, constraints=constraints, row_reduction=row_reduction,
                   mask_fill=fill, source=source)
+
+
+def defined_at(fn: object) -> str | None:
+    """Where ``fn`` is defined, ``MODULE:QUALNAME``, when that path leads back to ``fn`` itself;
+    None for a callable it does not name (a lambda, a function a factory made or a decorator
+    wrapped without ``functools.wraps``, a callable instance, a partial, a bound method)."""
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
+        return None
+    found: object = sys.modules.get(module)
+    try:
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except Exception:  # a module whose __getattr__ raises names nothing here
+        return None
+    return f"{module}:{qualname}" if found is fn else None
 
 
 def same_source(a: str, b: str) -> bool:

@@ -108,6 +108,7 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "impl": target.name,
         "backend": target.backend,
         **({} if target.source is None else {"source": target.source}),
+        **({} if target.named is None else {"named": target.named}),
         "framework": target.adapter.framework,
         "family": finding.family,
         "property": finding.property,
@@ -160,6 +161,7 @@ class Fixture:
     worst: Case | None
     saved: datetime | None = None  # when it was written, where the fixture records it
     source: str | None = None  # where its kernel is defined (Target.source), where recorded
+    named: str | None = None  # the MODULE:FUNC it was hunted by, where not its source (Target.named)
 
     def cases(self) -> tuple[Case, ...]:
         return (self.minimal,) if self.worst is None else (self.minimal, self.worst)
@@ -170,11 +172,12 @@ class Fixture:
         return f"{self.backend}:{self.impl}"
 
     def of_kernel(self, name: str) -> bool:
-        """Whether it holds a finding of the kernel ``name``: ``rms_norm``, ``python:rms_norm`` or
-        where it is defined, ``MODULE:FUNC`` (``FILE:KERNEL`` for CUDA source)."""
+        """Whether it holds a finding of the kernel ``name``: ``rms_norm``, ``python:rms_norm``,
+        where it is defined, ``MODULE:FUNC`` (``FILE:KERNEL`` for CUDA source), or the
+        ``MODULE:FUNC`` it was hunted by."""
         if name in (self.impl, self.kernel):
             return True
-        return self.source is not None and same_source(name, self.source)
+        return any(where is not None and same_source(name, where) for where in (self.source, self.named))
 
     def saved_at(self) -> tuple[datetime, bool]:
         """When it was saved (UTC), and whether the fixture says so itself; if it does not, its
@@ -232,7 +235,8 @@ def load_fixture(path: Path) -> Fixture:
                  if "worst" in doc else None)
         return Fixture(path, _text(doc, "id"), op, _text(doc, "impl"), _text(doc, "backend"),
                        family, prop, str(doc.get("message", "")), minimal, worst,
-                       saved=_saved(doc), source=_text(doc, "source") if "source" in doc else None)
+                       saved=_saved(doc), source=_text(doc, "source") if "source" in doc else None,
+                       named=_text(doc, "named") if "named" in doc else None)
     except ValueError as exc:
         raise FixtureError(f"{path}: {exc}") from None
 

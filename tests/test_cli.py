@@ -164,6 +164,10 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
     assert code == 2 and err.count("\n") == 1
     assert "cannot import module 'exits_on_import'" in err
     assert "it called sys.exit(3) while being imported" in err
+    (tmp_path / "lazy_attrs.py").write_text("def __getattr__(name):\n    raise ImportError('lazy ' + name)\n")
+    code, _, err = run("hunt", "--op", "softmax", "--impl", "lazy_attrs:softmax")
+    assert code == 2 and err.count("\n") == 1
+    assert "cannot get 'softmax' from module 'lazy_attrs' for --impl lazy_attrs:softmax: ImportError" in err
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -358,17 +358,46 @@ def test_fixtures_prune_usage_errors(fixtures: Path, argv: list[str], message: s
     assert message in err and len(err.splitlines()) == 1
 
 
+SHARED_FX = USER_MODULE + textwrap.dedent('''
+    def make():
+        def kernel(x, gamma, eps):
+            return rms_off_by_scale(x, gamma, eps)
+        return kernel
+
+    def timed(f):  # a wrapper without functools.wraps: every function it wraps is timed.<locals>.wrapper
+        def wrapper(x, gamma, eps):
+            return f(x, gamma, eps)
+        return wrapper
+
+    class Kernel:
+        def __call__(self, x, gamma, eps):
+            return rms_off_by_scale(x, gamma, eps)
+''')
+
+TWO_MODULES = {
+    "def": USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm("),
+    "factory": "from shared_fx import make\nrms_norm = make()\n",
+    "wrapper": "from shared_fx import rms_off_by_scale, timed\n\n@timed\ndef rms_norm(x, gamma, eps):\n"
+               "    return rms_off_by_scale(x, gamma, eps)\n",
+    "instance": "from shared_fx import Kernel\nrms_norm = Kernel()\n",
+}
+
+
+@pytest.mark.parametrize("kind", TWO_MODULES)
 def test_kernels_of_one_name_in_two_modules_keep_their_fixtures_apart(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two modules each define `rms_norm`, the same bug: each hunt writes its own fixture (the
     same input would otherwise be one file, kept by whichever came first), a bare `--kernel
-    rms_norm` is refused as naming both, and `--kernel MODULE:FUNC` prunes one module's only."""
-    body = USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm(")
-    for module in ("kernels_a", "kernels_b"):
-        (tmp_path / f"{module}.py").write_text(body)
+    rms_norm` is refused as naming both, and `--kernel MODULE:FUNC` prunes one module's only. So
+    too where the function's own name cannot tell them apart: made by one factory, wrapped by one
+    decorator without functools.wraps, a callable instance."""
+    (tmp_path / "shared_fx.py").write_text(SHARED_FX)
+    a, b = f"kernels_a_{kind}", f"kernels_b_{kind}"
+    for module in (a, b):
+        (tmp_path / f"{module}.py").write_text(TWO_MODULES[kind])
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    for module in ("kernels_a", "kernels_b"):
+    for module in (a, b):
         code, out, _ = run("hunt", "--op", "rmsnorm", "--impl", f"{module}:rms_norm", "--families",
                            "ordinary", "--max-examples", "50", "--seed", "0")
         assert code == 1, out
@@ -376,15 +405,42 @@ def test_kernels_of_one_name_in_two_modules_keep_their_fixtures_apart(
     by_source: dict[str, set[str]] = {}
     for name, doc in docs.items():
         by_source.setdefault(doc["source"], set()).add(doc["property"])
-    assert set(by_source) == {"kernels_a:rms_norm", "kernels_b:rms_norm"}
-    assert by_source["kernels_a:rms_norm"] == by_source["kernels_b:rms_norm"]
+    assert set(by_source) == {f"{a}:rms_norm", f"{b}:rms_norm"}
+    assert by_source[f"{a}:rms_norm"] == by_source[f"{b}:rms_norm"]
     code, out, err = run("fixtures", "prune", "--kernel", "rms_norm")
-    assert code == 2 and "kernels_a:rms_norm, kernels_b:rms_norm" in err, err
+    assert code == 2 and f"{a}:rms_norm, {b}:rms_norm" in err, err
     assert len(err.strip().splitlines()) == 1
-    code, out, _ = run("fixtures", "prune", "--kernel", "kernels_b:rms_norm")
+    code, out, _ = run("fixtures", "prune", "--kernel", f"{b}:rms_norm")
     assert code == 0, out
     left = _fixture_docs(tmp_path / "normprops-fixtures")
-    assert {doc["source"] for doc in left.values()} == {"kernels_a:rms_norm"} and len(left) == len(docs) // 2
+    assert {doc["source"] for doc in left.values()} == {f"{a}:rms_norm"} and len(left) == len(docs) // 2
+
+
+def test_where_a_function_is_defined_is_named_only_when_the_name_leads_back_to_it() -> None:
+    import functools
+
+    from normprops.launch import defined_at
+
+    def wraps(f):
+        @functools.wraps(f)
+        def wrapper(*args):
+            return f(*args)
+        return wrapper
+
+    class Kernel:
+        def __call__(self, x):
+            return x
+
+        def method(self, x):
+            return x
+
+    assert defined_at(textwrap.dedent) == "textwrap:dedent"
+    assert defined_at(functools.reduce) == "_functools:reduce"
+    assert defined_at(wraps(textwrap.dedent)) is None  # its name leads to the unwrapped function
+    for unnamed in (lambda x: x, functools.partial(textwrap.dedent), Kernel(), Kernel().method,
+                    wraps, _fixture_docs.__get__(1)):
+        assert defined_at(unnamed) is None, unnamed
+    assert defined_at(_fixture_docs) == f"{__name__}:_fixture_docs"
 
 
 @pytest.mark.parametrize("a, b, same", [
@@ -408,7 +464,8 @@ def test_a_kernel_re_exported_by_a_package_is_one_kernel_by_either_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`--impl pkg:rms_norm` where pkg re-exports pkg._impl.rms_norm: the fixtures record where the
     function is defined, as a hunt from Python does, so the same finding from Python is no second
-    file, and `fixtures prune --kernel pkg:rms_norm` finds them by the name the user knows."""
+    file, and the name it was hunted by, so `fixtures prune --kernel pkg:rms_norm` finds them
+    without importing anything."""
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "_impl.py").write_text(USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm("))
     (tmp_path / "pkg" / "__init__.py").write_text("from pkg._impl import rms_norm\n")
@@ -419,7 +476,8 @@ def test_a_kernel_re_exported_by_a_package_is_one_kernel_by_either_name(
     assert code == 1, out
     fixtures = tmp_path / "normprops-fixtures"
     docs = _fixture_docs(fixtures)
-    assert docs and {doc["source"] for doc in docs.values()} == {"pkg._impl:rms_norm"}
+    assert docs and {(doc["source"], doc["named"]) for doc in docs.values()} == {("pkg._impl:rms_norm",
+                                                                                  "pkg:rms_norm")}
     import pkg
 
     report = normprops.hunt_kernel(pkg.rms_norm, op="rmsnorm", families=["ordinary"], max_examples=50,
@@ -427,5 +485,3 @@ def test_a_kernel_re_exported_by_a_package_is_one_kernel_by_either_name(
     assert report.failures and set(_fixture_docs(fixtures)) == set(docs)
     code, out, _ = run("fixtures", "prune", "--kernel", "pkg:rms_norm", "--dry-run")
     assert code == 0 and out.count("would remove ") == len(docs) + 1, out
-    code, out, err = run("fixtures", "prune", "--kernel", "no_such_module:rms_norm", "--dry-run")
-    assert code == 5 and "no fixture of kernel no_such_module:rms_norm" in out and not err, (out, err)

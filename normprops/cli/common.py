@@ -12,7 +12,7 @@ import secrets
 import signal
 import sys
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TextIO
 
@@ -21,7 +21,7 @@ from normprops.case import ShapeConstraints
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
 from normprops.jsonio import check_can_create_in, output_dir_problem
-from normprops.launch import Target, target_from_callable, target_from_cuda_source
+from normprops.launch import Target, defined_at, target_from_callable, target_from_cuda_source
 from normprops.ops import OPS, check_ignore, check_opt_in, is_backward
 from normprops.report import Report
 
@@ -170,6 +170,9 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
             fn = getattr(fn, part)
         except AttributeError:
             raise ImplError(f"module {module_name!r} has no attribute {attr!r} (--impl {impl})") from None
+        except Exception as exc:  # a module's __getattr__ of its own
+            raise ImplError(f"cannot get {attr!r} from module {module_name!r} for --impl {impl}: "
+                            f"{type(exc).__name__}: {exc}") from None
     if not callable(fn):
         raise ImplError(f"--impl {impl} names {a_or_an(type(fn).__name__)}, not a function")
     return fn
@@ -289,7 +292,12 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       opt_in=args.check, timeout_s=args.call_timeout,
                                       row_reduction=args.row_reduction, variance=args.variance,
                                       **_mask_keywords(args))
-        return target, args.impl
+        # Recorded where the function is defined, as a hunt from Python records it, when the name
+        # leads back to it (a re-export: pkg:rms_norm defined in pkg._impl); otherwise as named (a
+        # factory's or an undecorated wrapper's functions share a __qualname__).
+        source = defined_at(fn) or args.impl
+        named = None if source == args.impl else args.impl
+        return replace(target, source=source, named=named), args.impl
     if is_backward(args.op):
         raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
                          f"takes the forward ops' standard signatures")

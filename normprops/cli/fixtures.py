@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 from collections import Counter
-from pathlib import Path
 from typing import Any, TextIO
 
 from normprops.api import target_json
@@ -197,24 +196,6 @@ def _fixtures_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     return EXIT_UNREADABLE if listing.unreadable else EXIT_OK
 
 
-def _kernel_as_saved(kernel: str, directory: Path, *, op: str | None) -> str:
-    """``--kernel`` as the fixtures under ``directory`` record it. A fixture records the module
-    that defines its function, so a ``MODULE:FUNC`` that names none of them as written is looked
-    up: a package that re-exports its kernel (``pkg:rms_norm``, defined in ``pkg._impl``) names
-    it by the package. A name that cannot be imported is taken as written."""
-    module, sep, attr = kernel.partition(":")
-    if not sep or not attr or not all(part.isidentifier() for part in module.split(".")):
-        return kernel
-    if any(f.of_kernel(kernel) for f in list_fixtures(directory, op=op).fixtures):
-        return kernel
-    try:
-        fn = resolve_impl(kernel)
-    except UsageError:  # not a module and function of this environment: a name as saved
-        return kernel
-    where, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    return f"{where}:{name}" if isinstance(where, str) and isinstance(name, str) else kernel
-
-
 def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.kernel is None and args.impl is None:
         raise UsageError("say which fixtures to remove: --kernel NAME (those of a kernel), --op OP "
@@ -228,7 +209,6 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                              f"of --impl; without it nothing is replayed")
     _check_all_dtypes(args)
     directory = _fixtures_dir(args.fixtures_dir)
-    kernel = None if args.kernel is None else _kernel_as_saved(args.kernel, directory, op=args.op)
     targets = None
     dtype = args.dtype or "float32"
     if args.impl is not None:
@@ -268,7 +248,7 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                       f"{_count(pruning.not_run, 'fixture', 'fixtures')} not run, kept", file=out)
 
     def body() -> int:
-        done = prune_fixtures(directory, op=args.op, kernel=kernel, target=targets, dtype=dtype,
+        done = prune_fixtures(directory, op=args.op, kernel=args.kernel, target=targets, dtype=dtype,
                               all_dtypes=args.all_dtypes, widths=widths, policy=args.policy,
                               dry_run=args.dry_run, on_selected=selected, on_result=replayed,
                               on_removed=lambda f: print(f"{verb} {f.path}", file=out))
