@@ -38,8 +38,9 @@ from normprops.ops import (
     get_op,
 )
 
-__all__ = ["Target", "defined_at", "same_source", "VARIANCE_OPS", "WarningLog", "GPU_BACKENDS",
-           "GPU_STRESS_ROWS", "target_from_spec", "target_from_callable", "target_from_cuda_source"]
+__all__ = ["Target", "defined_at", "kernel_source", "same_source", "VARIANCE_OPS", "WarningLog",
+           "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec", "target_from_callable",
+           "target_from_cuda_source"]
 
 GPU_BACKENDS = frozenset({"cuda", "cuda-prod", "cuda-cluster", "torch-cuda", "cuda-user", "torch-compile",
                           "liger", "quack"})
@@ -105,9 +106,6 @@ class Target:
     # Where a user's kernel is defined, MODULE:QUALNAME or FILE:KERNEL (None: a registry entry, whose
     # backend and name are unique): two kernels of one name in two modules keep their fixtures apart.
     source: str | None = None
-    # The MODULE:FUNC the user named it by (``--impl``), where that is not ``source`` (a package's
-    # name for a function it re-exports): fixtures answer to either.
-    named: str | None = None
 
     @property
     def label(self) -> str:
@@ -383,9 +381,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
         raise UsageError(str(exc)) from None
     _check_arithmetic(arithmetic, dtype)
     ignored, chosen = _check_promises(ignore, opt_in, op)
-    label = name or getattr(fn, "__name__", None) or type(fn).__name__
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    source = f"{module}:{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
+    source = kernel_source(fn)
+    label = name or _source_name(source) or getattr(fn, "__name__", None) or type(fn).__name__
     return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
                   stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
                   ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
@@ -394,9 +391,10 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
 
 
 def defined_at(fn: object) -> str | None:
-    """Where ``fn`` is defined, ``MODULE:QUALNAME``, when that path leads back to ``fn`` itself;
-    None for a callable it does not name (a lambda, a function a factory made or a decorator
-    wrapped without ``functools.wraps``, a callable instance, a partial, a bound method)."""
+    """Where ``fn`` is defined, ``MODULE:QUALNAME``, when that path leads back to ``fn`` itself
+    (a script's ``__main__`` named as its file is imported); None for a callable it does not name
+    (a lambda, a function a factory made or a decorator wrapped without ``functools.wraps``, a
+    callable instance, a partial, a bound method)."""
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if not isinstance(module, str) or not isinstance(qualname, str) or "<" in qualname:
         return None
@@ -406,7 +404,56 @@ def defined_at(fn: object) -> str | None:
             found = getattr(found, part)
     except Exception:  # a module whose __getattr__ raises names nothing here
         return None
-    return f"{module}:{qualname}" if found is fn else None
+    return f"{_module_name(module)}:{qualname}" if found is fn else None
+
+
+def kernel_source(fn: object, *, named: str | None = None) -> str | None:
+    """Where a user's kernel lives, ``MODULE:NAME``, to keep it apart from kernels of the same
+    name elsewhere and to know it again by another name: where it is defined (:func:`defined_at`);
+    else the module that holds it under a name (a factory's function, an instance), a package that
+    re-exports it giving way to the module it comes from; else ``named`` (``--impl`` as typed);
+    else its own ``__module__:__qualname__``, which a factory's functions share."""
+    found = defined_at(fn)
+    if found is not None:
+        return found
+    held = sorted({(_module_name(name), attr) for name, module in list(sys.modules.items())
+                   for attr, value in list(_namespace(module).items()) if value is fn})
+    # pkg re-exports pkg._impl's kernel: pkg._impl is where it comes from, whichever was named
+    held = [(m, a) for m, a in held if not any(other.startswith(m + ".") for other, _ in held)]
+    if held:
+        module, attr = held[0]
+        return f"{module}:{attr}"
+    if named is not None:
+        return named
+    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if isinstance(module, str) and isinstance(qualname, str):
+        return f"{_module_name(module)}:{qualname}"
+    return None
+
+
+def _source_name(source: str | None) -> str | None:
+    """The kernel's name in ``source`` (``rms_norm`` of ``pkg._impl:rms_norm``, ``Cls.method``),
+    None where it is a factory's inner function or a lambda (``make.<locals>.kernel``)."""
+    name = None if source is None else source.rpartition(":")[2]
+    return name if name and "<" not in name else None
+
+
+def _namespace(module: object) -> dict[str, Any]:
+    space = getattr(module, "__dict__", None)
+    return space if isinstance(space, dict) else {}
+
+
+def _module_name(module: str) -> str:
+    """``module``, a script run as ``__main__`` named as it is imported: ``python -m tools.run``
+    is ``tools.run``, ``python run.py`` is ``run``."""
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if isinstance(name, str) and name and name != "__main__":
+        return name
+    path = getattr(main, "__file__", None)
+    return Path(path).stem if isinstance(path, str) else module
 
 
 def same_source(a: str, b: str) -> bool:

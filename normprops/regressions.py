@@ -108,7 +108,6 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "impl": target.name,
         "backend": target.backend,
         **({} if target.source is None else {"source": target.source}),
-        **({} if target.named is None else {"named": target.named}),
         "framework": target.adapter.framework,
         "family": finding.family,
         "property": finding.property,
@@ -161,7 +160,6 @@ class Fixture:
     worst: Case | None
     saved: datetime | None = None  # when it was written, where the fixture records it
     source: str | None = None  # where its kernel is defined (Target.source), where recorded
-    named: str | None = None  # the MODULE:FUNC it was hunted by, where not its source (Target.named)
 
     def cases(self) -> tuple[Case, ...]:
         return (self.minimal,) if self.worst is None else (self.minimal, self.worst)
@@ -172,12 +170,20 @@ class Fixture:
         return f"{self.backend}:{self.impl}"
 
     def of_kernel(self, name: str) -> bool:
-        """Whether it holds a finding of the kernel ``name``: ``rms_norm``, ``python:rms_norm``,
-        where it is defined, ``MODULE:FUNC`` (``FILE:KERNEL`` for CUDA source), or the
-        ``MODULE:FUNC`` it was hunted by."""
+        """Whether it holds a finding of the kernel ``name``: ``rms_norm``, ``python:rms_norm`` or
+        where it lives, ``MODULE:FUNC`` (``FILE:KERNEL`` for CUDA source)."""
         if name in (self.impl, self.kernel):
             return True
-        return any(where is not None and same_source(name, where) for where in (self.source, self.named))
+        return self.source is not None and same_source(name, self.source)
+
+    def of_package(self, name: str) -> bool:
+        """Whether its kernel lives in a module of the package ``name`` names, under that name:
+        ``pkg:rms_norm`` for ``pkg._impl:rms_norm``, a function the package re-exports."""
+        package, _, attr = name.rpartition(":")
+        if self.source is None or not package or "/" in package:
+            return False
+        module, _, what = self.source.rpartition(":")
+        return what == attr and module.startswith(package + ".")
 
     def saved_at(self) -> tuple[datetime, bool]:
         """When it was saved (UTC), and whether the fixture says so itself; if it does not, its
@@ -235,8 +241,7 @@ def load_fixture(path: Path) -> Fixture:
                  if "worst" in doc else None)
         return Fixture(path, _text(doc, "id"), op, _text(doc, "impl"), _text(doc, "backend"),
                        family, prop, str(doc.get("message", "")), minimal, worst,
-                       saved=_saved(doc), source=_text(doc, "source") if "source" in doc else None,
-                       named=_text(doc, "named") if "named" in doc else None)
+                       saved=_saved(doc), source=_text(doc, "source") if "source" in doc else None)
     except ValueError as exc:
         raise FixtureError(f"{path}: {exc}") from None
 

@@ -136,6 +136,8 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
         raise ValueError("prune_fixtures needs kernel, target or both")
     listing = list_fixtures(directory, op=op)
     pruning = Pruning(listing, [f for f in listing.fixtures if kernel is None or f.of_kernel(kernel)])
+    if kernel is not None and not pruning.mine:  # a package's name for a kernel it re-exports
+        pruning.mine = [f for f in listing.fixtures if f.of_package(kernel)]
     sources = _sources(pruning.mine) if kernel is not None else []
     if len(sources) > 1:
         raise UsageError(f"kernel {kernel!r} (--kernel) is the name of {len(sources)} kernels defined in "

@@ -460,28 +460,79 @@ def test_one_kernel_is_one_source_by_any_name_it_is_imported_as(a: str, b: str, 
     assert same_source(a, b) is same and same_source(b, a) is same
 
 
+@pytest.mark.parametrize("kind", ["def", "factory"])
 def test_a_kernel_re_exported_by_a_package_is_one_kernel_by_either_name(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`--impl pkg:rms_norm` where pkg re-exports pkg._impl.rms_norm: the fixtures record where the
-    function is defined, as a hunt from Python does, so the same finding from Python is no second
-    file, and the name it was hunted by, so `fixtures prune --kernel pkg:rms_norm` finds them
-    without importing anything."""
-    (tmp_path / "pkg").mkdir()
-    (tmp_path / "pkg" / "_impl.py").write_text(USER_MODULE.replace("def rms_off_by_scale(", "def rms_norm("))
-    (tmp_path / "pkg" / "__init__.py").write_text("from pkg._impl import rms_norm\n")
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A package re-exports its kernel from a submodule (a def, or made by a factory): hunted as
+    `pkg._impl:rms_norm`, then as `pkg:rms_norm`, then from Python, it is one kernel, recorded
+    where it comes from; the same finding is one file, and `fixtures prune --kernel pkg:rms_norm`
+    finds every one of its fixtures, whichever name hunted first, without importing anything."""
+    pkg = f"pkg_{kind}"
+    (tmp_path / "shared_fx.py").write_text(SHARED_FX)
+    (tmp_path / pkg).mkdir()
+    (tmp_path / pkg / "_impl.py").write_text(TWO_MODULES[kind])
+    (tmp_path / pkg / "__init__.py").write_text(f"from {pkg}._impl import rms_norm\n")
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    code, out, _ = run("hunt", "--op", "rmsnorm", "--impl", "pkg:rms_norm", "--families", "ordinary",
-                       "--max-examples", "50", "--seed", "0")
-    assert code == 1, out
     fixtures = tmp_path / "normprops-fixtures"
+    for impl, families, seed in ((f"{pkg}._impl:rms_norm", "ordinary", "0"),
+                                 (f"{pkg}:rms_norm", "ordinary,large_mean", "1")):
+        code, out, _ = run("hunt", "--op", "rmsnorm", "--impl", impl, "--families", families,
+                           "--max-examples", "50", "--seed", seed)
+        assert code == 1, out
     docs = _fixture_docs(fixtures)
-    assert docs and {(doc["source"], doc["named"]) for doc in docs.values()} == {("pkg._impl:rms_norm",
-                                                                                  "pkg:rms_norm")}
-    import pkg
+    assert len(docs) > 2 and {doc["source"] for doc in docs.values()} == {f"{pkg}._impl:rms_norm"}
+    import importlib
 
-    report = normprops.hunt_kernel(pkg.rms_norm, op="rmsnorm", families=["ordinary"], max_examples=50,
-                                   seed=0, fixtures_dir=fixtures)
+    report = normprops.hunt_kernel(importlib.import_module(pkg).rms_norm, op="rmsnorm",
+                                   families=["ordinary"], max_examples=50, seed=0, fixtures_dir=fixtures)
     assert report.failures and set(_fixture_docs(fixtures)) == set(docs)
-    code, out, _ = run("fixtures", "prune", "--kernel", "pkg:rms_norm", "--dry-run")
+    code, out, _ = run("fixtures", "prune", "--kernel", f"{pkg}:rms_norm", "--dry-run")
     assert code == 0 and out.count("would remove ") == len(docs) + 1, out
+
+
+@pytest.mark.parametrize("kind", TWO_MODULES)
+def test_kernels_of_one_name_in_two_modules_hunted_from_python_keep_their_fixtures_apart(
+        kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As through the CLI: each module's kernel is known by the module that holds it, however it
+    was made, so the same finding of both is two files."""
+    import importlib
+
+    (tmp_path / "shared_fx.py").write_text(SHARED_FX)
+    modules = (f"api_a_{kind}", f"api_b_{kind}")
+    for module in modules:
+        (tmp_path / f"{module}.py").write_text(TWO_MODULES[kind])
+    monkeypatch.syspath_prepend(str(tmp_path))
+    fixtures = tmp_path / "fx"
+    for module in modules:
+        report = normprops.hunt_kernel(importlib.import_module(module).rms_norm, op="rmsnorm",
+                                       families=["ordinary"], max_examples=50, seed=0, fixtures_dir=fixtures)
+        assert report.failures
+    sources = [doc["source"] for doc in _fixture_docs(fixtures).values()]
+    assert sorted(set(sources)) == [f"{m}:rms_norm" for m in modules]
+    assert sources.count(f"{modules[0]}:rms_norm") == sources.count(f"{modules[1]}:rms_norm")
+
+
+def test_a_script_s_kernel_is_known_by_the_script_s_name(tmp_path: Path) -> None:
+    """A kernel hunted from a script run as `python sa.py` lives in `sa`, not in `__main__`, which
+    every script is: two scripts' kernels of one name keep their fixtures apart."""
+    import subprocess
+    import sys
+
+    for script in ("script_a", "script_b"):
+        (tmp_path / f"{script}.py").write_text(SHARED_FX + textwrap.dedent('''
+            import normprops
+
+            def rms_norm(x, gamma, eps):
+                return rms_off_by_scale(x, gamma, eps)
+
+            if __name__ == "__main__":
+                normprops.hunt_kernel(rms_norm, op="rmsnorm", families=["ordinary"], max_examples=50,
+                                      seed=0, fixtures_dir="fx")
+        '''))
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+        done = subprocess.run([sys.executable, f"{script}.py"], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=120, env=env)
+        assert done.returncode == 0, done.stderr
+    sources = {doc["source"] for doc in _fixture_docs(tmp_path / "fx").values()}
+    assert sources == {"script_a:rms_norm", "script_b:rms_norm"}

@@ -21,7 +21,7 @@ from normprops.case import ShapeConstraints
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
 from normprops.jsonio import check_can_create_in, output_dir_problem
-from normprops.launch import Target, defined_at, target_from_callable, target_from_cuda_source
+from normprops.launch import Target, kernel_source, target_from_callable, target_from_cuda_source
 from normprops.ops import OPS, check_ignore, check_opt_in, is_backward
 from normprops.report import Report
 
@@ -284,7 +284,7 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
         if args.kernel:
             raise UsageError("--kernel goes with --cuda-source, not --impl")
         fn = resolve_impl(args.impl)
-        target = target_from_callable(fn, op=args.op, name=args.impl.partition(":")[2],
+        target = target_from_callable(fn, op=args.op,
                                       dtype=args.dtype or "float32", framework=args.framework,
                                       device=args.device, ignore=args.ignore,
                                       constraints=constraints, threads=args.threads, ftz=args.ftz,
@@ -292,12 +292,7 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
                                       opt_in=args.check, timeout_s=args.call_timeout,
                                       row_reduction=args.row_reduction, variance=args.variance,
                                       **_mask_keywords(args))
-        # Recorded where the function is defined, as a hunt from Python records it, when the name
-        # leads back to it (a re-export: pkg:rms_norm defined in pkg._impl); otherwise as named (a
-        # factory's or an undecorated wrapper's functions share a __qualname__).
-        source = defined_at(fn) or args.impl
-        named = None if source == args.impl else args.impl
-        return replace(target, source=source, named=named), args.impl
+        return _as_found(target, fn, args.impl), args.impl
     if is_backward(args.op):
         raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
                          f"takes the forward ops' standard signatures")
@@ -351,6 +346,13 @@ def _fixtures_dir(directory: Path) -> Path:
     return directory
 
 
+def _as_found(target: Target, fn: Callable[..., Any], impl: str) -> Target:
+    """``target`` of ``--impl`` named where its kernel lives and by its name there, as a hunt from
+    Python finds them; by ``impl`` as typed only where nothing else names it (a bound method)."""
+    source = kernel_source(fn, named=impl) or impl
+    return replace(target, name=source.rpartition(":")[2], source=source)
+
+
 @dataclass
 class _ReplayTargets:
     """``--impl`` as a target per storage type, each made when first asked for."""
@@ -362,12 +364,12 @@ class _ReplayTargets:
     def __call__(self, dtype: str) -> Target:
         if dtype not in self.made:
             a = self.args
-            self.made[dtype] = target_from_callable(
-                self.fn, op=a.op, name=a.impl.partition(":")[2], dtype=dtype,
+            self.made[dtype] = _as_found(target_from_callable(
+                self.fn, op=a.op, dtype=dtype,
                 framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
                 ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
                 timeout_s=a.call_timeout, row_reduction=a.row_reduction, variance=a.variance,
-                **_mask_keywords(a))
+                **_mask_keywords(a)), self.fn, a.impl)
         return self.made[dtype]
 
 
