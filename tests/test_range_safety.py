@@ -90,11 +90,14 @@ def test_range_safety_is_judged_when_asked(here: Path) -> None:
     assert [(f["family"], f["property"]) for f in doc["failures"]] == [("huge", "range_safety")]
     assert doc["information"] == [] and "squares overflow" in out
     # The saved fixture fails replay only where range safety is asked for there too; elsewhere it
-    # is said to be not judged (not "pass"), and prune keeps it.
+    # is said to be not judged (not "pass"; a replay that judged nothing is no green: exit 5, as
+    # for nothing to replay), and prune keeps it.
     replay = ["replay", "--op", "layernorm", "--impl", f"{MODULE}:layer_norm_two_pass"]
-    code, out, _ = run(*replay)
-    assert code == 0 and "not judged huge-" in out and "--check range_safety judges it" in out
+    code, out, _ = run(*replay, "--json", "replay.json")
+    assert code == 5 and "not judged huge-" in out and "--check range_safety judges it" in out
     assert "pass huge-" not in out and "1 not judged" in out
+    assert "nothing judged: this kernel is judged on none of the fixtures' properties (range_safety" in out
+    assert json.loads((here / "replay.json").read_text())["error"] == "nothing judged"
     assert run(*replay, "--check", "range_safety")[0] == 1
     code, out, _ = run("fixtures", "prune", "--op", "layernorm", "--impl", f"{MODULE}:layer_norm_two_pass")
     assert code == 0 and "kept: 1 not judged" in out, out

@@ -162,7 +162,17 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         summary()
         if done.failed:
             return EXIT_FOUND
-        return EXIT_UNREADABLE if done.listing.unreadable else EXIT_OK
+        if done.listing.unreadable:
+            return EXIT_UNREADABLE
+        if done.not_judged and not done.passed and not done.not_run:
+            # Every fixture holds a property this kernel is not judged on: a green replay would
+            # say its bugs are fixed when none was looked at.
+            report.error = "nothing judged"
+            props = sorted({r.fixture.property for r in done.not_judged})
+            print(f"nothing judged: this kernel is judged on none of the fixtures' properties "
+                  f"({', '.join(props)}; see each line above).", file=out)
+            return EXIT_NOTHING
+        return EXIT_OK
 
     return _guarded(run, body)
 
