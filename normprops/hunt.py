@@ -251,13 +251,15 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
         interrupt.check()  # a Ctrl-C that a finalizer swallowed still stops the hunt here
         if config.deadline is not None and time.monotonic() >= config.deadline:
             raise _BudgetSpent
-        seen.examples += 1
         seen.current = case
         try:
             evaluation = evaluate(target, case, policy=config.policy, oracle=config.oracle, skip=skip)
         except FatalTargetError as exc:
+            seen.examples += 1  # judged: the call that cannot be repeated is its finding
             seen.fatal = str(exc)
             raise _StopHunt from exc
+        # Counted once judged: an example Ctrl-C stops inside the kernel's call judged nothing.
+        seen.examples += 1
         if math.isfinite(evaluation.worst_ratio):
             seen.max_ratio = max(seen.max_ratio, evaluation.worst_ratio)
             hypothesis_target(min(evaluation.worst_ratio, 1e300), label="err/tol")

@@ -82,6 +82,9 @@ USER_MODULE = textwrap.dedent('''
             except KeyboardInterrupt:
                 pass
         return _softmax64(x)
+
+    def softmax_ctrl_c(x):
+        raise KeyboardInterrupt  # Ctrl-C inside the kernel's first call
 ''')
 
 
@@ -449,6 +452,19 @@ def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
     assert f"not hunted: {', '.join(doc['not_reached'])}" in out
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is put back
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_a_ctrl_c_inside_the_first_call_judged_nothing(user_module: str, tmp_path: Path) -> None:
+    """The example Ctrl-C stopped inside the kernel's call is not counted: the family judged
+    nothing, and says so rather than a worst err/tol of 0."""
+    report = tmp_path / "r.json"
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_ctrl_c",
+                       "--families", "ordinary", "--no-fixtures", "--json", str(report))
+    assert code == 130, out
+    family = next(line for line in out.splitlines() if line.startswith("  ordinary"))
+    assert family.split()[1:4] == ["stopped", "0", "examples"] and "nothing judged" in family, family
+    (result,) = json.loads(report.read_text())["results"]
+    assert result["examples"] == 0 and result["max_ratio"] is None, result
 
 
 def test_a_ctrl_c_while_a_fixture_is_saved_names_the_families_not_reached(
