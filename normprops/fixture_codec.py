@@ -204,6 +204,8 @@ def _decode_mask_args(blob: dict[str, Any], x: np.ndarray, *, op: str,
 
 def decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
     """A case from its JSON, every part checked against the op (ValueError naming the part)."""
+    if blob is None:
+        raise ValueError(f"{what}: missing")
     if not isinstance(blob, dict):
         raise ValueError(f"{what}: expected an object")
     spec = OPS[op]

@@ -213,6 +213,8 @@ def test_argparse_errors_exit_2() -> None:
     assert run("hunt", "--max-examples", "0")[0] == 2
     assert run("hunt", "--op", "gelu")[0] == 2
     assert run("frobnicate")[0] == 2
+    code, _, err = run("fixtures")
+    assert code == 2 and "required: {list,prune}" in err, err
 
 
 @pytest.mark.parametrize("argv, prefix", [

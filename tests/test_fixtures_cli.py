@@ -243,13 +243,17 @@ def test_fixtures_list_names_an_unreadable_fixture_and_exits_3(fixtures: Path) -
     name, doc = next(iter(_fixture_docs(fixtures).items()))
     (fixtures / "rmsnorm" / "ordinary-000000000000.json").write_text("{")
     (fixtures / "rmsnorm" / f"x{name}").write_text(json.dumps({**doc, "saved": "yesterday"}))
+    no_minimal = {k: v for k, v in doc.items() if k != "minimal"}
+    (fixtures / "rmsnorm" / f"y{name}").write_text(json.dumps(no_minimal))
     code, out, _ = run("fixtures", "list", "--op", "rmsnorm")
     assert code == 3
+    (line,) = [x for x in out.splitlines() if f"y{name}" in x]
+    assert line.startswith("unreadable ") and line.endswith("minimal: missing"), line
     (line,) = [x for x in out.splitlines() if "ordinary-000000000000" in x]
     assert line.startswith("unreadable ") and "not valid JSON" in line
     (line,) = [x for x in out.splitlines() if f"x{name}" in x]
     assert line.startswith("unreadable ") and "'saved' is 'yesterday', not an ISO 8601 time" in line
-    assert "5 fixtures under normprops-fixtures/rmsnorm, 2 of them unreadable" in out
+    assert "6 fixtures under normprops-fixtures/rmsnorm, 3 of them unreadable" in out
     assert run("fixtures", "list", "--fixtures-dir", "nowhere")[0] == 2
     # A fixture outside an op's folder is never replayed: listed as such, not as a fixture.
     (fixtures / "junk").mkdir()

@@ -271,5 +271,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "softmax row, the overflow row")
     c.add_argument("--backend", choices=("cuda", "numpy"),
                    help="default: the GPU when usable, else the numpy emulation")
+    for subparsers in (sub, fx_sub, rep_sub):  # a missing command is named by its choices
+        subparsers.metavar = "{" + ",".join(subparsers.choices) + "}"
     return parser
 
