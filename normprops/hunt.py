@@ -335,13 +335,14 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
             candidate = candidate.replace(params=_rows_kept(case, rows, fam.row_params))
             if not fam.promise(candidate):
                 continue
-            seen.examples += 1  # counted as Hypothesis' shrinking is
             try:
                 evaluation = evaluate(target, candidate, policy=config.policy, oracle=config.oracle,
                                       skip=seen.skip)
             except FatalTargetError as exc:  # the target cannot run again: the hunt stops here
+                seen.examples += 1
                 seen.fatal, seen.fatal_case = str(exc), candidate
                 break
+            seen.examples += 1  # counted once judged, as Hypothesis' shrinking is
             again = next((v for v in evaluation.failures if v.property == verdict.property), None)
             if again is not None:
                 keep, best = rows, (candidate, again)

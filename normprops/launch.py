@@ -410,25 +410,57 @@ def defined_at(fn: object) -> str | None:
 def kernel_source(fn: object, *, named: str | None = None) -> str | None:
     """Where a user's kernel lives, ``MODULE:NAME``, to keep it apart from kernels of the same
     name elsewhere and to know it again by another name: where it is defined (:func:`defined_at`);
-    else the module that holds it under a name (a factory's function, an instance), a package that
-    re-exports it giving way to the module it comes from; else ``named`` (``--impl`` as typed);
-    else its own ``__module__:__qualname__``, which a factory's functions share."""
+    else the module that holds it under a name (a factory's function, an instance; a bound
+    method by where its object is held); else ``named`` (``--impl`` as typed); else its own
+    ``__module__:__qualname__``, which the functions one factory makes inside a function share."""
     found = defined_at(fn)
     if found is not None:
         return found
-    held = sorted({(_module_name(name), attr) for name, module in list(sys.modules.items())
-                   for attr, value in list(_namespace(module).items()) if value is fn})
-    # pkg re-exports pkg._impl's kernel: pkg._impl is where it comes from, whichever was named
-    held = [(m, a) for m, a in held if not any(other.startswith(m + ".") for other, _ in held)]
-    if held:
-        module, attr = held[0]
-        return f"{module}:{attr}"
+    held, suffix = fn, ""
+    if inspect.ismethod(fn):  # o1.method and o2.method are two kernels
+        held, suffix = fn.__self__, "." + fn.__name__
+    holders = _holders(held)
+    if holders:
+        module, attr = holders[0]
+        return f"{module}:{attr}{suffix}"
     if named is not None:
         return named
     module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
     if isinstance(module, str) and isinstance(qualname, str):
         return f"{_module_name(module)}:{qualname}"
     return None
+
+
+_MAIN = ("__main__", "__mp_main__")
+
+
+def _holders(obj: object) -> list[tuple[str, str]]:
+    """The (module, name) pairs under which modules hold ``obj``, the likeliest home first. A
+    script's own variables count only where no module holds it (a loop's variable holds one
+    kernel after another); a package that re-exports it gives way to the module it comes from;
+    the modules of its own package (that of the function it wraps, or of its class) come first."""
+    pairs = {(name, attr) for name, module in list(sys.modules.items())
+             for attr, value in list(_namespace(module).items()) if value is obj}
+    if any(module not in _MAIN for module, _ in pairs):
+        pairs = {(module, attr) for module, attr in pairs if module not in _MAIN}
+    modules = {module for module, _ in pairs}
+    pairs = {(m, a) for m, a in pairs if not any(other.startswith(m + ".") for other in modules)}
+    home = _package_of(obj)
+    ranked = sorted(pairs, key=lambda pair: (pair[0].partition(".")[0] != home, pair))
+    return [(_module_name(module), attr) for module, attr in ranked]
+
+
+def _package_of(obj: object) -> str | None:
+    """The top-level package ``obj`` comes from: its function's (through ``__wrapped__``), else
+    its class's."""
+    try:
+        inner = inspect.unwrap(obj) if callable(obj) else obj
+    except ValueError:  # a __wrapped__ cycle
+        inner = obj
+    module = getattr(inner, "__module__", None)
+    if not isinstance(module, str) or isinstance(inner, type(sys)):
+        module = getattr(type(inner), "__module__", None)
+    return module.partition(".")[0] if isinstance(module, str) else None
 
 
 def _source_name(source: str | None) -> str | None:
@@ -439,21 +471,35 @@ def _source_name(source: str | None) -> str | None:
 
 
 def _namespace(module: object) -> dict[str, Any]:
-    space = getattr(module, "__dict__", None)
+    """A module's own attributes, read without running anything (a lazily loaded module stays
+    unloaded)."""
+    if not isinstance(module, type(sys)):
+        return {}
+    try:
+        space = object.__getattribute__(module, "__dict__")
+    except Exception:
+        return {}
     return space if isinstance(space, dict) else {}
 
 
 def _module_name(module: str) -> str:
-    """``module``, a script run as ``__main__`` named as it is imported: ``python -m tools.run``
-    is ``tools.run``, ``python run.py`` is ``run``."""
-    if module != "__main__":
+    """``module``, a script run as ``__main__`` named as it is imported (``python -m tools.run``
+    is ``tools.run``) or by its file (``python tools/run.py`` is ``tools/run.py``, relative to the
+    working directory): two scripts are two places, and neither is a package's module."""
+    if module not in _MAIN:
         return module
-    main = sys.modules.get("__main__")
+    main = sys.modules.get(module)
     name = getattr(getattr(main, "__spec__", None), "name", None)
-    if isinstance(name, str) and name and name != "__main__":
+    if isinstance(name, str) and name and name not in _MAIN:
         return name
     path = getattr(main, "__file__", None)
-    return Path(path).stem if isinstance(path, str) else module
+    if not isinstance(path, str):
+        return module
+    where = Path(path).resolve()
+    try:
+        return where.relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return where.as_posix()
 
 
 def same_source(a: str, b: str) -> bool:
@@ -467,11 +513,12 @@ def same_source(a: str, b: str) -> bool:
         return True
     long, short = (where_a, where_b) if len(where_a) > len(where_b) else (where_b, where_a)
     # A file's path is cut at its folders, a module's dotted name at its packages.
-    boundary = "/" if "/" in long or long.endswith(CUDA_SUFFIXES) else "."
+    boundary = "/" if "/" in long or long.endswith(FILE_SUFFIXES) else "."
     return bool(short) and long.endswith(short) and long[-len(short) - 1] == boundary
 
 
 CUDA_SUFFIXES = (".cu", ".cuh")
+FILE_SUFFIXES = (*CUDA_SUFFIXES, ".py")  # a source that names a file (a CUDA source, a script)
 
 
 def _mask_fill(op: str, mask: str, mask_fill: float | str | None, dtype: str) -> float | None:

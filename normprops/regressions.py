@@ -45,7 +45,7 @@ from normprops.fixture_codec import (
 from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.jsonio import read_json_document, write_json_atomically
 from normprops.judge import Verdict
-from normprops.launch import Target, same_source
+from normprops.launch import FILE_SUFFIXES, Target, same_source
 from normprops.ops import OPS, PROPERTIES, is_backward
 from normprops.properties import evaluate
 from normprops.strategies import FAMILIES, families_for
@@ -183,6 +183,8 @@ class Fixture:
         if self.source is None or not package or "/" in package:
             return False
         module, _, what = self.source.rpartition(":")
+        if "/" in module or module.endswith(FILE_SUFFIXES):  # a file: a CUDA source, a script
+            return False
         return what == attr and module.startswith(package + ".")
 
     def saved_at(self) -> tuple[datetime, bool]:

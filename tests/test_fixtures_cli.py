@@ -457,6 +457,8 @@ def test_where_a_function_is_defined_is_named_only_when_the_name_leads_back_to_i
     ("tests.kernels:rms_norm", "ernels:rms_norm", False),  # a suffix only at a dot or a slash
     ("kernels:rms_norm", "kernels:Fused.rms_norm", False),
     ("rms_norm", "kernels:rms_norm", False),  # a bare name is matched by name, not as a source
+    ("experiments/norms.py:rms_norm", "mylib.norms:rms_norm", False),  # a script is a file
+    ("tools/run.py:rms_norm", "run.py:rms_norm", True),  # one script by either path
 ])
 def test_one_kernel_is_one_source_by_any_name_it_is_imported_as(a: str, b: str, same: bool) -> None:
     from normprops.launch import same_source
@@ -539,4 +541,83 @@ def test_a_script_s_kernel_is_known_by_the_script_s_name(tmp_path: Path) -> None
                               text=True, timeout=120, env=env)
         assert done.returncode == 0, done.stderr
     sources = {doc["source"] for doc in _fixture_docs(tmp_path / "fx").values()}
-    assert sources == {"script_a:rms_norm", "script_b:rms_norm"}
+    assert sources == {"script_a.py:rms_norm", "script_b.py:rms_norm"}
+
+
+def test_a_script_s_loop_variable_names_no_kernel(tmp_path: Path) -> None:
+    """A script that hunts a module's kernels in a loop holds each in turn under one variable:
+    the kernels are known by the module that holds them (here each a functools.wraps wrapper,
+    whose own name leads to the function it wraps), not by the variable."""
+    import subprocess
+    import sys
+
+    (tmp_path / "loop_kernels.py").write_text(SHARED_FX + textwrap.dedent('''
+        import functools
+
+        def jit(f):
+            @functools.wraps(f)
+            def wrapper(x, gamma, eps):
+                return f(x, gamma, eps)
+            return wrapper
+
+        def rms_a(x, gamma, eps):
+            return rms_off_by_scale(x, gamma, eps)
+
+        def rms_b(x, gamma, eps):
+            return rms_off_by_scale(x, gamma, eps)
+
+        fast_a, fast_b = jit(rms_a), jit(rms_b)
+    '''))
+    (tmp_path / "bench.py").write_text(textwrap.dedent('''
+        import loop_kernels
+        import normprops
+
+        for k in (loop_kernels.fast_a, loop_kernels.fast_b):
+            normprops.hunt_kernel(k, op="rmsnorm", families=["ordinary"], max_examples=50, seed=0,
+                                  fixtures_dir="fx")
+    '''))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "bench.py"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    docs = _fixture_docs(tmp_path / "fx").values()
+    assert {(doc["impl"], doc["source"]) for doc in docs} == {("fast_a", "loop_kernels:fast_a"),
+                                                              ("fast_b", "loop_kernels:fast_b")}
+
+
+def test_kernels_python_cannot_name_by_a_module_are_told_apart_where_they_can_be(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bound methods of two objects a module holds are two kernels; a lazily loaded module is
+    not loaded by the search for a kernel's module."""
+    import importlib
+    import importlib.util
+    import sys
+
+    from normprops.launch import kernel_source
+
+    (tmp_path / "held_objs.py").write_text(SHARED_FX + textwrap.dedent('''
+        class Scaled:
+            def rms_norm(self, x, gamma, eps):
+                return rms_off_by_scale(x, gamma, eps)
+
+        o1, o2 = Scaled(), Scaled()
+        made = make()
+    '''))
+    (tmp_path / "never_loaded.py").write_text("raise RuntimeError('a lazy module was loaded')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    held = importlib.import_module("held_objs")
+    spec = importlib.util.find_spec("never_loaded")
+    spec.loader = importlib.util.LazyLoader(spec.loader)
+    lazy = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "never_loaded", lazy)
+    spec.loader.exec_module(lazy)
+    assert kernel_source(held.o1.rms_norm) == "held_objs:o1.rms_norm"
+    assert kernel_source(held.o2.rms_norm) == "held_objs:o2.rms_norm"
+    assert kernel_source(held.made) == "held_objs:made"
+
+
+def test_a_package_s_name_never_finds_a_cuda_source(fixtures: Path) -> None:
+    name, doc = next(iter(_fixture_docs(fixtures).items()))
+    (fixtures / "rmsnorm" / name).write_text(json.dumps({**doc, "source": "norms.cu:rms_norm"}))
+    code, out, _ = run("fixtures", "prune", "--kernel", "norms:rms_norm", "--dry-run")
+    assert code == 5 and "would remove" not in out, out
