@@ -20,7 +20,6 @@ Loading checks everything it reads: a truncated, garbled or incomplete file rais
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -133,8 +132,8 @@ def _another_source(path: Path, source: str | None) -> bool:
     if source is None:
         return False
     try:
-        theirs = json.loads(path.read_text()).get("source")
-    except (OSError, ValueError, AttributeError):
+        theirs = read_json_document(path, format=FORMAT, kind="fixture", error=ValueError).get("source")
+    except ValueError:
         return False
     return isinstance(theirs, str) and not same_source(theirs, source)
 

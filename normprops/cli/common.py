@@ -349,7 +349,8 @@ def _fixtures_dir(directory: Path) -> Path:
 def _as_found(target: Target, fn: Callable[..., Any], impl: str) -> Target:
     """``target`` of ``--impl`` named where its kernel lives and by its name there, as a hunt from
     Python finds them; by ``impl`` as typed only where nothing else names it (a bound method)."""
-    source = kernel_source(fn, named=impl) or impl
+    source = kernel_source(fn, named=impl)
+    assert source is not None  # named is its last resort
     return replace(target, name=source.rpartition(":")[2], source=source)
 
 
