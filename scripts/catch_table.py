@@ -9,6 +9,7 @@ and worst examples-to-catch.
 
     python scripts/catch_table.py --backend numpy --seeds 20 --json catch.json
     python scripts/catch_table.py --backend cuda,cuda-prod,torch-cuda --seeds 20
+    python scripts/catch_table.py --backend quack --kernel quack.softmax-f32 --families huge,masked
 """
 
 from __future__ import annotations
@@ -32,12 +33,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backend", required=True, help="comma-separated backends")
     parser.add_argument("--kernel", help="only the entries of this name")
+    parser.add_argument("--families", help="comma-separated: only the known bugs in these families")
     parser.add_argument("--seeds", type=int, default=20, help="seeds 0..N-1 (default 20)")
     parser.add_argument("--max-examples", type=int, default=300,
                         help="give up on a seed after this many examples (default 300)")
-    parser.add_argument("--json", type=Path, help="write every measurement here")
+    parser.add_argument("--json", type=Path,
+                        help="write every measurement here (again after each bug, so a stopped run keeps "
+                             "the bugs it finished)")
     args = parser.parse_args()
     backends = [b.strip() for b in args.backend.split(",") if b.strip()]
+    families = None if args.families is None else {f.strip() for f in args.families.split(",") if f.strip()}
     for b in backends:
         ok, why = backend_status(b)
         if not ok:
@@ -49,7 +54,7 @@ def main() -> int:
         if args.kernel and spec.name != args.kernel:
             continue
         for bug in spec.bugs:
-            if bug.detector == "racecheck":
+            if bug.detector == "racecheck" or (families is not None and bug.family not in families):
                 continue  # a race is compute-sanitizer's to find (tests/test_gpu.py)
             # Random draws only: a bug's explicit example (tried first by every registry hunt) would
             # read 1 whatever the draws do.
@@ -72,8 +77,9 @@ def main() -> int:
             print(f"{spec.backend:13s} {spec.name:24s} {bug.family:16s} {bug.property or 'any':17s} "
                   f"within {CI_EXAMPLES}: {row['within_ci']:2d}/{args.seeds}  median "
                   f"{row['median']}  worst {worst}  ({row['elapsed_s']} s)  {counts}", flush=True)
-    if args.json is not None:
-        args.json.write_text(json.dumps({"max_examples": args.max_examples, "rows": rows}, indent=1) + "\n")
+            if args.json is not None:
+                args.json.write_text(json.dumps({"max_examples": args.max_examples, "rows": rows},
+                                                indent=1) + "\n")
     return 0
 
 

@@ -295,3 +295,59 @@ def test_a_ctrl_c_in_a_registry_hunt_names_the_cells_not_reached(tmp_path: Path,
     cells = ["layernorm[layerNormRowOnePass] x large_mean", "layernorm[layerNormRowOnePass] x tiny"]
     assert doc["error"] == "interrupted" and doc["not_reached"] == cells and doc["results"] == []
     assert f"not hunted: {', '.join(cells)}" in out
+
+
+def test_the_catch_table_measures_only_the_named_families(tmp_path: Path) -> None:
+    """scripts/catch_table.py --families: the numpy backend has two known bugs; naming one family
+    measures that bug alone, and its JSON holds the row with one count per seed."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "scripts" / "catch_table.py"
+    out = tmp_path / "catch.json"
+    done = subprocess.run([sys.executable, str(script), "--backend", "numpy", "--families", "large_mean",
+                           "--seeds", "2", "--max-examples", "30", "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["kernel"], r["family"]) for r in rows] == [("layerNormRowOnePass", "large_mean")]
+    assert len(rows[0]["counts"]) == 2 and rows[0]["within_ci"] == 2
+
+
+def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> None:
+    """tools/seed_matrix.py on two seeds of a numpy registry hunt: every cell at depth in both, the
+    known bug and the claim identical; an unclaimed cell that passes in one seed and fails in the
+    other is listed as differing, and a claimed cell cut short in one seed as not compared."""
+    import subprocess
+    import sys
+
+    paths = []
+    for seed in (0, 1):
+        path = tmp_path / f"numpy-s{seed}.json"
+        code, _, err = run("hunt", "--backend", "numpy", "--op", "layernorm",
+                           "--families", "large_mean,ordinary", "--seed", str(seed), "--max-examples", "30",
+                           "--no-fixtures", "--json", str(path))
+        assert code == 0, err
+        paths.append(path)
+    tool = Path(__file__).resolve().parents[1] / "tools" / "seed_matrix.py"
+
+    def matrix() -> list[str]:
+        done = subprocess.run([sys.executable, str(tool), "--examples", "30", *map(str, paths)],
+                              capture_output=True, text=True, timeout=60, check=True)
+        return done.stdout.splitlines()
+
+    lines = matrix()
+    assert lines[0].startswith("numpy: 6 cells in all 2 seeds at 30 examples or more "
+                               "(4 claimed, 1 known bugs,")
+    assert "identical: yes" in lines[0] and "2 of 2 reports as declared" in lines[0]
+    report = json.loads(paths[1].read_text())
+    for r in report["results"]:
+        if r["expected"] == "unclaimed":
+            r["passed"] = not r["passed"]
+        elif (r["kernel"], r["family"]) == ("layerNormRowTwoPass", "large_mean"):
+            r["examples"] = 10
+    paths[1].write_text(json.dumps(report))
+    lines = matrix()
+    assert lines[0].startswith("numpy: 5 cells in all 2 seeds")
+    assert any(line.startswith("  differs: layerNormRowOnePass x ordinary (unclaimed)") for line in lines)
+    assert "  not compared: layerNormRowTwoPass x large_mean (full depth in seeds [0])" in lines
