@@ -577,6 +577,33 @@ def test_dx_accepts_xhat_over_c_rounded_below_flt_min_then_scaled_by_the_rows_su
     assert abs(float(replica[0, 0]) - exact[0, 0]) > 10 * bound[0, 0]
 
 
+
+def test_inductors_order_loses_a_normal_dx_to_xhat_over_c_below_flt_min() -> None:
+    """torch.compile's RMS norm backward, ``one_hot_dy`` (docs/ecosystem.md, finding 35): x_32 =
+    FLT_MIN in a row of rms 10.7, gamma up to 1.3e4, dy one-hot. ``xhat_32 / C`` is 3.3e-41, below
+    FLT_MIN, and its absolute rounding (up to tiny / 2) is multiplied by ``rstd sum(g xhat)`` = 3210
+    into dx_32 = -1.0733e-37, which is in float32's normal range: Inductor's order is off by 2e-5
+    of it (the H200 gave -1.07327176e-37 for -1.07329308e-37, err/tol 1.07). Multiplying by the
+    row's sum before dividing by C, or dividing the sum by C first, keeps the digits (err/tol below
+    0.1), so the bound is met by the same arithmetic in another order: the entry's known bug."""
+    spec = next(k for k in KERNELS if k.name == "compiled.rms_norm.backward-f32")
+    assert spec.expectation("one_hot_dy") == "bug"
+    case = load_fixture(Path(normprops.__file__).parent / "known"
+                        / "compiled.rms_norm.backward-f32-one_hot_dy.json").minimal
+    ref = grad_reference(case)
+    bound = grad_tolerance(case, ref, model=spec.error_model, row_reduction=spec.row_reduction).tol["dx"]
+    x, cols = case.x, F32(case.cols)
+    rstd = F32(1) / np.sqrt(np.mean(x * x, axis=1, keepdims=True, dtype=F32) + F32(case.eps))
+    g = case.dy * case.gamma[None, :]
+    xhat = x * rstd
+    row_sum = np.sum(xhat * g, axis=1, keepdims=True, dtype=F32)
+    inductor = _decomposed_rms_norm_dx(case)
+    assert float(inductor[1, 32]) == pytest.approx(-1.07327176e-37, rel=1e-6)
+    assert abs(ref.z["dx"][1, 32]) > np.finfo(F32).tiny
+    assert np.max(np.abs(inductor - ref.z["dx"]) / bound) > 1
+    for other in ((g - (xhat * row_sum) / cols) * rstd, (g - xhat * (row_sum / cols)) * rstd):
+        assert np.max(np.abs(other - ref.z["dx"]) / bound) < 0.1
+
 def _autograd_rms_norm_dx(x: np.ndarray, dy: np.ndarray, eps: float) -> np.ndarray:
     """dx of ``x * rsqrt(mean(x^2) + eps)`` (gamma = 1) in float32, in autograd's order: rsqrt's
     derivative ``-0.5 rstd^3`` scales ``sum(dy x)``, the mean's divides it by C, and x^2's
