@@ -15,14 +15,16 @@ and worst examples-to-catch.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from normprops.errors import WriteError
 from normprops.hunt import HuntConfig, examples_to_catch
+from normprops.jsonio import write_json_atomically
+from normprops.kernelspec import KernelSpec, KnownBug
 from normprops.registry_hunt import registry_target
 from normprops.specs import KERNELS, backend_status
 
@@ -47,40 +49,59 @@ def main() -> int:
         ok, why = backend_status(b)
         if not ok:
             print(f"backend {b}: not usable here ({why})", file=sys.stderr)
-    rows = []
-    for spec in KERNELS:
-        if spec.backend not in backends or not backend_status(spec.backend)[0]:
-            continue
-        if args.kernel and spec.name != args.kernel:
-            continue
-        for bug in spec.bugs:
-            if bug.detector == "racecheck" or (families is not None and bug.family not in families):
-                continue  # a race is compute-sanitizer's to find (tests/test_gpu.py)
-            # Random draws only: a bug's explicit example (tried first by every registry hunt) would
-            # read 1 whatever the draws do.
-            target = replace(registry_target(spec, bug.family), examples=())
-            counts: list[int | None] = []
-            start = time.perf_counter()
-            for seed in range(args.seeds):
-                config = HuntConfig(max_examples=args.max_examples, seed=seed)
-                counts.append(examples_to_catch(target, family=bug.family, config=config,
-                                                property=bug.property))
-            found = [c for c in counts if c is not None]
-            row = {"backend": spec.backend, "kernel": spec.name, "family": bug.family,
-                   "property": bug.property, "detector": bug.detector, "counts": counts,
-                   "within_ci": sum(c is not None and c <= CI_EXAMPLES for c in counts),
-                   "seeds": args.seeds, "median": statistics.median(found) if found else None,
-                   "worst": max(found) if len(found) == len(counts) else None,
-                   "elapsed_s": round(time.perf_counter() - start, 1)}
-            rows.append(row)
-            worst = row["worst"] if row["worst"] is not None else f">{args.max_examples}"
-            print(f"{spec.backend:13s} {spec.name:24s} {bug.family:16s} {bug.property or 'any':17s} "
-                  f"within {CI_EXAMPLES}: {row['within_ci']:2d}/{args.seeds}  median "
-                  f"{row['median']}  worst {worst}  ({row['elapsed_s']} s)  {counts}", flush=True)
-            if args.json is not None:
-                args.json.write_text(json.dumps({"max_examples": args.max_examples, "rows": rows},
-                                                indent=1) + "\n")
+    chosen = [(spec, bug) for spec in KERNELS
+              if spec.backend in backends and (not args.kernel or spec.name == args.kernel)
+              for bug in spec.bugs
+              if bug.detector != "racecheck"]  # a race is compute-sanitizer's to find (tests/test_gpu.py)
+    if families is not None:
+        unknown = families - {bug.family for _, bug in chosen}
+        if unknown:
+            have = ", ".join(sorted({bug.family for _, bug in chosen})) or "none"
+            print(f"--families: no known bug of the chosen entries in {', '.join(sorted(unknown))}; "
+                  f"their known bugs are in: {have}", file=sys.stderr)
+            return 2
+        chosen = [(spec, bug) for spec, bug in chosen if bug.family in families]
+    try:
+        measure(chosen, seeds=args.seeds, max_examples=args.max_examples, json_path=args.json)
+    except WriteError as exc:
+        print(f"--json: {exc}", file=sys.stderr)
+        return 2
     return 0
+
+
+def measure(chosen: list[tuple[KernelSpec, KnownBug]], *, seeds: int, max_examples: int,
+            json_path: Path | None) -> None:
+    """Measure each chosen bug over ``seeds`` seeds, printing its row, and write every row so far to
+    ``json_path`` (first with none, then after each bug)."""
+    rows: list[dict] = []
+    if json_path is not None:
+        write_json_atomically(json_path, {"max_examples": max_examples, "rows": rows})
+    for spec, bug in chosen:
+        if not backend_status(spec.backend)[0]:
+            continue
+        # Random draws only: a bug's explicit example (tried first by every registry hunt) would
+        # read 1 whatever the draws do.
+        target = replace(registry_target(spec, bug.family), examples=())
+        counts: list[int | None] = []
+        start = time.perf_counter()
+        for seed in range(seeds):
+            config = HuntConfig(max_examples=max_examples, seed=seed)
+            counts.append(examples_to_catch(target, family=bug.family, config=config,
+                                            property=bug.property))
+        found = [c for c in counts if c is not None]
+        row = {"backend": spec.backend, "kernel": spec.name, "family": bug.family,
+               "property": bug.property, "detector": bug.detector, "counts": counts,
+               "within_ci": sum(c is not None and c <= CI_EXAMPLES for c in counts),
+               "seeds": seeds, "median": statistics.median(found) if found else None,
+               "worst": max(found) if len(found) == len(counts) else None,
+               "elapsed_s": round(time.perf_counter() - start, 1)}
+        rows.append(row)
+        worst = row["worst"] if row["worst"] is not None else f">{max_examples}"
+        print(f"{spec.backend:13s} {spec.name:24s} {bug.family:16s} {bug.property or 'any':17s} "
+              f"within {CI_EXAMPLES}: {row['within_ci']:2d}/{seeds}  median "
+              f"{row['median']}  worst {worst}  ({row['elapsed_s']} s)  {counts}", flush=True)
+        if json_path is not None:
+            write_json_atomically(json_path, {"max_examples": max_examples, "rows": rows})
 
 
 if __name__ == "__main__":

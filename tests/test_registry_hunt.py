@@ -312,12 +312,22 @@ def test_the_catch_table_measures_only_the_named_families(tmp_path: Path) -> Non
     rows = json.loads(out.read_text())["rows"]
     assert [(r["kernel"], r["family"]) for r in rows] == [("layerNormRowOnePass", "large_mean")]
     assert len(rows[0]["counts"]) == 2 and rows[0]["within_ci"] == 2
+    # A family with no known bug there is named, and nothing is measured; a JSON path that cannot be
+    # written is one line too.
+    done = subprocess.run([sys.executable, str(script), "--backend", "numpy", "--families", "larg_mean",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2 and "larg_mean" in done.stderr and "large_mean" in done.stderr
+    done = subprocess.run([sys.executable, str(script), "--backend", "numpy", "--families", "large_mean",
+                           "--seeds", "1", "--json", str(tmp_path / "no" / "catch.json")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2 and done.stderr.startswith("--json: cannot write") and not done.stdout
 
 
 def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> None:
-    """tools/seed_matrix.py on two seeds of a numpy registry hunt: every cell at depth in both, the
-    known bug and the claim identical; an unclaimed cell that passes in one seed and fails in the
-    other is listed as differing, and a claimed cell cut short in one seed as not compared."""
+    """tools/seed_matrix.py on two seeds of a numpy registry hunt: every cell compared (the known
+    bug's, which fails within a few examples, too) and identical. Then, in one seed: an unclaimed
+    cell flipped is listed as differing; a claimed cell cut short is not compared; a claimed cell
+    flipped and a report not as declared and cut short are counted; an unseeded report is refused."""
     import subprocess
     import sys
 
@@ -331,15 +341,15 @@ def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> No
         paths.append(path)
     tool = Path(__file__).resolve().parents[1] / "tools" / "seed_matrix.py"
 
-    def matrix() -> list[str]:
-        done = subprocess.run([sys.executable, str(tool), "--examples", "30", *map(str, paths)],
-                              capture_output=True, text=True, timeout=60, check=True)
-        return done.stdout.splitlines()
+    def matrix() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(tool), "--examples", "30", *map(str, paths)],
+                              capture_output=True, text=True, timeout=60, check=False)
 
-    lines = matrix()
+    lines = matrix().stdout.splitlines()
+    assert lines == [lines[0]]
     assert lines[0].startswith("numpy: 6 cells in all 2 seeds at 30 examples or more "
-                               "(4 claimed, 1 known bugs,")
-    assert "identical: yes" in lines[0] and "2 of 2 reports as declared" in lines[0]
+                               "(4 claimed, 1 known bugs, 1 unclaimed); 2 of 2 reports as declared, "
+                               "0 cut short; claimed and known-bug cells identical: yes")
     report = json.loads(paths[1].read_text())
     for r in report["results"]:
         if r["expected"] == "unclaimed":
@@ -347,7 +357,20 @@ def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> No
         elif (r["kernel"], r["family"]) == ("layerNormRowTwoPass", "large_mean"):
             r["examples"] = 10
     paths[1].write_text(json.dumps(report))
-    lines = matrix()
-    assert lines[0].startswith("numpy: 5 cells in all 2 seeds")
-    assert any(line.startswith("  differs: layerNormRowOnePass x ordinary (unclaimed)") for line in lines)
+    lines = matrix().stdout.splitlines()
+    assert lines[0].startswith("numpy: 5 cells in all 2 seeds") and "identical: yes" in lines[0]
+    assert any(line.startswith("  differs: layerNormRowOnePass x ordinary: seed 0 ") for line in lines)
     assert "  not compared: layerNormRowTwoPass x large_mean (full depth in seeds [0])" in lines
+    for r in report["results"]:
+        if (r["kernel"], r["family"]) == ("layerNormRowWelford", "ordinary"):
+            r["passed"] = False
+    report.update(not_as_declared=["layernorm[layerNormRowWelford] x ordinary"], cut_short=True)
+    paths[1].write_text(json.dumps(report))
+    lines = matrix().stdout.splitlines()
+    assert "1 of 2 reports as declared, 1 cut short; claimed and known-bug cells identical: no" in lines[0]
+    assert any(line.startswith("  differs: layerNormRowWelford x ordinary: seed 0 pass (claim), "
+                               "seed 1 fail (claim)") for line in lines)
+    report["seed"] = None
+    paths[1].write_text(json.dumps(report))
+    done = matrix()
+    assert done.returncode == 2 and "unseeded" in done.stderr and not done.stdout

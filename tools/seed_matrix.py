@@ -5,64 +5,97 @@ known-bug cell gave one verdict in every seed, and which unclaimed cells differe
 
     python tools/seed_matrix.py --examples 100 B-s*.json
 
-A cell counts only where it reached ``--examples``; one cut short by a time budget, or not reached,
-is listed as not compared, and a report cut short is said to be.
+A cell is compared where every seed hunted it to ``--examples`` (a failing cell counts at any
+depth: the hunt stops at its failure); a cell cut short by a time budget, or named among a report's
+cells not reached, in any seed is listed as not compared. A cell's verdict is whether it passed and
+what the registry declared of it (claim, known bug, unclaimed), so a declaration that changed
+between the runs shows as a difference too.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+Cell = tuple[str, str, str]  # backend, kernel, family
+_NOT_REACHED = re.compile(r"^\w+\[(?P<kernel>.+)\] x (?P<family>\w+)$")
+
+
+def _not_reached(rep: dict) -> list[Cell]:
+    """The cells a report names as not reached ("op[kernel] x family"), with their backends."""
+    backends = defaultdict(set)
+    for t in rep.get("targets", []):
+        backends[t.get("name")].add(t.get("backend"))
+    cells = []
+    for text in rep.get("not_reached") or []:
+        m = _NOT_REACHED.match(text)
+        if m:
+            known = backends.get(m["kernel"], set())
+            backend = next(iter(known)) if len(known) == 1 else rep.get("backend") or "?"
+            cells.append((backend, m["kernel"], m["family"]))
+    return cells
+
 
 def summarize(reports: list[dict], *, examples: int) -> list[str]:
-    """One line per backend, then the cells compared short of all seeds and those that differed."""
-    cells: dict[tuple[str, str, str], dict[int, tuple[bool, str]]] = defaultdict(dict)
-    short: dict[tuple[str, str, str], set[int]] = defaultdict(set)
-    held = defaultdict(lambda: [0, 0, 0])  # reports, as declared, cut short
-    worst: dict[str, float] = defaultdict(float)
+    """One line per backend, then its cells that differed between seeds and those not compared.
+    Every report must carry its seed (:class:`ValueError` otherwise)."""
+    verdicts: dict[Cell, dict[int, set[tuple[bool, str]]]] = defaultdict(lambda: defaultdict(set))
+    ratios: dict[Cell, float] = defaultdict(float)
+    short: dict[Cell, set[int]] = defaultdict(set)
     seeds: dict[str, set[int]] = defaultdict(set)
+    held = defaultdict(lambda: [0, 0, 0])  # reports, as declared, cut short
     for rep in reports:
-        backend, seed = rep.get("backend") or "?", rep.get("seed")
-        seeds[backend].add(seed)
-        count = held[backend]
-        count[0] += 1
-        count[1] += not rep.get("not_as_declared")
-        count[2] += bool(rep.get("cut_short"))
+        seed = rep.get("seed")
+        if seed is None:
+            raise ValueError("a report of an unseeded hunt: the table compares seeds (hunt --seed S)")
         for r in rep.get("results", []):
-            key = (backend, r["kernel"], r["family"])
-            if r["examples"] < examples and r["passed"]:
-                short[key].add(seed)
+            cell = (r.get("backend") or rep.get("backend") or "?", r["kernel"], r["family"])
+            seeds[cell[0]].add(seed)
+            if r["passed"] and r["examples"] < examples:
+                short[cell].add(seed)
                 continue
-            cells[key][seed] = (r["passed"], r["expected"])
-            if r["expected"] == "claim" and r["passed"]:
-                worst[backend] = max(worst[backend], float(r["max_ratio"]))
+            verdicts[cell][seed].add((bool(r["passed"]), r["expected"]))
+            if r["passed"]:
+                ratios[cell] = max(ratios[cell], float(r["max_ratio"]))
+        mine = {r.get("backend") or rep.get("backend") or "?" for r in rep.get("results", [])}
+        for cell in _not_reached(rep):
+            seeds[cell[0]].add(seed)
+            short[cell].add(seed)
+            mine.add(cell[0])
+        for backend in mine:
+            count = held[backend]
+            count[0] += 1
+            count[1] += not rep.get("not_as_declared")
+            count[2] += bool(rep.get("cut_short"))
     lines = []
-    for backend in sorted(held):
-        mine = {k: v for k, v in cells.items() if k[0] == backend}
-        every = {k: v for k, v in mine.items() if len(v) == len(seeds[backend])}
-        differ = [k for k, v in every.items() if len({p for p, _ in v.values()}) > 1]
+    for backend in sorted(seeds):
+        mine = sorted(c for c in set(verdicts) | set(short) if c[0] == backend)
+        every = [c for c in mine if c not in short and len(verdicts[c]) == len(seeds[backend])]
+        seen = {c: set().union(*verdicts[c].values()) for c in every}
+        differ = [c for c in every if len(seen[c]) > 1]
         kinds = defaultdict(int)
-        for v in every.values():
-            kinds[next(iter(v.values()))[1]] += 1
-        bad = [k for k in differ if next(iter(every[k].values()))[1] != "unclaimed"]
+        for c in every:
+            kinds[min(seen[c])[1]] += 1
+        bad = [c for c in differ if any(kind != "unclaimed" for _, kind in seen[c])]
+        worst = max((ratios[c] for c in every if seen[c] == {(True, "claim")}), default=0.0)
         n, ok, cut = held[backend]
         lines.append(
             f"{backend}: {len(every)} cells in all {len(seeds[backend])} seeds at {examples} examples or "
             f"more ({kinds['claim']} claimed, {kinds['bug']} known bugs, {kinds['unclaimed']} unclaimed); "
             f"{ok} of {n} reports as declared, {cut} cut short; claimed and known-bug cells identical: "
-            f"{'yes' if not bad else 'no'}; worst claimed err/tol {worst[backend]:.3g}")
-        for k in sorted(differ):
-            runs = ", ".join(f"seed {s} {'pass' if p else 'fail'}" for s, (p, _) in sorted(every[k].items()))
-            lines.append(f"  differs: {k[1]} x {k[2]} ({next(iter(every[k].values()))[1]}): {runs}")
-        partial = sorted(set(mine) - set(every))
-        partial += sorted(k for k in short if k[0] == backend and k not in mine)
-        for k in partial:
-            got = sorted(mine.get(k, {}))
-            lines.append(f"  not compared: {k[1]} x {k[2]} (full depth in seeds {got or 'none'})")
+            f"{'yes' if not bad else 'no'}; worst claimed err/tol {worst:.3g}")
+        for c in differ:
+            runs = ", ".join(f"seed {s} " + "/".join(f"{'pass' if p else 'fail'} ({k})" for p, k in sorted(v))
+                             for s, v in sorted(verdicts[c].items()))
+            lines.append(f"  differs: {c[1]} x {c[2]}: {runs}")
+        for c in mine:
+            if c not in every:
+                full = sorted(s for s in verdicts[c] if s not in short[c])
+                lines.append(f"  not compared: {c[1]} x {c[2]} (full depth in seeds {full or 'none'})")
     return lines
 
 
@@ -78,6 +111,10 @@ def main() -> int:
             reports.append(json.loads(path.read_text()))
         except (OSError, ValueError) as exc:
             print(f"{path}: not a readable report ({exc})", file=sys.stderr)
+            return 2
+        if reports[-1].get("seed") is None:
+            print(f"{path}: a report of an unseeded hunt; the table compares seeds (hunt --seed S)",
+                  file=sys.stderr)
             return 2
     print("\n".join(summarize(reports, examples=args.examples)))
     return 0
