@@ -577,10 +577,9 @@ def test_dx_accepts_xhat_over_c_rounded_below_flt_min_then_scaled_by_the_rows_su
     assert abs(float(replica[0, 0]) - exact[0, 0]) > 10 * bound[0, 0]
 
 
-
 def test_inductors_order_loses_a_normal_dx_to_xhat_over_c_below_flt_min() -> None:
     """torch.compile's RMS norm backward, ``one_hot_dy`` (docs/ecosystem.md, finding 35): x_32 =
-    FLT_MIN in a row of rms 10.7, gamma up to 1.3e4, dy one-hot. ``xhat_32 / C`` is 3.3e-41, below
+    FLT_MIN in a row of rms 10.7, dy one-hot at column 0, gamma_0 1.58e4. ``xhat_32 / C`` is 3.3e-41, below
     FLT_MIN, and its absolute rounding (up to tiny / 2) is multiplied by ``rstd sum(g xhat)`` = 3210
     into dx_32 = -1.0733e-37, which is in float32's normal range: Inductor's order is off by 2e-5
     of it (the H200 gave -1.07327176e-37 for -1.07329308e-37, err/tol 1.07). Multiplying by the

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 N = 65
 x = torch.tensor([(-1.0) ** j * (8.0 + j % 5) for j in range(N)])
-x[1], x[N - 1] = 2.0, torch.finfo(torch.float32).tiny  # x_32 = FLT_MIN
+x[1], x[N - 1] = 2.0, torch.finfo(torch.float32).tiny  # the last x is FLT_MIN
 w = torch.ones(N)
 w[1] = 300000.0
 dy = torch.zeros(1, N)
