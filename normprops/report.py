@@ -332,6 +332,9 @@ class Report:
     cut_short: bool = False  # its time budget was spent before everything was hunted
     extra: dict[str, Any] = field(default_factory=dict)
     fixture_failures: list[Finding] = field(default_factory=list)  # failing fixtures of a replay
+    # Cells a resumed hunt took over from its earlier report, as that report wrote them: their
+    # ``results`` entries, then their ``failures`` and ``information`` (written before this run's).
+    carried: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -361,11 +364,14 @@ class Report:
             "cut_short": self.cut_short,
             "notes": self.notes,
             "hints": self.hints,
-            "results": [result_json(r, expected=e, bug_property=self.bug_properties.get(i))
-                        for i, (r, e) in enumerate(self.results)],
-            "failures": [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
+            "results": self.carried.get("results", [])
+                       + [result_json(r, expected=e, bug_property=self.bug_properties.get(i))
+                          for i, (r, e) in enumerate(self.results)],
+            "failures": self.carried.get("failures", [])
+                        + [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
                         + [failure_json(f) for f in self.fixture_failures],
-            "information": [failure_json(f) for f in self.information],
+            "information": self.carried.get("information", [])
+                           + [failure_json(f) for f in self.information],
             **self.extra,
         }
 

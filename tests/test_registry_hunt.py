@@ -113,6 +113,104 @@ def test_a_time_budget_cuts_a_registry_hunt_short_and_says_so(standin: KernelSpe
     assert 0 < doc["results"][0]["examples"] < 100000
 
 
+RESUMED = ("hunt", "--backend", "numpy", "--kernel", "standin.softmax", "--seed", "0", "--max-examples",
+           "30", "--no-fixtures", "--families", "ordinary,ragged,constant")
+
+
+def _cut(report: Path, into: Path, *, keep: int) -> dict:
+    """``report`` as a run cut short after ``keep`` cells would have written it: the next cell cut
+    short part way, the rest not reached."""
+    doc = json.loads(report.read_text())
+    doc["results"] = doc["results"][:keep + 1]
+    doc["results"][keep].update(cut_short=True, examples=3)
+    doc["cut_short"] = True
+    into.write_text(json.dumps(doc))
+    return doc
+
+
+def _outcomes(doc: dict) -> list[tuple]:
+    return [(r["family"], r["passed"], r["properties"], r["examples"], r["max_ratio"])
+            for r in doc["results"]]
+
+
+def test_a_resumed_hunt_takes_over_the_finished_cells_and_hunts_the_rest(
+        standin: KernelSpec, tmp_path: Path) -> None:
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    assert code == 0, out
+    whole = json.loads((tmp_path / "whole.json").read_text())
+    assert [r["family"] for r in whole["results"]] == ["ordinary", "constant", "ragged"]
+    _cut(tmp_path / "whole.json", tmp_path / "part.json", keep=1)
+    # --json may name the report it resumes: a CI job's one artifact, carried from job to job
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "part.json"),
+                         "--json", str(tmp_path / "part.json"))
+    assert code == 0, out
+    assert "resumed from" in out and "1 cell carried over as it found them" in out
+    assert "[2/3] standin.softmax x constant" in err and "ordinary:" not in err
+    assert "every kernel behaved as its registry entry declares" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("standin.softmax"))
+    assert row.split()[1:] == ["pass", "pass", "caught"], "the carried cell in its place in the matrix"
+    resumed = json.loads((tmp_path / "part.json").read_text())
+    assert resumed["cut_short"] is False and resumed["complete"] is True
+    assert resumed["resumed_from"] == str(tmp_path / "part.json")
+    assert _outcomes(resumed) == _outcomes(whole)
+    assert len(resumed["failures"]) == len(whole["failures"]) == 1  # the known bug's, hunted again
+    assert [t["label"] for t in resumed["targets"]] == [t["label"] for t in whole["targets"]]
+
+
+def test_a_carried_cell_not_as_declared_still_fails_the_resumed_hunt(
+        standin: KernelSpec, tmp_path: Path) -> None:
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    assert code == 0, out
+    doc = _cut(tmp_path / "whole.json", tmp_path / "part.json", keep=1)
+    doc["results"][0].update(passed=False, properties=["accuracy"], as_declared=False)
+    (tmp_path / "part.json").write_text(json.dumps(doc))
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "part.json"),
+                         "--json", str(tmp_path / "r.json"))
+    assert code == 1, out
+    assert "not as declared: softmax[standin.softmax] x ordinary (claimed; carried over" in out
+    assert "1 hunt(s) not as declared." in out
+    assert json.loads((tmp_path / "r.json").read_text())["not_as_declared"] == [
+        "softmax[standin.softmax] x ordinary"]
+
+
+@pytest.mark.parametrize(("flag", "value", "named"), [
+    ("--seed", "1", "seed 0 there, 1 here"),
+    ("--max-examples", "31", "max_examples 30 there, 31 here"),
+    ("--families", "ordinary,ragged", "families ordinary,ragged,constant there, ordinary,ragged here"),
+    ("--policy", "table", "policy default there, table here"),
+])
+def test_a_resume_of_another_hunt_is_refused_naming_what_differs(
+        standin: KernelSpec, tmp_path: Path, flag: str, value: str, named: str) -> None:
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    assert code == 0, out
+    argv = list(RESUMED)
+    if flag in argv:
+        argv[argv.index(flag) + 1] = value
+    else:
+        argv += [flag, value]
+    code, out, err = run(*argv, "--resume", str(tmp_path / "whole.json"))
+    assert code == 2
+    assert named in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_resume_needs_a_report_of_this_registry_hunt(standin: KernelSpec, tmp_path: Path) -> None:
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "missing.json"))
+    assert (code, err.strip()) == (2, f"normprops hunt: error: --resume {tmp_path / 'missing.json'}: "
+                                      f"cannot be read (No such file or directory)")
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    doc = json.loads((tmp_path / "whole.json").read_text())
+    (tmp_path / "old.json").write_text(json.dumps({**doc, "normprops": "0.0.1"}))
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "old.json"))
+    assert code == 2 and "written by normprops 0.0.1" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "impl.json").write_text(json.dumps({**doc, "impl": "standin_kernels:softmax_batch_variant"}))
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "impl.json"))
+    assert code == 2 and "not the --json report of a registry hunt" in err
+    code, out, err = run("hunt", "--op", "softmax", "--impl", "standin_kernels:softmax_batch_variant",
+                         "--resume", str(tmp_path / "whole.json"))
+    assert (code, err.strip()) == (2, "normprops hunt: error: --resume applies to registry hunts; "
+                                      "--impl hunts start afresh")
+
+
 @pytest.mark.parametrize("budget", ["0", "-3", "nan", "inf", "soon"])
 def test_a_time_budget_must_be_a_positive_number_of_seconds(budget: str) -> None:
     code, out, err = run("hunt", "--op", "softmax", "--impl", "numpy:exp", f"--time-budget={budget}")

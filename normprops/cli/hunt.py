@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import shutil
 import textwrap
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TextIO
+from typing import Any, Sequence, TextIO
 
+from normprops import __version__
 from normprops.api import deadline_after, hunt_families, replay_flags, target_json
 from normprops.cli.common import (
     BACKEND_PREFERENCE,
@@ -32,10 +33,20 @@ from normprops.hints import hints
 from normprops.hunt import HuntResult, check_drawable
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
+from normprops.merge import ReportError, load_report
 from normprops.ops import OPS, get_op
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.regressions import list_fixtures
-from normprops.report import Cell, Report, cell_text, format_finding, matrix_legend, render_matrix
+from normprops.report import (
+    Cell,
+    Report,
+    cell_from_json,
+    cell_text,
+    declared_json,
+    format_finding,
+    matrix_legend,
+    render_matrix,
+)
 from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
 
@@ -233,6 +244,64 @@ def _best_backend(requested: str | None) -> str:
     raise UsageError("no usable backend")
 
 
+#: What a resumed registry hunt must share with the report it resumes: all but its time budget.
+RESUME_SETTINGS = ("backend", "op", "kernel", "families", "policy", "oracle", "max_examples", "seed",
+                   "shard")
+
+
+@dataclass(frozen=True)
+class _Earlier:
+    """The cells an earlier report of the same registry hunt finished, as it wrote them."""
+
+    path: Path
+    results: dict[tuple[str, str, str], dict[str, Any]]  # (backend, kernel, family): its entry
+    failures: list[dict[str, Any]]
+    information: list[dict[str, Any]]
+    targets: list[dict[str, Any]]
+
+
+def _shown_setting(value: Any) -> str:
+    if isinstance(value, list):
+        return ",".join(map(str, value)) or "none"
+    return "not set" if value is None else str(value)
+
+
+def _earlier_cells(path: Path, *, settings: dict[str, Any],
+                   planned: Sequence[tuple[KernelSpec, str]]) -> _Earlier:
+    """The finished cells of ``path`` (``--resume``) that this hunt plans: every one hunted to its
+    end, not cut short by a time budget, interrupted or stopped by a kernel that could not be
+    called again. UsageError when ``path`` is not a report of this same hunt."""
+    try:
+        doc = load_report(path)
+    except ReportError as exc:
+        raise UsageError(f"--resume {exc}") from None
+    if doc.get("command") != "hunt" or doc.get("impl"):
+        raise UsageError(f"--resume {path}: not the --json report of a registry hunt ('normprops hunt' "
+                         f"without --impl or --cuda-source)")
+    if doc.get("normprops") != __version__:
+        raise UsageError(f"--resume {path}: written by normprops {doc.get('normprops')}, and this is "
+                         f"{__version__}; hunt afresh")
+    differ = [f"{key} {_shown_setting(doc.get(key))} there, {_shown_setting(settings.get(key))} here"
+              for key in RESUME_SETTINGS if doc.get(key) != settings.get(key)]
+    if differ:
+        raise UsageError(f"--resume {path}: another hunt ({'; '.join(differ)}); resume with the same "
+                         f"settings and --seed (only --time-budget may differ)")
+    wanted = {(spec.backend, spec.name, family) for spec, family in planned}
+    results: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in doc["results"]:
+        key = (str(r.get("backend")), str(r.get("kernel")), r["family"])
+        if key in wanted and not (r.get("cut_short") or r.get("interrupted") or r.get("fatal")):
+            results.setdefault(key, r)
+    cells = {(r["target"], r["family"]) for r in results.values()}
+    labels = {r["target"] for r in results.values()}
+    return _Earlier(
+        path, results,
+        failures=[f for f in doc["failures"] if (f.get("target"), f.get("family")) in cells],
+        information=[f for f in doc.get("information", [])
+                     if isinstance(f, dict) and (f.get("target"), f.get("family")) in cells],
+        targets=[t for t in doc.get("targets", []) if t.get("label") in labels])
+
+
 def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     flags = _user_only_flags(args)
     if flags:
@@ -276,12 +345,31 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                       "seed": config.seed, "time_budget": args.time_budget,
                                       "shard": None if args.shard is None else "%d/%d" % args.shard})
     report.notes += [f"not usable here, not hunted: {b}" for b in skipped]
+    earlier = (None if args.resume is None
+               else _earlier_cells(args.resume, settings=report.settings, planned=cells_planned))
+    carried = {} if earlier is None else earlier.results
+    cells_left = [(s, f) for s, f in cells_planned if (s.backend, s.name, f) not in carried]
+    if earlier is not None:
+        report.carried = {"results": list(carried.values()), "failures": earlier.failures,
+                          "information": earlier.information}
+        report.targets += earlier.targets
+        report.extra["resumed_from"] = str(earlier.path)
+        report.notes.append(f"resumed from {earlier.path}: {_count(len(carried), 'cell', 'cells')} "
+                            f"carried over as it found them")
+    carried_surprises = [r for r in carried.values() if not declared_json(r)]
     run = _Run(report, args.json, out, err)
     hunted: list[tuple[KernelSpec, HuntResult]] = []
 
     def summary() -> None:
-        cells = [Cell(f"{spec.op} ({spec.backend})", spec.name, r.family, registry_cell_text(spec, r))
-                 for spec, r in hunted]
+        mine = {(spec.backend, spec.name, r.family): (spec, r) for spec, r in hunted}
+        cells = []
+        for spec, family in cells_planned:  # the plan's order, carried cells in their places
+            key = (spec.backend, spec.name, family)
+            if key in carried:
+                cells.append(cell_from_json(carried[key]))
+            elif key in mine:
+                cells.append(Cell(f"{spec.op} ({spec.backend})", spec.name, family,
+                                  registry_cell_text(*mine[key])))
         if not cells:
             return
         print("\n" + render_matrix(cells), file=out)
@@ -296,6 +384,9 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
               + ("" if args.time_budget is None else f", time budget {args.time_budget:g} s"), file=out)
         for note in report.notes:
             print(f"  {note}", file=out)
+        if carried_surprises:
+            print(f"  of them not as declared: "
+                  f"{', '.join(r['target'] + ' x ' + r['family'] for r in carried_surprises)}", file=out)
 
         def show(spec: KernelSpec, result: HuntResult) -> None:
             hunted.append((spec, result))
@@ -303,19 +394,22 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             if spec.expectation(result.family) == "bug" and bug.property is not None:
                 report.bug_properties[len(report.results)] = bug.property
             report.results.append((result, spec.expectation(result.family)))
-            print(f"  [{len(hunted)}/{total}] {spec.name} x {result.family}: "
+            print(f"  [{len(carried) + len(hunted)}/{total}] {spec.name} x {result.family}: "
                   f"{registry_cell_text(spec, result)} ({result.examples} examples, "
                   f"{result.elapsed_s:.1f}s)", file=err, flush=True)
 
         def not_reached() -> list[str]:
             done = {(id(s), r.family) for s, r in hunted}
-            return [f"{s.label} x {f}" for s, f in cells_planned if (id(s), f) not in done]
+            return [f"{s.label} x {f}" for s, f in cells_left if (id(s), f) not in done]
+
+        def on_target(spec: KernelSpec, target: Any) -> None:
+            if not any(t.get("label") == target.label for t in report.targets):  # not carried
+                report.targets.append(target_json(target))
 
         try:
             outcome = hunt_registry(
-                cells_planned, config=replace(config, deadline=deadline_after(args.time_budget)),
-                fixtures_dir=fixtures, on_result=show,
-                on_target=lambda spec, target: report.targets.append(target_json(target)))
+                cells_left, config=replace(config, deadline=deadline_after(args.time_budget)),
+                fixtures_dir=fixtures, on_result=show, on_target=on_target)
         except KeyboardInterrupt:  # between two hunts, e.g. while a fixture was being saved
             report.extra["not_reached"] = not_reached()
             raise
@@ -325,6 +419,10 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         report.notes += outcome.notes
         summary()
         surprises = outcome.surprises
+        for r in carried_surprises:
+            why = "claimed" if r.get("expected") == "claim" else "known bug, not caught"
+            print(f"\nnot as declared: {r['target']} x {r['family']} ({why}; carried over, its "
+                  f"findings are in {earlier.path})", file=out)
         for spec, result in surprises:
             expected = spec.expectation(result.family)
             why = ("claimed" if expected == "claim" else
@@ -349,14 +447,15 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"\ncut short: the time budget of {args.time_budget:g} s was spent after "
                   f"{total - len(outcome.not_reached)} of {total} cells "
                   f"({sum(r.examples for _, r in hunted)} examples).", file=out)
-        if surprises:
-            print(f"\n{len(surprises)} hunt(s) not as declared.", file=out)
+        if surprises or carried_surprises:
+            print(f"\n{len(surprises) + len(carried_surprises)} hunt(s) not as declared.", file=out)
         elif outcome.cut_short:
             print("every kernel hunted behaved as its registry entry declares, as far as it got.", file=out)
         else:
             print("\nevery kernel behaved as its registry entry declares.", file=out)
-        report.extra["not_as_declared"] = [f"{s.label} x {r.family}" for s, r in surprises]
-        return EXIT_FOUND if surprises else EXIT_OK
+        report.extra["not_as_declared"] = ([f"{r['target']} x {r['family']}" for r in carried_surprises]
+                                           + [f"{s.label} x {r.family}" for s, r in surprises])
+        return EXIT_FOUND if surprises or carried_surprises else EXIT_OK
 
     return _guarded(run, body)
 
@@ -365,6 +464,9 @@ def _hunt(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _check_output_file(args.json, "--json")
     if not args.no_fixtures:
         _check_output_dir(args.fixtures_dir, "--fixtures-dir")
+    if args.resume is not None and (args.impl or args.cuda_source):
+        raise UsageError(f"--resume applies to registry hunts; {'--impl' if args.impl else '--cuda-source'} "
+                         f"hunts start afresh")
     return (_hunt_impl if args.impl or args.cuda_source else _hunt_registry)(args, out, err)
 
 

@@ -156,6 +156,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="end the hunt cleanly once SECONDS have passed: what was found is reported, "
                         "each cell says how many examples it reached, the report is marked cut "
                         "short; the exit status still says whether anything was found")
+    h.add_argument("--resume", type=Path, metavar="REPORT",
+                   help="registry hunts: take over the cells this earlier --json report of the same "
+                        "hunt finished (same settings and --seed; only --time-budget may differ) and "
+                        "hunt the rest; the new report holds both, so a hunt cut short by its time "
+                        "budget goes on in the next job (--json may name REPORT itself)")
     h.add_argument("--shard", type=_shard, metavar="K/N",
                    help="hunt only the K-th of N deterministic slices of the (kernel, family) cells; "
                         "merge the N reports with normprops report merge")
