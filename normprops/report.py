@@ -299,9 +299,12 @@ def result_json(result: HuntResult, *, expected: str | None = None,
     return doc
 
 
-def failure_json(finding: Finding, *, expected: str | None = None) -> dict[str, Any]:
+def failure_json(finding: Finding, *, expected: str | None = None,
+                 backend: str | None = None) -> dict[str, Any]:
     doc = finding.verdict.to_json()
     doc["target"] = finding.label
+    if backend:  # one label may be hunted on several backends (numpy's and CUDA's softmaxRowSafe)
+        doc["backend"] = backend
     doc["fixture"] = None if finding.fixture is None else str(finding.fixture)
     doc["minimal_shape"] = list(finding.minimal.x.shape)
     doc["input"] = describe_case(finding.minimal, finding.verdict)
@@ -353,6 +356,9 @@ class Report:
     def to_json(self) -> dict[str, Any]:
         from normprops import __version__
 
+        # A registry hunt's kernels come from several backends, and one name may be on two (numpy's
+        # and CUDA's softmaxRowSafe): its findings name their backend too.
+        several = bool(self.settings.get("backend"))
         return {
             "format": REPORT_FORMAT,
             "normprops": __version__,
@@ -368,10 +374,12 @@ class Report:
                        + [result_json(r, expected=e, bug_property=self.bug_properties.get(i))
                           for i, (r, e) in enumerate(self.results)],
             "failures": self.carried.get("failures", [])
-                        + [failure_json(f, expected=e) for r, e in self.results for f in r.findings]
+                        + [failure_json(f, expected=e, backend=r.backend if several else None)
+                           for r, e in self.results for f in r.findings]
                         + [failure_json(f) for f in self.fixture_failures],
             "information": self.carried.get("information", [])
-                           + [failure_json(f) for f in self.information],
+                           + [failure_json(f, backend=r.backend if several else None)
+                              for r, _ in self.results for f in information_of(r)],
             **self.extra,
         }
 

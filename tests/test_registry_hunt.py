@@ -211,6 +211,56 @@ def test_a_resume_needs_a_report_of_this_registry_hunt(standin: KernelSpec, tmp_
                                       "--impl hunts start afresh")
 
 
+def test_carried_findings_stay_with_their_backend(standin: KernelSpec, tmp_path: Path) -> None:
+    """One kernel name hunted on two backends: each carried cell keeps its own backend's findings,
+    and a finding that names no backend, which could be either's, keeps both cells from being
+    carried (they are hunted again)."""
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    doc = json.loads((tmp_path / "whole.json").read_text())
+    assert doc["failures"] and all(f["backend"] == "numpy" for f in doc["failures"])
+    twin = replace(standin, backend="numpy2")
+    doc["results"] += [{**r, "backend": "numpy2"} for r in doc["results"]]
+    doc["failures"] += [{**f, "backend": "numpy2", "message": "the twin's"} for f in doc["failures"]]
+    doc["targets"] += [{**t, "backend": "numpy2"} for t in doc["targets"]]
+    (tmp_path / "two.json").write_text(json.dumps(doc))
+    planned = plan_cells([standin, twin], families=("ordinary", "ragged", "constant"))
+    settings = {k: doc[k] for k in cli_hunt.RESUME_SETTINGS}
+    earlier = cli_hunt._earlier_cells(tmp_path / "two.json", settings=settings, planned=planned)
+    assert len(earlier.results) == 6
+    assert sorted(f["backend"] for f in earlier.failures) == ["numpy", "numpy2"]
+    assert sorted(t["backend"] for t in earlier.targets) == ["numpy", "numpy2"]
+    for f in doc["failures"]:
+        del f["backend"]  # as a report that does not name them
+    (tmp_path / "two.json").write_text(json.dumps(doc))
+    earlier = cli_hunt._earlier_cells(tmp_path / "two.json", settings=settings, planned=planned)
+    assert sorted(earlier.results) == sorted((b, "standin.softmax", f) for b in ("numpy", "numpy2")
+                                             for f in ("ordinary", "constant"))
+    assert earlier.failures == []
+
+
+@pytest.mark.parametrize("damage", [
+    lambda doc: doc.update(information=None),
+    lambda doc: doc["failures"][0].update(target=["x"]),
+    lambda doc: doc["failures"].append(5),
+])
+def test_a_damaged_report_to_resume_is_one_line_and_exit_2(
+        standin: KernelSpec, tmp_path: Path, damage) -> None:
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    doc = json.loads((tmp_path / "whole.json").read_text())
+    damage(doc)
+    (tmp_path / "bad.json").write_text(json.dumps(doc))
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "bad.json"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "bad.json" in err, err
+
+
+def test_families_and_backends_resume_in_any_order(standin: KernelSpec, tmp_path: Path) -> None:
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    argv = list(RESUMED)
+    argv[argv.index("--families") + 1] = "constant,ordinary,ragged"
+    code, out, err = run(*argv, "--resume", str(tmp_path / "whole.json"))
+    assert code == 0 and "3 cells carried over" in out, err
+
+
 @pytest.mark.parametrize("budget", ["0", "-3", "nan", "inf", "soon"])
 def test_a_time_budget_must_be_a_positive_number_of_seconds(budget: str) -> None:
     code, out, err = run("hunt", "--op", "softmax", "--impl", "numpy:exp", f"--time-budget={budget}")

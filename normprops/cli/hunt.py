@@ -5,6 +5,7 @@ commands that read the registry.
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import textwrap
 from dataclasses import dataclass, replace
@@ -261,9 +262,19 @@ class _Earlier:
 
 
 def _shown_setting(value: Any) -> str:
-    if isinstance(value, list):
-        return ",".join(map(str, value)) or "none"
-    return "not set" if value is None else str(value)
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value) or "none"
+    return "not set" if value is None else json.dumps(value) if not isinstance(value, str) else value
+
+
+def _same_setting(key: str, there: Any, here: Any) -> bool:
+    """Whether a report's setting ``key`` is this run's: families and backends as sets (the plan
+    follows the registry's order, not the order they were named in)."""
+    if key == "families" and isinstance(there, list) and isinstance(here, list):
+        return sorted(map(str, there)) == sorted(here)
+    if key == "backend" and isinstance(there, str) and isinstance(here, str):
+        return sorted(there.split(",")) == sorted(here.split(","))
+    return type(there) is type(here) and there == here
 
 
 def _earlier_cells(path: Path, *, settings: dict[str, Any],
@@ -281,25 +292,57 @@ def _earlier_cells(path: Path, *, settings: dict[str, Any],
     if doc.get("normprops") != __version__:
         raise UsageError(f"--resume {path}: written by normprops {doc.get('normprops')}, and this is "
                          f"{__version__}; hunt afresh")
-    differ = [f"{key} {_shown_setting(doc.get(key))} there, {_shown_setting(settings.get(key))} here"
-              for key in RESUME_SETTINGS if doc.get(key) != settings.get(key)]
+    differ = []
+    for key in RESUME_SETTINGS:
+        there, here = doc.get(key), settings.get(key)
+        if not _same_setting(key, there, here):
+            shown = (_shown_setting(there), _shown_setting(here))
+            if shown[0] == shown[1]:  # the same text, another JSON type
+                shown = (json.dumps(there), json.dumps(here))
+            differ.append(f"{key} {shown[0]} there, {shown[1]} here")
     if differ:
         raise UsageError(f"--resume {path}: another hunt ({'; '.join(differ)}); resume with the same "
                          f"settings and --seed (only --time-budget may differ)")
+    entries = {}
+    for key in ("failures", "information"):
+        listed = doc.get(key, [])
+        if not isinstance(listed, list) or not all(
+                isinstance(f, dict) and isinstance(f.get("target"), str) and isinstance(f.get("family"), str)
+                and isinstance(f.get("backend", ""), str) for f in listed):
+            raise UsageError(f"--resume {path}: '{key}' is not a list of findings, each with its "
+                             f"target and family; hunt afresh")
+        entries[key] = listed
     wanted = {(spec.backend, spec.name, family) for spec, family in planned}
-    results: dict[tuple[str, str, str], dict[str, Any]] = {}
+    finished: dict[tuple[str, str, str], dict[str, Any]] = {}
+    by_label: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # (target, family): cells
     for r in doc["results"]:
         key = (str(r.get("backend")), str(r.get("kernel")), r["family"])
+        by_label.setdefault((r["target"], r["family"]), []).append(key)
         if key in wanted and not (r.get("cut_short") or r.get("interrupted") or r.get("fatal")):
-            results.setdefault(key, r)
-    cells = {(r["target"], r["family"]) for r in results.values()}
-    labels = {r["target"] for r in results.values()}
+            finished.setdefault(key, r)
+
+    def cell_of(finding: dict[str, Any]) -> tuple[str, str, str] | None:
+        """The cell a finding belongs to: by its backend, or where it names none (one label
+        hunted on one backend only) by its target and family."""
+        cells = by_label.get((finding["target"], finding["family"]), [])
+        if "backend" in finding:
+            cells = [c for c in cells if c[0] == finding["backend"]]
+        return cells[0] if len(set(cells)) == 1 else None
+
+    # A finding that cannot be told to one cell keeps its cells from being carried: they are
+    # hunted again rather than reported with another cell's findings.
+    for listed in entries.values():
+        for finding in listed:
+            if cell_of(finding) is None:
+                for cell in by_label.get((finding["target"], finding["family"]), []):
+                    finished.pop(cell, None)
+    labels = {(r["target"], r.get("backend")) for r in finished.values()}
     return _Earlier(
-        path, results,
-        failures=[f for f in doc["failures"] if (f.get("target"), f.get("family")) in cells],
-        information=[f for f in doc.get("information", [])
-                     if isinstance(f, dict) and (f.get("target"), f.get("family")) in cells],
-        targets=[t for t in doc.get("targets", []) if t.get("label") in labels])
+        path, finished,
+        failures=[f for f in entries["failures"] if cell_of(f) in finished],
+        information=[f for f in entries["information"] if cell_of(f) in finished],
+        targets=[t for t in doc.get("targets", [])
+                 if isinstance(t, dict) and (t.get("label"), t.get("backend")) in labels])
 
 
 def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
@@ -403,7 +446,8 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             return [f"{s.label} x {f}" for s, f in cells_left if (id(s), f) not in done]
 
         def on_target(spec: KernelSpec, target: Any) -> None:
-            if not any(t.get("label") == target.label for t in report.targets):  # not carried
+            if not any((t.get("label"), t.get("backend")) == (target.label, target.backend)
+                       for t in report.targets):  # not carried over
                 report.targets.append(target_json(target))
 
         try:
@@ -430,6 +474,10 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"\nnot as declared: {spec.label} x {result.family} ({why})", file=out)
             for finding in result.findings:
                 print(format_finding(finding), file=out)
+        for r in carried.values():
+            if r.get("expected") == "bug" and declared_json(r):
+                print(f"\nknown bug of {r['target']} x {r['family']}: caught (carried over; its findings "
+                      f"are in {earlier.path})", file=out)
         for spec, result in hunted:
             if caught(spec, result):
                 print(f"\nknown bug of {spec.label} ({spec.bug_in(result.family).summary}):",
