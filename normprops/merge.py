@@ -5,6 +5,7 @@ hunts of other kernels side by side) into one (``normprops report merge``).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -13,7 +14,7 @@ from normprops.ops import PROPERTIES
 from normprops.report import REPORT_FORMAT
 
 __all__ = ["ReportError", "load_report", "merge_reports", "IncompleteMerge", "HUNT_KERNELS",
-           "SHARD_SETTINGS"]
+           "SHARD_SETTINGS", "RESUME_SETTINGS", "Carried", "resume_problems", "carried_cells"]
 
 
 class ReportError(ValueError):
@@ -251,3 +252,95 @@ def _outcome(result: dict[str, Any]) -> tuple[Any, ...]:
 
 
 #: Cell colours of the matrix plot, by the cell's first word.
+
+
+# --- a registry hunt resumed from its earlier report (normprops hunt --resume) -------------------
+
+#: What a resumed registry hunt must share with the report it resumes: all but its time budget.
+RESUME_SETTINGS = ("backend", "op", "kernel", "families", "policy", "oracle", "max_examples", "seed",
+                   "shard")
+
+Key = tuple[str, str, str]  # (backend, kernel, family): one cell of a registry hunt
+
+
+@dataclass(frozen=True)
+class Carried:
+    """The cells a resumed hunt takes over from its earlier report, as that report wrote them."""
+
+    path: Path
+    results: dict[Key, dict[str, Any]]
+    failures: list[dict[str, Any]]
+    information: list[dict[str, Any]]
+    targets: list[dict[str, Any]]
+
+
+def _shown_setting(value: Any) -> str:
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return ",".join(value) or "none"
+    return "not set" if value is None else value if isinstance(value, str) else json.dumps(value)
+
+
+def _same_setting(key: str, there: Any, here: Any) -> bool:
+    # Families and backends as sets: the plan follows the registry's order, not the order named.
+    if key == "families" and isinstance(there, list) and isinstance(here, list):
+        return sorted(map(str, there)) == sorted(here)
+    if key == "backend" and isinstance(there, str) and isinstance(here, str):
+        return sorted(there.split(",")) == sorted(here.split(","))
+    return type(there) is type(here) and there == here
+
+
+def resume_problems(doc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
+    """How the hunt that wrote ``doc`` differs from one of ``settings`` (:data:`RESUME_SETTINGS`),
+    one phrase each (``seed 0 there, 1 here``); empty when a resume may take its cells over."""
+    differ = []
+    for key in RESUME_SETTINGS:
+        there, here = doc.get(key), settings.get(key)
+        if not _same_setting(key, there, here):
+            shown = (_shown_setting(there), _shown_setting(here))
+            if shown[0] == shown[1]:  # the same text, another JSON type
+                shown = (json.dumps(there), json.dumps(here))
+            differ.append(f"{key} {shown[0]} there, {shown[1]} here")
+    return differ
+
+
+def carried_cells(doc: dict[str, Any], *, path: Path, cells: set[Key]) -> Carried:
+    """The cells of ``doc`` (read by :func:`load_report` from ``path``) among ``cells`` that its hunt
+    finished: each hunted to its end, not cut short by a time budget, interrupted, or stopped by a
+    kernel that could not be called again. ReportError when its findings cannot be read."""
+    entries = {}
+    for key in ("failures", "information"):
+        listed = doc.get(key, [])
+        if not isinstance(listed, list) or not all(
+                isinstance(f, dict) and isinstance(f.get("target"), str) and isinstance(f.get("family"), str)
+                and isinstance(f.get("backend", ""), str) for f in listed):
+            raise ReportError(f"{path}: '{key}' is not a list of findings, each with its target and "
+                              f"family; hunt afresh")
+        entries[key] = listed
+    finished: dict[Key, dict[str, Any]] = {}
+    by_label: dict[tuple[str, str], list[Key]] = {}  # (target, family): the cells of that label
+    for r in doc["results"]:
+        key = (str(r.get("backend")), str(r.get("kernel")), r["family"])
+        by_label.setdefault((r["target"], r["family"]), []).append(key)
+        if key in cells and not (r.get("cut_short") or r.get("interrupted") or r.get("fatal")):
+            finished.setdefault(key, r)
+
+    def cell_of(finding: dict[str, Any]) -> Key | None:
+        # By its backend, or where it names none (one label hunted on one backend) by its label.
+        held = by_label.get((finding["target"], finding["family"]), [])
+        if "backend" in finding:
+            held = [c for c in held if c[0] == finding["backend"]]
+        return held[0] if len(set(held)) == 1 else None
+
+    # A finding that cannot be told to one cell keeps its cells from being carried: they are hunted
+    # again rather than reported with another cell's findings.
+    for finding in entries["failures"] + entries["information"]:
+        if cell_of(finding) is None:
+            for cell in by_label.get((finding["target"], finding["family"]), []):
+                finished.pop(cell, None)
+    labels = {(r["target"], r.get("backend")) for r in finished.values()}
+    return Carried(
+        Path(path), finished,
+        failures=[f for f in entries["failures"] if cell_of(f) in finished],
+        information=[f for f in entries["information"] if cell_of(f) in finished],
+        targets=[t for t in doc.get("targets", [])
+                 if isinstance(t, dict) and (t.get("label"), t.get("backend")) in labels])

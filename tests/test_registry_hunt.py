@@ -19,6 +19,7 @@ from normprops.cli import hunt as cli_hunt
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.hunt import HuntConfig, hunt
 from normprops.kernelspec import KernelSpec, KnownBug
+from normprops.merge import RESUME_SETTINGS
 from normprops.registry_hunt import as_declared, caught, plan_cells, registry_cell_text, registry_target
 from normprops.specs import KERNELS
 from normprops.strategies import families_for
@@ -224,7 +225,7 @@ def test_carried_findings_stay_with_their_backend(standin: KernelSpec, tmp_path:
     doc["targets"] += [{**t, "backend": "numpy2"} for t in doc["targets"]]
     (tmp_path / "two.json").write_text(json.dumps(doc))
     planned = plan_cells([standin, twin], families=("ordinary", "ragged", "constant"))
-    settings = {k: doc[k] for k in cli_hunt.RESUME_SETTINGS}
+    settings = {k: doc[k] for k in RESUME_SETTINGS}
     earlier = cli_hunt._earlier_cells(tmp_path / "two.json", settings=settings, planned=planned)
     assert len(earlier.results) == 6
     assert sorted(f["backend"] for f in earlier.failures) == ["numpy", "numpy2"]

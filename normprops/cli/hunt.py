@@ -5,10 +5,9 @@ commands that read the registry.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence, TextIO
 
@@ -34,7 +33,7 @@ from normprops.hints import hints
 from normprops.hunt import HuntResult, check_drawable
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
-from normprops.merge import ReportError, load_report
+from normprops.merge import Carried, ReportError, carried_cells, load_report, resume_problems
 from normprops.ops import OPS, get_op
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.regressions import list_fixtures
@@ -245,104 +244,25 @@ def _best_backend(requested: str | None) -> str:
     raise UsageError("no usable backend")
 
 
-#: What a resumed registry hunt must share with the report it resumes: all but its time budget.
-RESUME_SETTINGS = ("backend", "op", "kernel", "families", "policy", "oracle", "max_examples", "seed",
-                   "shard")
-
-
-@dataclass(frozen=True)
-class _Earlier:
-    """The cells an earlier report of the same registry hunt finished, as it wrote them."""
-
-    path: Path
-    results: dict[tuple[str, str, str], dict[str, Any]]  # (backend, kernel, family): its entry
-    failures: list[dict[str, Any]]
-    information: list[dict[str, Any]]
-    targets: list[dict[str, Any]]
-
-
-def _shown_setting(value: Any) -> str:
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ",".join(value) or "none"
-    return "not set" if value is None else json.dumps(value) if not isinstance(value, str) else value
-
-
-def _same_setting(key: str, there: Any, here: Any) -> bool:
-    """Whether a report's setting ``key`` is this run's: families and backends as sets (the plan
-    follows the registry's order, not the order they were named in)."""
-    if key == "families" and isinstance(there, list) and isinstance(here, list):
-        return sorted(map(str, there)) == sorted(here)
-    if key == "backend" and isinstance(there, str) and isinstance(here, str):
-        return sorted(there.split(",")) == sorted(here.split(","))
-    return type(there) is type(here) and there == here
-
-
 def _earlier_cells(path: Path, *, settings: dict[str, Any],
-                   planned: Sequence[tuple[KernelSpec, str]]) -> _Earlier:
-    """The finished cells of ``path`` (``--resume``) that this hunt plans: every one hunted to its
-    end, not cut short by a time budget, interrupted or stopped by a kernel that could not be
-    called again. UsageError when ``path`` is not a report of this same hunt."""
+                   planned: Sequence[tuple[KernelSpec, str]]) -> Carried:
+    """What ``--resume path`` takes over for this hunt (:func:`normprops.merge.carried_cells`);
+    UsageError, one line, when ``path`` is not a readable report of this same registry hunt."""
     try:
         doc = load_report(path)
+        if doc.get("command") != "hunt" or doc.get("impl"):
+            raise UsageError(f"--resume {path}: not the --json report of a registry hunt ('normprops "
+                             f"hunt' without --impl or --cuda-source)")
+        if doc.get("normprops") != __version__:
+            raise UsageError(f"--resume {path}: written by normprops {doc.get('normprops')}, and this "
+                             f"is {__version__}; hunt afresh")
+        differ = resume_problems(doc, settings)
+        if differ:
+            raise UsageError(f"--resume {path}: another hunt ({'; '.join(differ)}); resume with the "
+                             f"same settings and --seed (only --time-budget may differ)")
+        return carried_cells(doc, path=path, cells={(s.backend, s.name, f) for s, f in planned})
     except ReportError as exc:
         raise UsageError(f"--resume {exc}") from None
-    if doc.get("command") != "hunt" or doc.get("impl"):
-        raise UsageError(f"--resume {path}: not the --json report of a registry hunt ('normprops hunt' "
-                         f"without --impl or --cuda-source)")
-    if doc.get("normprops") != __version__:
-        raise UsageError(f"--resume {path}: written by normprops {doc.get('normprops')}, and this is "
-                         f"{__version__}; hunt afresh")
-    differ = []
-    for key in RESUME_SETTINGS:
-        there, here = doc.get(key), settings.get(key)
-        if not _same_setting(key, there, here):
-            shown = (_shown_setting(there), _shown_setting(here))
-            if shown[0] == shown[1]:  # the same text, another JSON type
-                shown = (json.dumps(there), json.dumps(here))
-            differ.append(f"{key} {shown[0]} there, {shown[1]} here")
-    if differ:
-        raise UsageError(f"--resume {path}: another hunt ({'; '.join(differ)}); resume with the same "
-                         f"settings and --seed (only --time-budget may differ)")
-    entries = {}
-    for key in ("failures", "information"):
-        listed = doc.get(key, [])
-        if not isinstance(listed, list) or not all(
-                isinstance(f, dict) and isinstance(f.get("target"), str) and isinstance(f.get("family"), str)
-                and isinstance(f.get("backend", ""), str) for f in listed):
-            raise UsageError(f"--resume {path}: '{key}' is not a list of findings, each with its "
-                             f"target and family; hunt afresh")
-        entries[key] = listed
-    wanted = {(spec.backend, spec.name, family) for spec, family in planned}
-    finished: dict[tuple[str, str, str], dict[str, Any]] = {}
-    by_label: dict[tuple[str, str], list[tuple[str, str, str]]] = {}  # (target, family): cells
-    for r in doc["results"]:
-        key = (str(r.get("backend")), str(r.get("kernel")), r["family"])
-        by_label.setdefault((r["target"], r["family"]), []).append(key)
-        if key in wanted and not (r.get("cut_short") or r.get("interrupted") or r.get("fatal")):
-            finished.setdefault(key, r)
-
-    def cell_of(finding: dict[str, Any]) -> tuple[str, str, str] | None:
-        """The cell a finding belongs to: by its backend, or where it names none (one label
-        hunted on one backend only) by its target and family."""
-        cells = by_label.get((finding["target"], finding["family"]), [])
-        if "backend" in finding:
-            cells = [c for c in cells if c[0] == finding["backend"]]
-        return cells[0] if len(set(cells)) == 1 else None
-
-    # A finding that cannot be told to one cell keeps its cells from being carried: they are
-    # hunted again rather than reported with another cell's findings.
-    for listed in entries.values():
-        for finding in listed:
-            if cell_of(finding) is None:
-                for cell in by_label.get((finding["target"], finding["family"]), []):
-                    finished.pop(cell, None)
-    labels = {(r["target"], r.get("backend")) for r in finished.values()}
-    return _Earlier(
-        path, finished,
-        failures=[f for f in entries["failures"] if cell_of(f) in finished],
-        information=[f for f in entries["information"] if cell_of(f) in finished],
-        targets=[t for t in doc.get("targets", [])
-                 if isinstance(t, dict) and (t.get("label"), t.get("backend")) in labels])
 
 
 def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
