@@ -446,6 +446,27 @@ def test_a_ctrl_c_in_a_registry_hunt_names_the_cells_not_reached(tmp_path: Path,
     assert f"not hunted: {', '.join(cells)}" in out
 
 
+def test_a_ctrl_c_with_many_cells_left_names_the_first_few_and_the_report_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import normprops.registry_hunt
+
+    def interrupted(*args, **kwargs):  # Ctrl-C before the first cell's result
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(normprops.registry_hunt, "hunt_families", interrupted)
+    argv = ("hunt", "--backend", "numpy", "--op", "layernorm", "--max-examples", "50", "--seed", "0",
+            "--fixtures-dir", str(tmp_path / "fx"))
+    code, out, err = run(*argv, "--json", str(tmp_path / "r.json"))
+    assert code == 130
+    names = json.loads((tmp_path / "r.json").read_text())["not_reached"]
+    assert len(names) == 30  # three numpy layer norms, ten families each
+    line = next(line for line in out.splitlines() if line.startswith("not hunted: "))
+    assert line == (f"not hunted: {', '.join(names[:12])}, and 18 more ({tmp_path / 'r.json'} names "
+                    f"them under \"not_reached\")")
+    code, out, err = run(*argv)  # no report: the screen is the only record, and names them all
+    assert code == 130 and f"not hunted: {', '.join(names)}" in out
+
+
 def test_the_catch_table_measures_only_the_named_families(tmp_path: Path) -> None:
     """scripts/catch_table.py --families: the numpy backend has two known bugs; naming one family
     measures that bug alone, and its JSON holds the row with one count per seed."""

@@ -241,6 +241,11 @@ def _finish(run: _Run, code: int) -> int:
     return code
 
 
+#: Cells not reached that a Ctrl-C names on the screen when a JSON report names them all (more than
+#: any op's families: a hunt of one kernel always lists every one).
+_NAMED_ON_SCREEN = 12
+
+
 def _guarded(run: _Run, body: Callable[[], int]) -> int:
     """``body()``, with the report written and a documented exit status on every path."""
     try:
@@ -249,8 +254,14 @@ def _guarded(run: _Run, body: Callable[[], int]) -> int:
         run.report.error, code = stopped_by()
         print(f"\n{run.report.error}: what was found so far follows", file=run.out)
         run.summary()
-        if run.report.extra.get("not_reached"):
-            print(f"not hunted: {', '.join(run.report.extra['not_reached'])}", file=run.out)
+        names = run.report.extra.get("not_reached")
+        if names:
+            # A registry hunt stopped early can leave dozens of cells: with a report to name them
+            # all, the screen names the first few.
+            if run.json_path is not None and len(names) > _NAMED_ON_SCREEN:
+                names = [*names[:_NAMED_ON_SCREEN], f"and {len(names) - _NAMED_ON_SCREEN} more "
+                                                     f"({run.json_path} names them under \"not_reached\")"]
+            print(f"not hunted: {', '.join(names)}", file=run.out)
     except UsageError:
         raise
     except WriteError as exc:  # a fixture: the hunt stops, and says so, with what it found so far
