@@ -544,3 +544,31 @@ def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> No
     paths[1].write_text(json.dumps(report))
     done = matrix()
     assert done.returncode == 2 and "unseeded" in done.stderr and not done.stdout
+
+
+def test_the_suite_timing_names_an_entry_whose_every_test_pays_a_fixed_cost(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tools/suite_by_backend.py --by-kernel: one row per registry entry, with its fastest test."""
+    import importlib.util
+
+    xml = tmp_path / "run.xml"
+    cases = [("torch-compile-compiled.softmax-bf16-ordinary", 15.0, ""),
+             ("torch-compile-compiled.softmax-bf16-one_hot_dy", 13.0, ""),
+             ("cuda-prod-softmaxFast-ordinary", 1.5, ""), ("quack-quack.softmax-f32-huge", 0, "<skipped/>")]
+    xml.write_text("<testsuites><testsuite>" + "".join(
+        f'<testcase classname="tests.test_numerics" name="test_claimed_family_is_clean[{name}]" '
+        f'time="{t}">{body}</testcase>' for name, t, body in cases)
+        + '<testcase classname="tests.test_planted" name="test_something" time="2.0"/>'
+        + "</testsuite></testsuites>")
+    path = Path(__file__).resolve().parents[1] / "tools" / "suite_by_backend.py"
+    spec = importlib.util.spec_from_file_location("suite_by_backend", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--by-kernel", str(xml)]) == 0
+    lines = capsys.readouterr().out.splitlines()[2:]
+    rows = {" ".join(line.split()[:-6]): line.split()[-6:] for line in lines}
+    assert rows == {"torch-compile compiled.softmax-bf16": ["2", "28", "14.00", "13.0", "14.0", "15.0"],
+                    "other": ["1", "2", "2.00", "2.0", "2.0", "2.0"],
+                    "cuda-prod softmaxFast": ["1", "2", "1.50", "1.5", "1.5", "1.5"]}
+    assert tool.main([str(xml)]) == 0
+    assert "torch-compile      2       28  14.00   15.0" in capsys.readouterr().out

@@ -2,7 +2,7 @@
 # The numerics suite on a GPU host, as docs/registry.md times it: every compiler's cache in one
 # folder (kept between runs if the folder is), the CUDA sources compiled in the background while
 # the first tests run, junit XML, the log and a fixture of each failure written, then the time
-# summed by backend.
+# summed by backend (and by registry entry, into by-kernel.txt).
 #
 #   tools/numerics_on_gpu.sh [OUT_DIR] [extra pytest arguments...]   (OUT_DIR default ./numerics-run)
 #
@@ -33,4 +33,5 @@ status=$?
 echo "pytest exit $status after $(( $(date +%s) - start )) s; $(tail -n 1 "$out/numerics.log")"
 grep -E "^(FAILED|ERROR)" "$out/numerics.log"
 python "$tools/suite_by_backend.py" "$out/junit.xml"
+python "$tools/suite_by_backend.py" --by-kernel "$out/junit.xml" > "$out/by-kernel.txt"
 exit $status

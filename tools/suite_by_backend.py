@@ -1,13 +1,16 @@
 """Where a numerics suite run's time went: its junit XML (``pytest -m numerics --junitxml=FILE``)
-summed by backend (the first part of each hunt's test id) and by test function.
+summed by backend (the first part of each hunt's test id), or with ``--by-kernel`` by registry
+entry, with its fastest, median and slowest test: an entry whose fastest test is slow pays a fixed
+cost in every test (a compile, an autotune), whatever the profile's examples.
 
-    python tools/suite_by_backend.py run.xml [other.xml ...]
+    python tools/suite_by_backend.py [--by-kernel] run.xml [other.xml ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import statistics
 import sys
 import xml.etree.ElementTree as ET
 from collections import defaultdict
@@ -17,9 +20,18 @@ from normprops.specs import KERNELS
 # The registry's backends, longest first: "cuda-prod" is matched before "cuda".
 BACKENDS = sorted({k.backend for k in KERNELS}, key=len, reverse=True)
 _ID = re.compile(r"\[(" + "|".join(map(re.escape, BACKENDS)) + r")-")
+# A hunt's id is [backend-kernel-family]; families have no "-", kernel names may ("softmax-bf16").
+_KERNEL = re.compile(r"\[(" + "|".join(map(re.escape, BACKENDS)) + r")-(.+)-[a-z0-9_]+\]")
 
 
-def summarize(path: str) -> str:
+def _group(name: str, *, by_kernel: bool) -> str:
+    match = (_KERNEL if by_kernel else _ID).search(name)
+    if match is None:
+        return "other"
+    return " ".join(match.groups()) if by_kernel else match.group(1)
+
+
+def summarize(path: str, *, by_kernel: bool = False) -> str:
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as exc:
@@ -31,22 +43,29 @@ def summarize(path: str) -> str:
             skipped += 1
             continue
         failed += case.find("failure") is not None or case.find("error") is not None
-        match = _ID.search(case.get("name") or "")
-        times[match.group(1) if match else "other"].append(float(case.get("time") or 0))
+        times[_group(case.get("name") or "", by_kernel=by_kernel)].append(float(case.get("time") or 0))
     ran = sum(len(v) for v in times.values())
     total = sum(sum(v) for v in times.values())
     lines = [f"{path}: {ran} tests run ({failed} failed), {skipped} skipped, {total:.0f} test-seconds"]
-    lines.append(f"  {'backend':14s} {'tests':>5s} {'seconds':>8s} {'mean':>6s} {'max':>6s}")
+    width = max(14, *(len(name) for name in times)) if times else 14
+    head = f"  {'kernel' if by_kernel else 'backend':{width}s} {'tests':>5s} {'seconds':>8s} {'mean':>6s}"
+    lines.append(head + (f" {'min':>6s} {'median':>6s}" if by_kernel else "") + f" {'max':>6s}")
     for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1])):
-        lines.append(f"  {name:14s} {len(v):5d} {sum(v):8.0f} {sum(v) / len(v):6.2f} {max(v):6.1f}")
+        row = f"  {name:{width}s} {len(v):5d} {sum(v):8.0f} {sum(v) / len(v):6.2f}"
+        if by_kernel:
+            row += f" {min(v):6.1f} {statistics.median(v):6.1f}"
+        lines.append(row + f" {max(v):6.1f}")
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--by-kernel", action="store_true",
+                        help="one row per registry entry, with its fastest and median test")
     parser.add_argument("files", nargs="+", metavar="FILE.xml")
-    for path in parser.parse_args(argv).files:
-        print(summarize(path))
+    args = parser.parse_args(argv)
+    for path in args.files:
+        print(summarize(path, by_kernel=args.by_kernel))
     return 0
 
 
