@@ -274,12 +274,6 @@ class Carried:
     targets: list[dict[str, Any]]
 
 
-def _shown_setting(value: Any) -> str:
-    if isinstance(value, list) and all(isinstance(v, str) for v in value):
-        return ",".join(value) or "none"
-    return "not set" if value is None else value if isinstance(value, str) else json.dumps(value)
-
-
 def _same_setting(key: str, there: Any, here: Any) -> bool:
     # Families and backends as sets: the plan follows the registry's order, not the order named.
     if key == "families" and isinstance(there, list) and isinstance(here, list):
@@ -296,7 +290,7 @@ def resume_problems(doc: dict[str, Any], settings: dict[str, Any]) -> list[str]:
     for key in RESUME_SETTINGS:
         there, here = doc.get(key), settings.get(key)
         if not _same_setting(key, there, here):
-            shown = (_shown_setting(there), _shown_setting(here))
+            shown = (_shown(there), _shown(here))
             if shown[0] == shown[1]:  # the same text, another JSON type
                 shown = (json.dumps(there), json.dumps(here))
             differ.append(f"{key} {shown[0]} there, {shown[1]} here")
