@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# docs/ecosystem.md's matrix on a GPU host: the ecosystem backends usable there, hunted at EXAMPLES
+# examples a cell for every seed in SEEDS. Each seed runs as SHARDS registry hunts side by side
+# (`hunt --shard K/N`, every backend's cells dealt round robin), all seeds at once, the compilers'
+# caches shared. Then each seed's shards are merged into one report and matrix, and the seeds are
+# compared cell by cell (tools/seed_matrix.py).
+#
+#   tools/ecosystem_on_gpu.sh [OUT_DIR]        (OUT_DIR default ./ecosystem-run)
+#
+# env: BACKENDS (default torch-compile,liger,quack,jax,flax; one not usable is noted and skipped),
+#      SEEDS (default "1 2"), EXAMPLES (default 300), SHARDS (hunts a seed; default the cores
+#      shared out over the seeds), BUDGET (each hunt's --time-budget in seconds; unset: none),
+#      CACHE_DIR (default ~/.cache/normprops-suite, as tools/numerics_on_gpu.sh).
+# Run it again with the same OUT_DIR to go on: each hunt resumes from its own report (--resume),
+# taking over the cells it finished and hunting the rest.
+set -uo pipefail
+out=${1:-ecosystem-run}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+tools=$(cd "$(dirname "$0")" && pwd)
+cache=${CACHE_DIR:-$HOME/.cache/normprops-suite}
+export JAX_COMPILATION_CACHE_DIR=$cache/jax JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 \
+       JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES=-1 NORMPROPS_KERNEL_CACHE=$cache/kernel \
+       TRITON_CACHE_DIR=$cache/triton TORCHINDUCTOR_CACHE_DIR=$cache/inductor \
+       QUACK_CACHE_DIR=${QUACK_CACHE_DIR:-$cache/quack}
+backends=${BACKENDS:-torch-compile,liger,quack,jax,flax}
+seeds=(${SEEDS:-1 2})
+examples=${EXAMPLES:-300}
+shards=${SHARDS:-$(( $(nproc) / ${#seeds[@]} > 0 ? $(nproc) / ${#seeds[@]} : 1 ))}
+budget=()
+[ -n "${BUDGET:-}" ] && budget=(--time-budget "$BUDGET")
+
+start=$(date +%s)
+for s in "${seeds[@]}"; do
+  for k in $(seq 1 "$shards"); do
+    report=$out/eco-s$s-$k.json
+    resume=()
+    [ -f "$report" ] && resume=(--resume "$report")
+    python -m normprops hunt --backend "$backends" --seed "$s" --max-examples "$examples" \
+      --shard "$k/$shards" --no-fixtures "${budget[@]}" "${resume[@]}" --json "$report" \
+      >> "$out/eco-s$s-$k.log" 2>&1 &
+  done
+done
+failed=0
+for job in $(jobs -p); do wait "$job" || failed=$(( failed + 1 )); done
+echo "$(( ${#seeds[@]} * shards )) hunts in $(( $(date +%s) - start )) s; $failed exited non-zero" \
+     "(1: a kernel not as declared; the logs are $out/eco-s*-*.log)"
+
+plot=0
+python -c "import matplotlib" 2>/dev/null && plot=1  # the matrix drawn too, where [plot] is installed
+for s in "${seeds[@]}"; do
+  png=()
+  [ "$plot" = 1 ] && png=(--png "$out/ecosystem-s$s.png")
+  python -m normprops report merge "$out"/eco-s"$s"-*.json --json "$out/ecosystem-s$s.json" \
+    "${png[@]}" > "$out/matrix-s$s.txt" 2>&1
+  echo "seed $s: merge exit $? ($out/matrix-s$s.txt)"
+done
+python "$tools/seed_matrix.py" --examples "$examples" "$out"/eco-s*-*.json | tee "$out/seeds.txt"
