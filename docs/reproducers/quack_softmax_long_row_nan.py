@@ -6,9 +6,9 @@ import torch
 from quack.softmax import softmax
 
 torch.manual_seed(0)
-for dtype in (torch.bfloat16, torch.float32):
-    for cols in (16392, 32776, 65536, 65544, 81920, 81928, 131072, 131080, 163840, 163848):
+for dtype, widths in ((torch.bfloat16, (65536, 65544, 81928, 131072, 131080)), (torch.float32, (65544,))):
+    for cols in widths:
         x = torch.randn(2, cols, device="cuda").to(dtype)
         y = softmax(x)
         print(f"{str(dtype):14s} cols {cols:6d}: quack NaNs {torch.isnan(y).sum().item():6d}; "
-              f"torch NaNs {torch.isnan(torch.softmax(x, -1)).sum().item()}")
+              f"torch NaNs {torch.isnan(torch.softmax(x, -1)).sum().item()}", flush=True)
