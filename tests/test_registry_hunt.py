@@ -7,6 +7,7 @@ An exemption made for the claims must never hide the bug."""
 from __future__ import annotations
 
 import json
+import shutil
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -544,6 +545,39 @@ def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> No
     paths[1].write_text(json.dumps(report))
     done = matrix()
     assert done.returncode == 2 and "unseeded" in done.stderr and not done.stdout
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="tools/ecosystem_on_gpu.sh is a bash script")
+def test_the_ecosystem_runs_merge_each_seed_and_compare_the_seeds(tmp_path: Path) -> None:
+    """tools/ecosystem_on_gpu.sh with a CPU backend: two seeds of two shards each, each seed merged
+    into one report and matrix, the seeds compared; run again on its folder, every hunt resumes from
+    its report and hunts nothing."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "tools" / "ecosystem_on_gpu.sh"
+    env = {**os.environ, "BACKENDS": "numpy", "SEEDS": "1 2", "EXAMPLES": "5", "SHARDS": "2",
+           "CACHE_DIR": str(tmp_path / "cache"),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = tmp_path / "eco"
+
+    def once() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(script), str(out)], capture_output=True, text=True, env=env,
+                              timeout=600, check=False)
+
+    done = once()
+    assert done.returncode == 0, done.stderr
+    assert "4 hunts in" in done.stdout and "0 exited non-zero" in done.stdout
+    for seed in (1, 2):
+        merged = json.loads((out / f"ecosystem-s{seed}.json").read_text())
+        assert merged["complete"] and merged["seed"] == seed and len(merged["results"]) == 62
+        assert "legend:" in (out / f"matrix-s{seed}.txt").read_text()
+    assert (out / "seeds.txt").read_text().startswith("numpy: 62 cells in all 2 seeds at 5 examples")
+    again = once()
+    assert again.returncode == 0 and "0 exited non-zero" in again.stdout
+    log = (out / "eco-s1-1.log").read_text()
+    assert f"resumed from {out / 'eco-s1-1.json'}" in log and "31 cells carried over" in log
 
 
 def test_the_suite_timing_names_an_entry_whose_every_test_pays_a_fixed_cost(
