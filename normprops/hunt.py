@@ -24,7 +24,7 @@ from hypothesis.errors import Flaky
 
 from normprops import interrupt
 from normprops.backward_properties import quoting_exact
-from normprops.backward_strategies import grad_cases
+from normprops.backward_strategies import grad_cases, grad_widest_cols
 from normprops.case import Case
 from normprops.errors import FatalTargetError
 from normprops.judge import Verdict
@@ -32,7 +32,7 @@ from normprops.launch import Target
 from normprops.ops import PROPERTIES, is_backward
 from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate
-from normprops.strategies import FAMILIES, cases, families_for
+from normprops.strategies import FAMILIES, cases, families_for, widest_cols
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
            "examples_to_catch", "check_drawable"]
@@ -204,13 +204,19 @@ class _Round:
 
 
 def _strategy(target: Target, family: str, config: HuntConfig):
-    # The kernel's own limits win over the hunt's default range; a kernel that only takes rows
-    # wider than that range is hunted up to twice its minimum.
+    # The family's own widths (or up to the hunt's max_cols, where set), narrowed to those the
+    # kernel takes: its limit never widens a family, so a kernel that takes rows of up to 131072
+    # columns is hunted at 16385 at most but in `long_rows`, which draws its long rows up to that
+    # limit. A kernel that only takes rows wider than the range is hunted up to twice its minimum.
     c = target.constraints
     min_cols = max(config.min_cols, c.min_cols)
-    max_cols = c.max_cols
-    if max_cols is None and config.max_cols is not None:
-        max_cols = max(config.max_cols, 2 * min_cols)
+    max_cols = None if config.max_cols is None else max(config.max_cols, 2 * min_cols)
+    if c.max_cols is not None:
+        if max_cols is None:
+            max_cols = (grad_widest_cols(min_cols=min_cols, cols_multiple_of=c.cols_multiple_of)
+                        if is_backward(target.op) else
+                        widest_cols(family, min_cols=min_cols, cols_multiple_of=c.cols_multiple_of))
+        max_cols = min(max_cols, c.max_cols)
     widths = dict(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
                   min_cols=min_cols, max_cols=max_cols, cols_multiple_of=c.cols_multiple_of,
                   dtype=target.dtype)

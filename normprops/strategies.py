@@ -75,6 +75,7 @@ __all__ = [
     "edge_cols",
     "families_for",
     "get_family",
+    "widest_cols",
     "cases",
     "make_case",
 ]
@@ -296,6 +297,15 @@ def _family_cols(fam: Family, min_cols: int, max_cols: int, multiple_of: int) ->
     return max(min_cols, max_cols // 2), max_cols
 
 
+def widest_cols(family: str, *, min_cols: int = 1, cols_multiple_of: int = 1) -> int:
+    """The widest rows :func:`cases` draws for ``family`` when given no ``max_cols``: the family's
+    own widest (:data:`MAX_COLS`, ``long_rows`` 2^18 + 1), or more: twice ``min_cols``, and one
+    multiple of ``cols_multiple_of`` at least."""
+    fam = get_family(family)
+    return max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols,
+               -(-min_cols // cols_multiple_of) * cols_multiple_of)
+
+
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
           max_cols: int | None = None, cols_multiple_of: int = 1, dtype: str = "float32",
           mask_fill: float | None = None) -> st.SearchStrategy[Case]:
@@ -321,9 +331,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     _check_positive("max_rows", max_rows)
     _check_positive("min_cols", min_cols)
     _check_positive("cols_multiple_of", cols_multiple_of)
-    if max_cols is None:  # the family's widest, or more: twice min_cols, and one multiple at least
-        max_cols = max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols,
-                       -(-min_cols // cols_multiple_of) * cols_multiple_of)
+    if max_cols is None:
+        max_cols = widest_cols(family, min_cols=min_cols, cols_multiple_of=cols_multiple_of)
     _check_positive("max_cols", max_cols)
     if max_cols < min_cols:
         raise ValueError(f"max_cols must be at least min_cols={min_cols} but was {max_cols}")

@@ -253,6 +253,20 @@ def test_the_kept_bad_kernel_declares_its_register_only_width_limit() -> None:
     assert launch_shape(widest + 1, dtype="bfloat16", per_thread=per_thread).vpt == 0
 
 
+@pytest.mark.parametrize("name", ["softmaxCluster", "softmaxClusterBf16"])
+def test_the_forced_cluster_entries_declare_the_widest_row_they_take(name: str) -> None:
+    """The forced cluster path holds a row in 8 blocks of 512 threads, 8 vectors each: 131072
+    float32 or 262144 bfloat16 columns, and its launcher refuses wider rows. The entries declare
+    that width, so `long_rows` (up to 2^18 + 1 columns) draws the widest rows they take rather than
+    meeting the refusal as a contract failure only in the seeds that draw 262145 columns."""
+    spec = next(k for k in KERNELS if k.name == name)
+    width = 16 // get_dtype(spec.dtype).itemsize
+    widest = spec.constraints.max_cols
+    assert widest == PORTABLE_CLUSTER * 512 * 8 * width
+    assert cluster_shape(widest, vector_width=width, blocks=PORTABLE_CLUSTER) is not None
+    assert cluster_shape(widest + 1, vector_width=width, blocks=PORTABLE_CLUSTER) is None
+
+
 # --- on the GPU --------------------------------------------------------------------------------
 
 

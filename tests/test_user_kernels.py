@@ -199,6 +199,48 @@ def test_width_limited_kernel_is_clean_under_its_constraint() -> None:
     assert report.targets[0]["constraints"] == {"cols_multiple_of": 4, "min_cols": 1, "max_cols": 4096}
 
 
+def test_a_wide_limit_narrows_the_families_and_never_widens_them() -> None:
+    """A kernel that takes rows of up to 131072 columns is hunted at each family's own widths:
+    `ordinary` at 16385 columns at most, as a kernel without a limit, and `long_rows` from 2^15 - 1
+    up to the limit (its own range reaches 2^18 + 1). Before, the limit replaced every family's
+    range, so `ordinary` drew rows of up to 131072 columns; and a limit below a family's range still
+    narrows it."""
+    def spy_with(widths: list[int]):
+        def spy(x):
+            widths.append(x.shape[1])
+            return softmax_vec4(x)
+        return spy
+
+    by_family = {}
+    for family in ("ordinary", "long_rows"):
+        widths: list[int] = []
+        report = normprops.hunt_kernel(spy_with(widths), op="softmax", families=[family],
+                                       cols_multiple_of=4, max_cols=131072, max_examples=30, seed=1)
+        assert report.passed, [f.message for f in report.failures]
+        by_family[family] = widths
+    assert max(by_family["ordinary"]) <= 16385 and min(by_family["ordinary"]) <= 64
+    assert min(by_family["long_rows"]) >= 2**15 - 1 and max(by_family["long_rows"]) <= 131072
+    assert max(by_family["long_rows"]) > 65536  # the limit is reached, not only the family's start
+    narrow: list[int] = []
+    normprops.hunt_kernel(spy_with(narrow), op="softmax", families=["long_rows"], cols_multiple_of=4,
+                          max_cols=8192, max_examples=10, seed=1)
+    assert narrow and max(narrow) <= 8192
+
+
+def test_a_wide_limit_never_widens_a_gradients_families() -> None:
+    """The same for a gradient kernel: a limit of 131072 columns leaves `ordinary` at 16385."""
+    widths: list[int] = []
+
+    def softmax_backward(dy, y):
+        widths.append(y.shape[1])
+        y64, dy64 = y.astype(np.float64), dy.astype(np.float64)
+        return (y64 * (dy64 - (dy64 * y64).sum(-1, keepdims=True))).astype(np.float32)
+
+    normprops.hunt_kernel(softmax_backward, op="softmax_backward", families=["ordinary"],
+                          max_cols=131072, max_examples=30, seed=1)
+    assert widths and max(widths) <= 16385
+
+
 def test_width_limited_kernel_without_its_constraint_fails_the_contract() -> None:
     report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"],
                                    max_examples=20, seed=0)

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from normprops.case import ShapeConstraints
 from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
-from normprops.cuda.shape import CLUSTER_TREE_DEPTH, MAX_ROW_THREADS, PORTABLE_CLUSTER
+from normprops.cuda.shape import CLUSTER_TREE_DEPTH, CLUSTER_VPT, MAX_ROW_THREADS, PORTABLE_CLUSTER
 from normprops.dtypes import get_dtype
 from normprops.errormodel import ErrorModel
 from normprops.kernelspec import BACKEND_MODULES, NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
@@ -93,6 +93,7 @@ def _prod(name: str) -> KernelSpec:
         # float16 cannot hold the 'huge' rows (they saturate at 65504): nothing to claim there.
         claims = claims - {"huge"}
     touches = 4 if op == "addrmsnorm" else 2
+    constraints = ShapeConstraints()  # every width: the register path, else streaming or a cluster
     summary = _PROD_SUMMARY.get(op, "")
     width = 16 // get_dtype(dtype).itemsize
     if path == "stream":
@@ -105,6 +106,9 @@ def _prod(name: str) -> KernelSpec:
         # tree 9 levels deep in its block and 3 across the cluster.
         model = ErrorModel(threads=PORTABLE_CLUSTER * MAX_ROW_THREADS,
                            tree_depth=CLUSTER_TREE_DEPTH + width - 1, rho=6.0, c_x=1.0)
+        # Its launcher refuses a row wider than the cluster holds (CLUSTER_VPT vectors a thread):
+        # `long_rows` draws up to 2^18 + 1 columns, so the entry declares the widest it takes.
+        constraints = ShapeConstraints(max_cols=PORTABLE_CLUSTER * MAX_ROW_THREADS * CLUSTER_VPT * width)
     else:
         model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width,
                         cluster=op == "softmax")
@@ -114,7 +118,8 @@ def _prod(name: str) -> KernelSpec:
     backend = "cuda-cluster" if path == "cluster" else "cuda-prod"
     return KernelSpec(name, user_op, backend, f"{BACKEND_MODULES[backend]}:{name}", touches,
                       model, claims,
-                      f"{summary} ({dtype})", dtype=dtype, bench=path == "auto")
+                      f"{summary} ({dtype})", dtype=dtype, bench=path == "auto",
+                      constraints=constraints)
 
 
 PROD_KERNELS: tuple[KernelSpec, ...] = (
