@@ -7,7 +7,9 @@ import json
 from dataclasses import replace
 from importlib.resources import files
 
+from normprops.backends.peers import get_peer_op
 from normprops.case import ShapeConstraints
+from normprops.dtypes import get_dtype
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.kernelspec import NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
 from normprops.ops import get_op
@@ -23,7 +25,6 @@ __all__ = ["ECOSYSTEM_KERNELS", "ECOSYSTEM_GRAD_KERNELS"]
 # their entries declare variance="one_pass" and are judged with the bound of that formula
 # (docs/tolerances.md); under the two-pass bound they failed every family that draws rows of
 # moderate kappa (docs/ecosystem.md, findings 6, 7 and 14).
-# QuACK's softmax loads 16-byte vectors and asserts rows of a multiple of 16 bytes.
 _NOT_PROMISED = frozenset({"batch_invariance"})
 _ONE_PASS_VARIANCE = ("jax.nn.standardize", "flax.LayerNorm")  # E[x^2] - E[x]^2
 _SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -66,8 +67,13 @@ def _ecosystem(backend: str, entry_op: str, op: str, name: str, claims: frozense
                summary: str, dtype: str) -> KernelSpec:
     framework = "jax" if backend in ("jax", "flax") else "torch"
     constraints = ShapeConstraints()
-    if backend == "quack" and entry_op == "softmax":
-        constraints = ShapeConstraints(cols_multiple_of=16 // {"float32": 4}.get(dtype, 2))
+    if backend in ("liger", "quack"):
+        # The widths the library takes, as normprops.backends.peers records them: QuACK's softmax
+        # loads 16-byte vectors, Liger's launchers refuse rows wider than 65536 columns (declared,
+        # so `long_rows` draws up to that width rather than meeting the refusal).
+        peer = get_peer_op(backend, entry_op)
+        vector = max(1, peer.col_align_bytes // get_dtype(dtype).itemsize)
+        constraints = ShapeConstraints(cols_multiple_of=vector, max_cols=peer.max_cols)
     # JAX computes jax.nn's ops in the arrays' own type (its type promotion rules): on bfloat16
     # arrays every exp, sum and division rounds to bfloat16. Flax's norms take their statistics
     # in float32, as torch and the CUDA libraries do.
