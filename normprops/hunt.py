@@ -19,6 +19,7 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import HealthCheck, Phase, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
@@ -35,7 +36,7 @@ from normprops.properties import evaluate
 from normprops.strategies import FAMILIES, cases, families_for, widest_cols
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
-           "examples_to_catch", "check_drawable"]
+           "examples_to_catch", "check_drawable", "case_strategy"]
 
 _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
 
@@ -203,11 +204,15 @@ class _Round:
     skip: frozenset[str] = field(default_factory=frozenset)
 
 
-def _strategy(target: Target, family: str, config: HuntConfig):
+def case_strategy(target: Target, *, family: str,
+                  config: HuntConfig = HuntConfig()) -> st.SearchStrategy[Case]:
+    """The cases a hunt of ``target`` draws in ``family`` (ValueError where it has none)."""
     # The family's own widths (or up to the hunt's max_cols, where set), narrowed to those the
     # kernel takes: its limit never widens a family, so a kernel that takes rows of up to 131072
     # columns is hunted at 16385 at most but in `long_rows`, which draws its long rows up to that
-    # limit. A kernel that only takes rows wider than the range is hunted up to twice its minimum.
+    # limit. A kernel that only takes rows wider than the range is hunted up to twice its minimum;
+    # where the family has none of its widths there (`ragged`'s edges, counted in very wide
+    # vectors), up to the kernel's own limit.
     c = target.constraints
     min_cols = max(config.min_cols, c.min_cols)
     max_cols = None if config.max_cols is None else max(config.max_cols, 2 * min_cols)
@@ -217,19 +222,28 @@ def _strategy(target: Target, family: str, config: HuntConfig):
                         if is_backward(target.op) else
                         widest_cols(family, min_cols=min_cols, cols_multiple_of=c.cols_multiple_of))
         max_cols = min(max_cols, c.max_cols)
-    widths = dict(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
-                  min_cols=min_cols, max_cols=max_cols, cols_multiple_of=c.cols_multiple_of,
-                  dtype=target.dtype)
-    if is_backward(target.op):
-        return grad_cases(**widths)
-    return cases(**widths, mask_fill=target.mask_fill)
+
+    def drawn(widest: int | None) -> st.SearchStrategy[Case]:
+        widths = dict(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
+                      min_cols=min_cols, max_cols=widest, cols_multiple_of=c.cols_multiple_of,
+                      dtype=target.dtype)
+        if is_backward(target.op):
+            return grad_cases(**widths)
+        return cases(**widths, mask_fill=target.mask_fill)
+
+    if c.max_cols is None or max_cols == c.max_cols:
+        return drawn(max_cols)
+    try:
+        return drawn(max_cols)
+    except ValueError:
+        return drawn(c.max_cols)
 
 
 def check_drawable(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> None:
     """ValueError, naming the family and the widths, where ``family`` has no case of a width
     ``target`` takes (``ragged``'s edge widths all outside its range): said before a hunt starts
     rather than when it reaches the family."""
-    _strategy(target, family, config)
+    case_strategy(target, family=family, config=config)
 
 
 def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case], None],
@@ -238,7 +252,7 @@ def _given(target: Target, family: str, config: HuntConfig, body: Callable[[Case
     tried first (explicit examples), then its saved failures of the properties not in ``skip``
     (one whose property is set aside could only fail a property found already), most severe
     first."""
-    test = given(_strategy(target, family, config))(body)
+    test = given(case_strategy(target, family=family, config=config))(body)
     saved = sorted(((prop, case) for prop, case in target.saved if prop not in skip),
                    key=lambda item: _ORDER[item[0]])
     first = [*target.examples, *(case for _, case in saved)]

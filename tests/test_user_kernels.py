@@ -241,6 +241,53 @@ def test_a_wide_limit_never_widens_a_gradients_families() -> None:
     assert widths and max(widths) <= 16385
 
 
+def _widths_drawn(target, family: str, config) -> list[int]:
+    from hypothesis import HealthCheck, given, settings
+
+    from normprops.hunt import case_strategy
+
+    seen: list[int] = []
+
+    @settings(max_examples=60, database=None, derandomize=True, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case_strategy(target, family=family, config=config))
+    def draw(case) -> None:
+        seen.append(case.cols)
+
+    draw()
+    return seen
+
+
+def test_a_gradients_own_families_take_a_limit_too() -> None:
+    """A gradient kernel's limit caps its own families as well: `tall` (64 columns at most) and
+    `cancelling_dy` are drawn, not refused as families of the forward op."""
+    from normprops.case import ShapeConstraints
+    from normprops.hunt import HuntConfig
+    from normprops.launch import target_from_callable
+
+    target = target_from_callable(lambda dy, y: dy, op="softmax_backward",
+                                  constraints=ShapeConstraints(max_cols=131072))
+    assert max(_widths_drawn(target, "tall", HuntConfig())) <= 64
+    assert max(_widths_drawn(target, "cancelling_dy", HuntConfig())) <= 16385
+
+
+def test_the_hunts_own_widest_and_the_kernels_limit_the_smaller_wins() -> None:
+    """A hunt-level max_cols (HuntConfig, the plugin's hunt_config) wider than the kernel's limit
+    never draws past the limit, and a narrower one narrows the draws; a kernel of very wide vectors
+    whose `ragged` edges all lie past twice its minimum is hunted up to its own limit there."""
+    from normprops.case import ShapeConstraints
+    from normprops.hunt import HuntConfig, check_drawable
+    from normprops.launch import target_from_callable
+
+    target = target_from_callable(lambda x: x, op="softmax", constraints=ShapeConstraints(max_cols=3000))
+    assert max(_widths_drawn(target, "ordinary", HuntConfig(max_cols=8000))) <= 3000
+    assert max(_widths_drawn(target, "ordinary", HuntConfig(max_cols=500))) <= 1000  # twice min_cols
+    wide = target_from_callable(lambda x: x, op="softmax", constraints=ShapeConstraints(
+        cols_multiple_of=5000, min_cols=70000, max_cols=300000))
+    check_drawable(wide, family="ragged")
+    assert all(70000 <= w <= 300000 and w % 5000 == 0 for w in _widths_drawn(wide, "ragged", HuntConfig()))
+
+
 def test_width_limited_kernel_without_its_constraint_fails_the_contract() -> None:
     report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"],
                                    max_examples=20, seed=0)

@@ -11,8 +11,11 @@
 #      SEEDS (default "1 2"), EXAMPLES (default 300), SHARDS (hunts a seed; default the cores
 #      shared out over the seeds), BUDGET (each hunt's --time-budget in seconds; unset: none),
 #      CACHE_DIR (default ~/.cache/normprops-suite, as tools/numerics_on_gpu.sh).
-# Run it again with the same OUT_DIR to go on: each hunt resumes from its own report (--resume),
-# taking over the cells it finished and hunting the rest.
+# Run it again with the same OUT_DIR and the same settings to go on: each hunt resumes from its own
+# report (--resume), taking over the cells it finished and hunting the rest (only BUDGET may
+# change; a hunt of other settings refuses its report, exit 2). Exit status: 0 when every hunt
+# behaved as its registry declares and every merge was whole, 1 when a kernel did not, 2 when a
+# hunt or a merge could not run (its log says why).
 set -uo pipefail
 out=${1:-ecosystem-run}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -40,18 +43,34 @@ for s in "${seeds[@]}"; do
       >> "$out/eco-s$s-$k.log" 2>&1 &
   done
 done
-failed=0
-for job in $(jobs -p); do wait "$job" || failed=$(( failed + 1 )); done
-echo "$(( ${#seeds[@]} * shards )) hunts in $(( $(date +%s) - start )) s; $failed exited non-zero" \
-     "(1: a kernel not as declared; the logs are $out/eco-s*-*.log)"
+not_declared=0 broken=0
+for job in $(jobs -p); do
+  wait "$job"
+  case $? in
+    0) ;;
+    1) not_declared=$(( not_declared + 1 )) ;;
+    *) broken=$(( broken + 1 )) ;;
+  esac
+done
+echo "$(( ${#seeds[@]} * shards )) hunts in $(( $(date +%s) - start )) s: $not_declared with a kernel" \
+     "not as declared, $broken that could not run (the logs are $out/eco-s*-*.log)"
 
 plot=0
 python -c "import matplotlib" 2>/dev/null && plot=1  # the matrix drawn too, where [plot] is installed
+reports=()  # this run's shards only: a folder may hold reports of an earlier run's other shards
 for s in "${seeds[@]}"; do
+  mine=()
+  for k in $(seq 1 "$shards"); do mine+=("$out/eco-s$s-$k.json"); done
+  reports+=("${mine[@]}")
   png=()
   [ "$plot" = 1 ] && png=(--png "$out/ecosystem-s$s.png")
-  python -m normprops report merge "$out"/eco-s"$s"-*.json --json "$out/ecosystem-s$s.json" \
+  python -m normprops report merge "${mine[@]}" --json "$out/ecosystem-s$s.json" \
     "${png[@]}" > "$out/matrix-s$s.txt" 2>&1
-  echo "seed $s: merge exit $? ($out/matrix-s$s.txt)"
+  merged=$?
+  echo "seed $s: merge exit $merged ($out/matrix-s$s.txt)"
+  [ "$merged" -gt 1 ] && broken=$(( broken + 1 ))
 done
-python "$tools/seed_matrix.py" --examples "$examples" "$out"/eco-s*-*.json | tee "$out/seeds.txt"
+python "$tools/seed_matrix.py" --examples "$examples" "${reports[@]}" | tee "$out/seeds.txt"
+[ "$broken" -gt 0 ] && exit 2
+[ "$not_declared" -gt 0 ] && exit 1
+exit 0
