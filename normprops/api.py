@@ -32,7 +32,7 @@ from hypothesis import settings as hypothesis_settings
 from normprops.case import ShapeConstraints
 from normprops.errors import UsageError
 from normprops.hints import hints
-from normprops.hunt import HuntConfig, HuntResult, hunt
+from normprops.hunt import HuntConfig, HuntResult, check_drawable, hunt
 from normprops.information import hunt_information
 from normprops.jsonio import output_dir_problem
 from normprops.launch import VARIANCE_OPS, Target, target_from_callable
@@ -264,6 +264,12 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                             policy=session.policy, oracle=session.oracle, deadline=deadline)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    for family in chosen:  # said before any family is hunted, as the CLI does
+        try:
+            check_drawable(target, family=family, config=config)
+        except ValueError as exc:
+            raise UsageError(f"{exc}: widen min_cols or max_cols, or leave {family} out "
+                             f"(families=)") from None
     run = hunt_families(target, families=chosen, config=config, fixtures_dir=fixtures)
     report = Report("hunt", settings={"op": op, "max_examples": config.max_examples, "seed": seed,
                                       "families": list(chosen), "policy": config.policy,

@@ -288,6 +288,21 @@ def test_the_hunts_own_widest_and_the_kernels_limit_the_smaller_wins() -> None:
     assert all(70000 <= w <= 300000 and w % 5000 == 0 for w in _widths_drawn(wide, "ragged", HuntConfig()))
 
 
+def test_a_family_with_no_width_in_range_is_refused_before_any_hunting() -> None:
+    """From Python as from the CLI: `ragged` draws edge widths only, and none lies in [40000,
+    60000], so the call is a UsageError naming the range before `ordinary` is hunted."""
+    calls = []
+
+    def spy(x):
+        calls.append(x.shape)
+        return softmax_vec4(x)
+
+    with pytest.raises(UsageError, match=r"\[40000, 60000\].*leave ragged out"):
+        normprops.hunt_kernel(spy, op="softmax", families=["ordinary", "ragged"], min_cols=40000,
+                              max_cols=60000, max_examples=5, seed=0)
+    assert calls == []
+
+
 def test_width_limited_kernel_without_its_constraint_fails_the_contract() -> None:
     report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"],
                                    max_examples=20, seed=0)
