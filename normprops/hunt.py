@@ -215,7 +215,9 @@ def case_strategy(target: Target, *, family: str,
     # vectors), up to the kernel's own limit.
     c = target.constraints
     min_cols = max(config.min_cols, c.min_cols)
-    max_cols = None if config.max_cols is None else max(config.max_cols, 2 * min_cols)
+    max_cols = config.max_cols
+    if max_cols is not None and max_cols < min_cols:  # the kernel only takes wider rows
+        max_cols = 2 * min_cols
     if c.max_cols is not None:
         if max_cols is None:
             max_cols = (grad_widest_cols(min_cols=min_cols, cols_multiple_of=c.cols_multiple_of)
