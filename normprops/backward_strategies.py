@@ -27,14 +27,14 @@ from normprops.strategies import (
     BETA_KINDS,
     EPS_CHOICES,
     GAMMA_KINDS,
-    MAX_COLS,
     edge_cols,
     families_for,
     get_family,
     make_case,
+    widest_cols,
 )
 
-__all__ = ["GradFamily", "GRAD_FAMILIES", "DY_KINDS", "grad_cases", "grad_widest_cols", "make_grad_case"]
+__all__ = ["GradFamily", "GRAD_FAMILIES", "DY_KINDS", "grad_cases", "make_grad_case"]
 
 FLT_MAX = float(np.finfo(np.float32).max)
 
@@ -182,13 +182,6 @@ def _check_positive(name: str, value: object) -> None:
         raise ValueError(f"{name} must be an integer of at least 1 but was {value!r}")
 
 
-def grad_widest_cols(*, min_cols: int = 1, cols_multiple_of: int = 1) -> int:
-    """The widest rows :func:`grad_cases` draws when given no ``max_cols`` (a family's own limit,
-    ``tall``'s 64, still applies): :data:`~normprops.strategies.MAX_COLS`, or more: twice
-    ``min_cols``, and one multiple of ``cols_multiple_of`` at least."""
-    return max(MAX_COLS, 2 * min_cols, -(-min_cols // cols_multiple_of) * cols_multiple_of)
-
-
 def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
                max_cols: int | None = None, cols_multiple_of: int = 1,
                dtype: str = "float32") -> st.SearchStrategy[Case]:
@@ -207,7 +200,7 @@ def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, mi
         _check_positive(name, value)
     fam = GRAD_FAMILIES[family]
     k = cols_multiple_of
-    high = max_cols if max_cols is not None else grad_widest_cols(min_cols=min_cols, cols_multiple_of=k)
+    high = max_cols if max_cols is not None else widest_cols(None, min_cols=min_cols, cols_multiple_of=k)
     if fam.max_cols is not None:
         high = min(high, max(fam.max_cols, -(-min_cols // k) * k))
     if high // k < -(-min_cols // k):

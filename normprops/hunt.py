@@ -25,7 +25,7 @@ from hypothesis.errors import Flaky
 
 from normprops import interrupt
 from normprops.backward_properties import quoting_exact
-from normprops.backward_strategies import grad_cases, grad_widest_cols
+from normprops.backward_strategies import grad_cases
 from normprops.case import Case
 from normprops.errors import FatalTargetError
 from normprops.judge import Verdict
@@ -220,9 +220,8 @@ def case_strategy(target: Target, *, family: str,
         max_cols = 2 * min_cols
     if c.max_cols is not None:
         if max_cols is None:
-            max_cols = (grad_widest_cols(min_cols=min_cols, cols_multiple_of=c.cols_multiple_of)
-                        if is_backward(target.op) else
-                        widest_cols(family, min_cols=min_cols, cols_multiple_of=c.cols_multiple_of))
+            own = None if is_backward(target.op) else family  # the gradients' have no widths of their own
+            max_cols = widest_cols(own, min_cols=min_cols, cols_multiple_of=c.cols_multiple_of)
         max_cols = min(max_cols, c.max_cols)
 
     def drawn(widest: int | None) -> st.SearchStrategy[Case]:
@@ -233,11 +232,11 @@ def case_strategy(target: Target, *, family: str,
             return grad_cases(**widths)
         return cases(**widths, mask_fill=target.mask_fill)
 
-    if c.max_cols is None or max_cols == c.max_cols:
-        return drawn(max_cols)
     try:
         return drawn(max_cols)
     except ValueError:
+        if c.max_cols is None or max_cols == c.max_cols:
+            raise
         return drawn(c.max_cols)
 
 

@@ -297,13 +297,14 @@ def _family_cols(fam: Family, min_cols: int, max_cols: int, multiple_of: int) ->
     return max(min_cols, max_cols // 2), max_cols
 
 
-def widest_cols(family: str, *, min_cols: int = 1, cols_multiple_of: int = 1) -> int:
+def widest_cols(family: str | None, *, min_cols: int = 1, cols_multiple_of: int = 1) -> int:
     """The widest rows :func:`cases` draws for ``family`` when given no ``max_cols``: the family's
-    own widest (:data:`MAX_COLS`, ``long_rows`` 2^18 + 1), or more: twice ``min_cols``, and one
-    multiple of ``cols_multiple_of`` at least."""
-    fam = get_family(family)
-    return max(MAX_COLS if fam.cols is None else fam.cols[1], 2 * min_cols,
-               -(-min_cols // cols_multiple_of) * cols_multiple_of)
+    own widest (:data:`MAX_COLS`, ``long_rows`` 2^18 + 1; None: a family without widths of its
+    own, as the gradients' are), or more: twice ``min_cols``, and one multiple of
+    ``cols_multiple_of`` at least."""
+    cols = None if family is None else get_family(family).cols
+    own = MAX_COLS if cols is None else cols[1]
+    return max(own, 2 * min_cols, -(-min_cols // cols_multiple_of) * cols_multiple_of)
 
 
 def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
