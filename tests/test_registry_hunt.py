@@ -175,6 +175,41 @@ def test_a_carried_cell_not_as_declared_still_fails_the_resumed_hunt(
         "softmax[standin.softmax] x ordinary"]
 
 
+def test_a_hunt_killed_outright_leaves_its_finished_cells_to_resume(
+        standin: KernelSpec, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report is rewritten after every cell, so a hunt that never reaches its end (SIGKILL, a
+    runner's hard timeout) leaves what it finished: marked unfinished, resumable to the same result."""
+    from normprops.report import Report
+
+    written: list[dict] = []
+    write = Report.write
+
+    def keep(self: Report, path: Path | None) -> None:
+        write(self, path)
+        written.append(json.loads(Path(path).read_text()))
+
+    monkeypatch.setattr(Report, "write", keep)
+    code, out, err = run(*RESUMED, "--json", str(tmp_path / "whole.json"))
+    assert code == 0, out
+    whole, last = written[-1], written[-2]
+    assert whole["complete"] is True and whole["error"] is None and "not_reached" not in whole
+    # one before the first cell, one after each, and the last on the way out
+    assert [len(doc["results"]) for doc in written] == [0, 1, 2, 3, 3]
+    for n, doc in enumerate(written[:-1]):
+        assert doc["complete"] is False and doc["error"].startswith(f"in progress: {n} of 3 cells hunted")
+        assert len(doc["not_reached"]) == 3 - n
+    assert _outcomes(last) == _outcomes(whole) and last["failures"] == whole["failures"]
+
+    (tmp_path / "killed.json").write_text(json.dumps(written[1]))  # killed during the second cell
+    monkeypatch.setattr(Report, "write", write)
+    code, out, err = run("report", "merge", str(tmp_path / "killed.json"))
+    assert code == 3 and "killed.json did not finish (in progress: 1 of 3 cells hunted" in out + err
+    code, out, err = run(*RESUMED, "--resume", str(tmp_path / "killed.json"),
+                         "--json", str(tmp_path / "killed.json"))
+    assert code == 0 and "1 cell carried over" in out, out
+    assert _outcomes(json.loads((tmp_path / "killed.json").read_text())) == _outcomes(whole)
+
+
 @pytest.mark.parametrize(("flag", "value", "named"), [
     ("--seed", "1", "seed 0 there, 1 here"),
     ("--max-examples", "31", "max_examples 30 there, 31 here"),

@@ -360,16 +360,33 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"  [{len(carried) + len(hunted)}/{total}] {spec.name} x {result.family}: "
                   f"{registry_cell_text(spec, result)} ({result.examples} examples, "
                   f"{result.elapsed_s:.1f}s)", file=err, flush=True)
+            checkpoint()
 
         def not_reached() -> list[str]:
             done = {(id(s), r.family) for s, r in hunted}
             return [f"{s.label} x {f}" for s, f in cells_left if (id(s), f) not in done]
+
+        def checkpoint() -> None:
+            # The report as it stands, rewritten after every cell: a hunt killed outright (SIGKILL, a
+            # CI runner's hard timeout, a machine taken away) leaves its finished cells to --resume.
+            # Until the hunt ends it says it did not finish, so a merge does not take it as whole.
+            if args.json is None:
+                return
+            report.error = (f"in progress: {len(carried) + len(hunted)} of {total} cells hunted when "
+                            f"written, and the hunt did not end; --resume takes over the cells it finished")
+            report.extra["not_reached"] = not_reached()
+            try:
+                report.write(args.json)
+            finally:
+                report.error = None
+                del report.extra["not_reached"]
 
         def on_target(spec: KernelSpec, target: Any) -> None:
             if not any((t.get("label"), t.get("backend")) == (target.label, target.backend)
                        for t in report.targets):  # not carried over
                 report.targets.append(target_json(target))
 
+        checkpoint()
         try:
             outcome = hunt_registry(
                 cells_left, config=replace(config, deadline=deadline_after(args.time_budget)),

@@ -141,7 +141,8 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--seed", type=int, metavar="N",
                    help="Hypothesis seed, for a repeatable hunt (default: a fresh one, shown in the header)")
     h.add_argument("--json", type=Path, metavar="PATH",
-                   help="write a JSON report here (written on every exit but a usage error, Ctrl-C included)")
+                   help="write a JSON report here (written on every exit but a usage error, Ctrl-C "
+                        "included; a registry hunt rewrites it after every cell)")
     fx = h.add_mutually_exclusive_group()
     fx.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"where findings are saved, as DIR/<op>/*.json (default ./{DEFAULT_FIXTURES})")
