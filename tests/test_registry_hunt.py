@@ -576,6 +576,13 @@ def test_the_seed_matrix_compares_each_cell_over_the_seeds(tmp_path: Path) -> No
     assert "1 of 2 reports as declared, 1 cut short; claimed and known-bug cells identical: no" in lines[0]
     assert any(line.startswith("  differs: layerNormRowWelford x ordinary: seed 0 pass (claim), "
                                "seed 1 fail (claim)") for line in lines)
+    # a hunt of two backends cut short before the second: its kernels, never built, have no target
+    report.update(backend="numpy,torch-compile", not_reached=["layernorm[compiled.layer_norm-f32] x tiny"])
+    paths[1].write_text(json.dumps(report))
+    lines = matrix().stdout.splitlines()
+    assert lines[0].startswith("numpy: 5 cells")
+    assert lines[-2].startswith("torch-compile: 0 cells in all 1 seeds")
+    assert lines[-1] == "  not compared: compiled.layer_norm-f32 x tiny (full depth in seeds none)"
     report["seed"] = None
     paths[1].write_text(json.dumps(report))
     done = matrix()

@@ -26,15 +26,24 @@ _NOT_REACHED = re.compile(r"^\w+\[(?P<kernel>.+)\] x (?P<family>\w+)$")
 
 
 def _not_reached(rep: dict) -> list[Cell]:
-    """The cells a report names as not reached ("op[kernel] x family"), with their backends."""
+    """The cells a report names as not reached ("op[kernel] x family"), with their backends: a
+    kernel's backend as its target recorded it or, for a kernel never built (a hunt of several
+    backends cut short before it), as the registry declares it among the hunt's backends."""
+    from normprops.specs import KERNELS
+
+    hunted = set((rep.get("backend") or "").split(","))
     backends = defaultdict(set)
     for t in rep.get("targets", []):
         backends[t.get("name")].add(t.get("backend"))
+    declared = defaultdict(set)
+    for k in KERNELS:
+        if k.backend in hunted:
+            declared[k.name].add(k.backend)
     cells = []
     for text in rep.get("not_reached") or []:
         m = _NOT_REACHED.match(text)
         if m:
-            known = backends.get(m["kernel"], set())
+            known = backends.get(m["kernel"]) or declared.get(m["kernel"], set())
             backend = next(iter(known)) if len(known) == 1 else rep.get("backend") or "?"
             cells.append((backend, m["kernel"], m["family"]))
     return cells
