@@ -222,7 +222,10 @@ def render_matrix(cells: Iterable[Cell], *, sort: bool = False) -> str:
 
 def matrix_legend(cells: Iterable[Cell]) -> str:
     """What the cells of this matrix mean, and the short property names used in it."""
+    cells = list(cells)
     informed = {c.text for c in cells}
+    if _gaps(cells):  # render_matrix draws a cell no result filled as "-"
+        informed.add("-")
     texts = {_without_information(t) for t in informed}
     words = {w.strip("()").split(":", 1)[0] for w in texts}
     parts = []
@@ -250,6 +253,18 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
     if short:
         parts.append("properties: " + ", ".join(short))
     return "legend: " + "; ".join(parts)
+
+
+def _gaps(cells: list[Cell]) -> bool:
+    """Whether some kernel of a group has no cell in a family another kernel of it has: a cell
+    not hunted (a shard cut short before it, a family left out of one kernel's hunt)."""
+    groups: dict[str, tuple[set[str], set[str], set[tuple[str, str]]]] = {}
+    for c in cells:
+        kernels, families, filled = groups.setdefault(c.group, (set(), set(), set()))
+        kernels.add(c.kernel)
+        families.add(c.family)
+        filled.add((c.kernel, c.family))
+    return any(len(k) * len(f) > len(filled) for k, f, filled in groups.values())
 
 
 def _without_information(text: str) -> str:

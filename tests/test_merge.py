@@ -272,3 +272,15 @@ def test_a_merge_keeps_the_shards_targets_and_hints(tmp_path: Path) -> None:
     assert merged["targets"] == [target] and merged["hints"] == [f"{paths[1]}: {hint}"]
     code, out, _ = run("report", "merge", *paths)
     assert code == 0 and f"{paths[1]}: {hint}" in out
+
+
+def test_a_cell_no_report_holds_is_drawn_and_explained_as_not_hunted() -> None:
+    """A shard cut short leaves holes in the merged matrix: drawn "-", and the legend says what it
+    means (a hole is not a family that does not apply: each op has its own table)."""
+    from normprops.report import Cell, matrix_legend, render_matrix
+
+    cells = [Cell("softmax (numpy)", "a", "tiny", "pass"), Cell("softmax (numpy)", "a", "huge", "pass"),
+             Cell("softmax (numpy)", "b", "tiny", "pass")]
+    assert render_matrix(cells).splitlines()[-1].split() == ["b", "pass", "-"]
+    assert "-: not hunted" in matrix_legend(cells)
+    assert "-: not hunted" not in matrix_legend(cells[:2])
