@@ -31,6 +31,11 @@ examples=${EXAMPLES:-300}
 shards=${SHARDS:-$(( $(nproc) / ${#seeds[@]} > 0 ? $(nproc) / ${#seeds[@]} : 1 ))}
 budget=()
 [ -n "${BUDGET:-}" ] && budget=(--time-budget "$BUDGET")
+# Each hunt's thread pools sized to its share of the cores, as the pytest plugin sizes xdist
+# workers': otherwise every process starts one OpenMP thread per core (a value set here is kept).
+hunts=$(( ${#seeds[@]} * shards ))
+share=$(( $(nproc) / hunts > 0 ? $(nproc) / hunts : 1 ))
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$share} MKL_NUM_THREADS=${MKL_NUM_THREADS:-$share}
 
 start=$(date +%s)
 for s in "${seeds[@]}"; do
@@ -52,7 +57,7 @@ for job in $(jobs -p); do
     *) broken=$(( broken + 1 )) ;;
   esac
 done
-echo "$(( ${#seeds[@]} * shards )) hunts in $(( $(date +%s) - start )) s: $not_declared with a kernel" \
+echo "$hunts hunts in $(( $(date +%s) - start )) s: $not_declared with a kernel" \
      "not as declared, $broken that could not run (the logs are $out/eco-s*-*.log)"
 
 plot=0
