@@ -386,11 +386,19 @@ def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Toler
     if not rows.any():
         return
     with np.errstate(all="ignore"):
-        out_of_range = rows[:, None] & ((got < 0) | (got > 1))
+        # exp is never negative, so neither is a right output: 0 is a hard floor. The ceiling is 1
+        # plus the element's accuracy bound: the largest logit's output is e * (1/S) with S >= e,
+        # and a reciprocal or a division that is not correctly rounded (rcp.approx, div.full: 1
+        # and 2 ulp) gives 1 + 2^-23 for a row one logit dominates (docs/tolerances.md).
+        out_of_range = rows[:, None] & ((got < 0) | (got > 1 + tol.tol))
         if out_of_range.any():
             r, c = _worst(np.abs(got - 0.5), out_of_range)
+            above = bool(got[r, c] > 1)
             v.add("bounds", row=r, col=c, got=got[r, c], expected=ref.z[r, c],
-                  reason="softmax output outside [0, 1]")
+                  error=got[r, c] - 1 if above else None,
+                  tolerance=tol.tol[r, c] if above else None,
+                  reason="softmax output above 1 by more than its rounding" if above
+                  else "negative softmax output")
         if tol.sum_tol is not None:
             dev = np.abs(np.sum(got, axis=1) - 1.0)
             bad = rows & ~(dev <= tol.sum_tol)

@@ -132,6 +132,21 @@ def test_softmax_shape_properties() -> None:
     assert "bounds" in {v.property for v in _judge(case, negative)[0]}
 
 
+def test_softmax_bounds_allow_one_rounding_above_one() -> None:
+    # QuACK's float32 softmax on a row one logit dominates (found at seed 2): y = e * rcp.approx(S)
+    # with S = e gives 1 + 2^-23 at the largest logit. Rounding, not a bug; 1.01 is.
+    x = [[9231.0166015625, 8231.1103515625, 8231.1103515625, 8231.1103515625],
+         [8231.1103515625, 8231.1103515625, 8231.1103515625, 9231.0166015625]]
+    case = _case("softmax", x, family="constant")
+    out = _exact(case)
+    assert out[0, 0] == 1
+    out[0, 0] = out[1, 3] = np.nextafter(F32(1), F32(2))
+    assert _judge(case, out)[0] == []
+    out[0, 0] = F32(1.01)
+    bounds = [v for v in _judge(case, out)[0] if v.property == "bounds"]
+    assert bounds and "above 1 by more than its rounding" in bounds[0].reason
+
+
 def test_subnormal_flush_is_accepted() -> None:
     # expf flushes results below FLT_MIN on the GPU: a zero where the exact value is subnormal passes.
     case = _case("softmax", [[0.0, -95.0, -200.0]])
