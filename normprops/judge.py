@@ -397,6 +397,7 @@ def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Toler
             v.add("bounds", row=r, col=c, got=got[r, c], expected=ref.z[r, c],
                   error=got[r, c] - 1 if above else None,
                   tolerance=tol.tol[r, c] if above else None,
+                  ratio=(got[r, c] - 1) / tol.tol[r, c] if above else math.inf,
                   reason="softmax output above 1 by more than its rounding" if above
                   else "negative softmax output")
         if tol.sum_tol is not None:
