@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import runpy
 import textwrap
 from dataclasses import replace
 from pathlib import Path
@@ -767,31 +768,34 @@ def test_the_compiled_layer_norm_backwards_known_case_overflows_n_dy_gamma() -> 
     assert finding.verdict.expected == pytest.approx(1.0834e35, rel=1e-4)
 
 
-@pytest.mark.parametrize("op, entries, fn, exact", [
-    ("layernorm_backward", ("F.layer_norm.backward", "compiled.layer_norm.backward-f32"),
-     _decomposed_layer_norm_backward, -3.0837e37),
-    ("rmsnorm_backward", ("F.rms_norm.backward",), _compute_gi_rms_norm_backward, -3.0766e37),
+@pytest.mark.parametrize("op, entries, exact", [
+    ("layernorm_backward", (("torch-cuda", "F.layer_norm.backward"),
+                            ("torch-compile", "compiled.layer_norm.backward-f32")), -3.0837e37),
+    ("rmsnorm_backward", (("torch-cuda", "F.rms_norm.backward"),), -3.0766e37),
 ])
-def test_the_n_dy_gamma_overflow_is_declared_in_tiny_with_its_case(op, entries, fn, exact) -> None:
+def test_the_n_dy_gamma_overflow_is_declared_in_tiny_with_its_case(op, entries, exact) -> None:
     """docs/ecosystem.md, finding 38: x of 1e-20 holds rstd near 1 / sqrt(eps), so dx stays finite
     where N |dy gamma| does not. Each entry that forms ``N dy gamma`` declares the bug in ``tiny``
-    with the case tools/cases/ names as its explicit example, and a float32 replica of that form
-    gives -inf on it where the exact dx is about -3.08e37."""
+    with the case tools/cases/ names as its explicit example, and tools/replica_catch.py's float32
+    replica of that form gives -inf on it where the exact dx is about -3.08e37."""
     from normprops.registry_hunt import known_example
 
-    cases = Path(__file__).parents[1] / "tools" / "cases"
-    case = make_grad_case(**json.loads((cases / f"{op}-tiny-n-dy-gamma-overflow.json").read_text()))
-    for name in entries:
-        bug = next(k for k in KERNELS if k.name == name and k.backend != "torch-cpu").bug_in("tiny")
+    tools = Path(__file__).parents[1] / "tools"
+    replica = runpy.run_path(str(tools / "replica_catch.py"), run_name="replica")[op]
+    case = make_grad_case(**json.loads((tools / "cases" / f"{op}-tiny-n-dy-gamma-overflow.json").read_text()))
+    arrays = ("x", "dy", "gamma", "beta") if op == "layernorm_backward" else ("x", "dy", "gamma")
+    for backend, name in entries:
+        bug = next(k for k in KERNELS if (k.backend, k.name) == (backend, name)).bug_in("tiny")
         assert bug is not None and bug.property == "range_safety" and bug.example, name
         example = known_example(bug.example)
-        assert all(np.array_equal(getattr(case, a), getattr(example, a)) for a in ("x", "dy", "gamma")), name
+        assert all(np.array_equal(getattr(case, a), getattr(example, a)) for a in arrays), name
     assert np.max(np.abs(case.dy.astype(np.float64) * case.gamma)) * case.cols > np.finfo(np.float32).max
-    target = replace(target_from_callable(fn, op=op, name="n_dy_gamma", row_reduction="sequential",
+    target = replace(target_from_callable(replica, op=op, name="n_dy_gamma", row_reduction="sequential",
                                           opt_in=("range_safety",)), examples=(case,))
     result = hunt(target, family="tiny", config=HuntConfig(max_examples=1, seed=0))
     finding = next(f for f in result.findings if f.property == "range_safety")
     assert (finding.verdict.row, finding.verdict.col) == (1, 114)
+    assert finding.verdict.got == -np.inf
     assert finding.verdict.expected == pytest.approx(exact, rel=1e-4)
 
 

@@ -1,9 +1,11 @@
-"""Examples-to-catch, by random draws alone, of the `N |dy gamma|` overflow in a float32 numpy
-replica of PyTorch's CUDA norm backward (``compute_gI`` in ``layer_norm_kernel.cu``, which
-``torch.compile``'s layer norm decomposition follows too): ``N * dy * gamma`` formed for every
-element, the row sums subtracted, then multiplied by ``rstd / N``. The replica is hunted as the
-known bug is (its family, its property, its widths), without the bug's explicit example, for seeds
-0..N-1, the way ``scripts/catch_table.py`` measures a registry entry on the machine that runs it:
+"""Examples-to-catch, by random draws alone, of the `N |dy gamma|` overflow, in a float32 numpy
+replica of the form PyTorch's CUDA norm backward (``compute_gI`` in ``layer_norm_kernel.cu``) and
+``torch.compile``'s layer norm decomposition share: ``N * dy * gamma`` formed for every element,
+the row sums subtracted, then multiplied by ``rstd / N``. Only that form is replicated, not
+``compute_gI``'s order within the projection's sum (docs/ecosystem.md, finding 33). The replica is
+hunted as PyTorch's CUDA entry hunts the known bug (its family, its property, its widths), without
+the bug's explicit example, for seeds 0 to SEEDS - 1, the way ``scripts/catch_table.py`` measures
+a registry entry on the machine that runs it:
 
     python tools/replica_catch.py --op layernorm_backward --family tiny --seeds 20 --max-examples 300
 
@@ -21,11 +23,11 @@ from normprops.launch import target_from_callable
 from normprops.specs import KERNELS
 
 F = np.float32
-OVERFLOW = "where N |dy gamma| passes FLT_MAX"  # the known bug's summary says so
+OVERFLOW = "where N |dy gamma| passes FLT_MAX"  # in the summary of that known bug, and no other
 ENTRY = {"layernorm_backward": "F.layer_norm.backward", "rmsnorm_backward": "F.rms_norm.backward"}
 
 
-def _grad_input(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float,
+def _dx_dgamma(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float,
                 centred: bool) -> tuple[np.ndarray, np.ndarray]:
     d, v, g = dy.astype(F), x.astype(F), gamma.astype(F)
     n = F(v.shape[1])
@@ -41,12 +43,12 @@ def _grad_input(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float,
 
 
 def layernorm_backward(dy, x, gamma, beta, eps):
-    dx, dgamma = _grad_input(dy, x, gamma, eps, centred=True)
+    dx, dgamma = _dx_dgamma(dy, x, gamma, eps, centred=True)
     return dx, dgamma, dy.astype(F).sum(axis=0, dtype=F)
 
 
 def rmsnorm_backward(dy, x, gamma, eps):
-    return _grad_input(dy, x, gamma, eps, centred=False)
+    return _dx_dgamma(dy, x, gamma, eps, centred=False)
 
 
 def main() -> int:
@@ -66,12 +68,12 @@ def main() -> int:
     target = target_from_callable(fn, op=args.op, name=f"{spec.name}-replica",
                                   constraints=spec.bug_constraints,
                                   opt_in=(bug.property,) if bug.property == "range_safety" else (),
-                                  row_reduction="sequential")
+                                  row_reduction=spec.row_reduction)
     caught = []
     for seed in range(args.seeds):
         k = examples_to_catch(target, family=args.family, property=bug.property,
                               config=HuntConfig(max_examples=args.max_examples, seed=seed))
-        print(f"seed {seed}: {'not in %d' % args.max_examples if k is None else k}", flush=True)
+        print(f"seed {seed}: {f'not in {args.max_examples}' if k is None else k}", flush=True)
         if k is not None:
             caught.append(k)
     at = f": at {', '.join(map(str, sorted(caught)))}" if caught else ""

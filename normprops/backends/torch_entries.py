@@ -176,10 +176,11 @@ _N_TIMES_TOO_LARGE = ("dx overflows to inf where N |dy gamma| passes FLT_MAX: ea
 # explicit example; layer norm's centred x - mean makes it rarer still, and no hunt has met it.
 _PRODUCT_TOO_LARGE = ("dx overflows to inf or NaN where |dy gamma x| passes FLT_MAX: each term of the "
                       "projection's sum is formed from x itself and scaled by rstd only afterwards")
-# The same overflow in tiny: x of 1e-20 leaves rstd at most 1 / sqrt(eps) (316 at eps 1e-5), so dx
-# is about 316 |dy gamma| and finite while N |dy gamma| is not (a suite run on an H200: 2 x 4093 of
-# x ~ 1e-20, dy ~ 4e30 and gamma ~ 4e4, torch.compile's dx -inf where the exact is -3.08e37). The
-# family draws dy's exponent up to 30, as dy_scale does, so the same rows reach it.
+# _N_TIMES_TOO_LARGE's overflow shows in tiny too: x of 1e-45 to 1e-20 leaves rstd about
+# 1 / sqrt(eps) (316 at eps 1e-5), so dx is about 316 |dy gamma| and finite while N |dy gamma| is
+# not (a suite run on an H200: 2 x 4093 of x ~ 1e-20, dy ~ 4e30 and gamma ~ 4e4, torch.compile's dx
+# -inf where the exact is -3.08e37). The family draws dy's exponent up to 30, as dy_scale does, so
+# |dy gamma| reaches the same magnitudes.
 _CUDA_GRAD_BUGS = {
     kernel: tuple(KnownBug(family, _N_TIMES_TOO_LARGE, property=prop, shows_from_cols=2048,
                            example=f"{kernel}-cuda-{family}.json")
