@@ -715,32 +715,11 @@ def test_taking_rows_of_a_gradient_case_takes_their_dy() -> None:
     assert one.x.shape == one.dy.shape == (1, 4) and np.array_equal(one.dy[0], case.dy[2])
 
 
-def _compute_gi_rms_norm_backward(dy, x, gamma, eps):
-    """PyTorch's CUDA RMS norm backward (compute_gI) in float32 numpy: the projection's sum adds
-    ``dy gamma x rstd``, multiplied left to right, and dx is ``(N g - xhat sum) rstd / N``."""
-    cols = F32(x.shape[1])
-    with np.errstate(all="ignore"):
-        rstd = F32(1) / np.sqrt(np.mean(x * x, axis=1, keepdims=True, dtype=F32) + F32(eps))
-        g = dy * gamma[None, :]
-        stats = np.sum((g * x) * rstd, axis=1, keepdims=True, dtype=F32)
-        dx = (cols * g - (x * rstd) * stats) * (F32(1) / cols * rstd)
-        return dx, np.sum(dy * (x * rstd), axis=0, dtype=F32)
-
-
-def _decomposed_layer_norm_backward(dy, x, gamma, beta, eps):
-    """The layer norm backward ``torch.compile`` generates, in float32 numpy: PyTorch's decomposition
-    of native_layer_norm_backward (torch/_decomp/decompositions.py), ``a = (dy gamma) N``, then
-    ``dx = (rstd / N) (a - sum(dy gamma) - xhat sum(dy gamma xhat))``."""
-    cols = F32(x.shape[1])
-    with np.errstate(all="ignore"):
-        mean = np.mean(x, axis=1, keepdims=True, dtype=np.float64).astype(F32)
-        var = np.mean((x - mean).astype(np.float64) ** 2, axis=1, keepdims=True).astype(F32)
-        rstd = F32(1) / np.sqrt(var + F32(eps))
-        xhat = (x - mean) * rstd
-        g = dy * gamma[None, :]
-        inner = g * cols - np.sum(g, axis=1, keepdims=True, dtype=F32) \
-            - xhat * np.sum(g * xhat, axis=1, keepdims=True, dtype=F32)
-        return (rstd / cols) * inner, np.sum(dy * xhat, axis=0, dtype=F32), np.sum(dy, axis=0, dtype=F32)
+def _replica(op: str):
+    """tools/replica_catch.py's float32 replica of PyTorch's CUDA norm backward (compute_gI), whose
+    ``N dy gamma`` form torch.compile's layer norm decomposition shares."""
+    tool = Path(__file__).parents[1] / "tools" / "replica_catch.py"
+    return runpy.run_path(str(tool), run_name="replica")[op]
 
 
 def test_the_compiled_layer_norm_backwards_known_case_overflows_n_dy_gamma() -> None:
@@ -759,7 +738,7 @@ def test_the_compiled_layer_norm_backwards_known_case_overflows_n_dy_gamma() -> 
     case = make_grad_case(**json.loads(path.read_text()))
     assert all(np.array_equal(getattr(case, a), getattr(example, a)) for a in ("x", "dy", "gamma", "beta"))
     assert np.max(np.abs(case.dy.astype(np.float64) * case.gamma)) * case.cols > np.finfo(np.float32).max
-    target = replace(target_from_callable(_decomposed_layer_norm_backward, op="layernorm_backward",
+    target = replace(target_from_callable(_replica("layernorm_backward"), op="layernorm_backward",
                                           name="decomposed", row_reduction="sequential"),
                      examples=(case,))
     result = hunt(target, family="dy_scale", config=HuntConfig(max_examples=1, seed=0))
@@ -781,7 +760,7 @@ def test_the_n_dy_gamma_overflow_is_declared_in_tiny_with_its_case(op, entries, 
     from normprops.registry_hunt import known_example
 
     tools = Path(__file__).parents[1] / "tools"
-    replica = runpy.run_path(str(tools / "replica_catch.py"), run_name="replica")[op]
+    replica = _replica(op)
     case = make_grad_case(**json.loads((tools / "cases" / f"{op}-tiny-n-dy-gamma-overflow.json").read_text()))
     arrays = ("x", "dy", "gamma", "beta") if op == "layernorm_backward" else ("x", "dy", "gamma")
     for backend, name in entries:
@@ -806,7 +785,7 @@ def test_a_finding_quotes_the_exact_value_where_float64_cannot_resolve_it() -> N
     bound, 2.3e21, allows that); the finding quotes the 200-bit value, 7.6468e7."""
     cases = Path(__file__).parents[1] / "tools" / "cases"
     case = make_grad_case(**json.loads((cases / "rmsnorm_backward-tall-product-overflow.json").read_text()))
-    target = replace(target_from_callable(_compute_gi_rms_norm_backward, op="rmsnorm_backward",
+    target = replace(target_from_callable(_replica("rmsnorm_backward"), op="rmsnorm_backward",
                                           name="compute_gI", row_reduction="sequential"),
                      examples=(case,))
     result = hunt(target, family="tall", config=HuntConfig(max_examples=1, seed=0))

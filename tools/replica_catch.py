@@ -1,8 +1,10 @@
 """Examples-to-catch, by random draws alone, of the `N |dy gamma|` overflow, in a float32 numpy
 replica of the form PyTorch's CUDA norm backward (``compute_gI`` in ``layer_norm_kernel.cu``) and
 ``torch.compile``'s layer norm decomposition share: ``N * dy * gamma`` formed for every element,
-the row sums subtracted, then multiplied by ``rstd / N``. Only that form is replicated, not
-``compute_gI``'s order within the projection's sum (docs/ecosystem.md, finding 33). The replica is
+the row sums subtracted, then multiplied by ``rstd / N``; the projection's sum adds
+``dy gamma (x - mean) rstd`` multiplied left to right, as ``compute_gI`` does (docs/ecosystem.md,
+finding 33; the decomposition adds ``dy gamma xhat``, which differs only where that product
+overflows). The statistics are float32 means, not PyTorch's saved ones. The replica is
 hunted as PyTorch's CUDA entry hunts the known bug (its family, its property, its widths), without
 the bug's explicit example, for seeds 0 to SEEDS - 1, the way ``scripts/catch_table.py`` measures
 a registry entry on the machine that runs it:
@@ -37,7 +39,7 @@ def _dx_dgamma(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, eps: float,
         xhat = c * rstd
         gd = d * g
         s1 = gd.sum(axis=1, keepdims=True, dtype=F) if centred else F(0)
-        s2 = (gd * xhat).sum(axis=1, keepdims=True, dtype=F)
+        s2 = ((gd * c) * rstd).sum(axis=1, keepdims=True, dtype=F)  # compute_gI's order (finding 33)
         dx = (rstd / n) * (gd * n - s1 - xhat * s2)  # gd * n: inf once N |dy gamma| > FLT_MAX
         return dx, (d * xhat).sum(axis=0, dtype=F)
 
