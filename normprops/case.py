@@ -10,7 +10,7 @@ import numpy as np
 from normprops.masking import describe_fill, mask_argument
 from normprops.ops import get_op
 
-__all__ = ["Case", "ShapeConstraints"]
+__all__ = ["WIDEST_COLS", "Case", "ShapeConstraints"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,6 +79,11 @@ class Case:
         return f"Case({self.op}, {self.family}, shape={self.x.shape}{eps}; {shown})"
 
 
+# The widest rows a hunt draws: ``long_rows``' widest, 2^18 + 1 columns (a 256k vocabulary's
+# softmax and one more). A kernel's least width, or its vector, may not pass it.
+WIDEST_COLS = 2**18 + 1
+
+
 @dataclass(frozen=True)
 class ShapeConstraints:
     """The row widths a kernel accepts: every drawn width is a multiple of ``cols_multiple_of``
@@ -93,6 +98,9 @@ class ShapeConstraints:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1 but was {value!r}")
+            if value > WIDEST_COLS:
+                raise ValueError(f"{name} must be at most {WIDEST_COLS} (the widest rows a hunt "
+                                 f"draws) but was {value!r}")
         if self.max_cols is not None:
             if not isinstance(self.max_cols, int) or isinstance(self.max_cols, bool):
                 raise ValueError(f"max_cols must be an integer but was {self.max_cols!r}")

@@ -12,14 +12,14 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from normprops.case import Case
+from normprops.case import WIDEST_COLS, Case
 
 F32 = np.float32
 FLT_MAX = float(np.finfo(F32).max)
 
 #: The widths ``long_rows`` draws: rows too long for one block's registers or shared memory, which
 #: kernels stream, split over several blocks (clusters) or hand to another code path.
-LONG_COLS: tuple[int, int] = (2**15 - 1, 2**18 + 1)
+LONG_COLS: tuple[int, int] = (2**15 - 1, WIDEST_COLS)
 #: Its edge widths: around each power of two, and model vocabularies (GPT-2, Llama 3, Qwen 2, Gemma).
 LONG_EDGE_COLS: tuple[int, ...] = (
     32767, 32768, 32769, 50257, 65535, 65536, 65537, 128256, 131071, 131072, 131073, 151936,

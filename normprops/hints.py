@@ -125,6 +125,12 @@ def _at_width(case: Case, cols: int) -> Case:
                         mask=rows(case.mask))
 
 
+def _one_row_more(case: Case) -> Case:
+    """``case`` with its first row repeated after the others: a raise a width explains repeats at
+    any row count, and the rows at an allowed width run at any row count."""
+    return case.take(np.r_[np.arange(case.rows), 0])
+
+
 #: The widest row a --min-cols hint looks for the narrowest width taken at (or twice the widest
 #: failing row, if wider).
 _NARROW_LIMIT = 16385
@@ -229,8 +235,9 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
         # kernel that raised once, by chance, on a narrow row has no width limit).
         if raised and target.constraints.unconstrained and not _passes(
                 target, _cases(raised), frozenset({"contract"}), policy=policy, oracle=oracle):
-            cases = _cases(raised)
-            widths = sorted({c.cols for c in cases})
+            found_at = _cases(raised)
+            widths = sorted({c.cols for c in found_at})
+            cases = found_at + [_one_row_more(c) for c in found_at]
 
             def takes(cols: int) -> bool:
                 return _passes(target, [_at_width(c, cols) for c in cases], frozenset({"contract"}),

@@ -28,9 +28,11 @@ from normprops.frameworks import Adapter, get_adapter
 from normprops.kernelspec import KernelSpec
 from normprops.masking import MASK_KINDS, mask_fill_value
 from normprops.ops import (
+    APPLICABLE,
     INFORMATIVE,
     JUDGED_BY_DEFAULT,
     OPTIONAL,
+    PROPERTIES,
     ROW_REDUCTIONS,
     OpSpec,
     check_ignore,
@@ -277,6 +279,12 @@ def _check_promises(ignore: object, opt_in: object, op: str) -> tuple[frozenset[
     if "exact_constant" in asked and op not in ("layernorm", "rmsnorm"):
         raise UsageError(f"--check exact_constant (opt_in=) applies to layernorm and rmsnorm only; op "
                          f"{op} has no row whose output is exactly known")
+    for names, flags in ((ignored, "--ignore (ignore=)"), (asked, "--check (opt_in=)")):
+        foreign = sorted(names - APPLICABLE[op])
+        if foreign:  # a promise about a property the op never has is a mistake, not a no-op
+            raise UsageError(f"{flags} {','.join(foreign)}: op {op} is never judged on "
+                             f"{'it' if len(foreign) == 1 else 'them'}; its properties: "
+                             f"{', '.join(p for p in PROPERTIES if p in APPLICABLE[op])}")
     return ignored, asked
 
 
@@ -551,6 +559,18 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
     """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
     get_op(op)
     _check_variance(variance, op)
+    # What the user wrote is checked before the GPU is: a wrong path or flag is theirs to fix on
+    # any machine.
+    source = Path(path)
+    if not source.is_file():
+        raise ImplError(f"--cuda-source {path}: {'a directory' if source.is_dir() else 'no such file'}"
+                        f"; give the .cu file that defines {kernel}")
+    try:
+        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=ftz, reduction=reduction,
+                        variance=variance)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    ignored, chosen = _check_promises(ignore, opt_in, op)
     from normprops.cuda.build import KernelCompileError, cuda_status
 
     ok, why = cuda_status()
@@ -559,7 +579,7 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
     from normprops.cuda.textbook import KernelFault, user_kernel
 
     try:
-        fn = user_kernel(Path(path), name=kernel, op=op, threads=threads)
+        fn = user_kernel(source, name=kernel, op=op, threads=threads)
     except (FileNotFoundError, LookupError, KernelCompileError) as exc:
         raise ImplError(str(exc)) from exc
 
@@ -569,11 +589,5 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
         except KernelFault as exc:
             raise FatalTargetError(str(exc)) from exc
 
-    try:
-        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=ftz, reduction=reduction,
-                        variance=variance)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    ignored, chosen = _check_promises(ignore, opt_in, op)
     return Target(kernel, op, "cuda-user", guarded, model, stress_rows=GPU_STRESS_ROWS,
                   ignore=ignored, opt_in=chosen, constraints=constraints, source=f"{path}:{kernel}")

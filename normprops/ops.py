@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE",
            "check_ignore", "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in",
-           "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS"]
+           "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "APPLICABLE"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
@@ -185,6 +185,23 @@ INFORMATIVE = frozenset({"range_safety"})
 #: outputs for finite results, and ``exact_constant`` (not judged unless asked for). Range safety
 #: is both: a softmax may decline it, a norm may ask for it.
 IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite", "exact_constant", "row_order"}
+
+
+_EVERY_OP = frozenset({"contract", "finite", "nan_propagation", "range_safety", "accuracy",
+                       "determinism", "batch_invariance"})
+_SOFTMAX_ONLY = frozenset({"ratios", "sum_to_one", "bounds", "argmax", "shift_invariance"})
+
+#: The properties the judge can fail a kernel of each op on; the others never apply to it (a norm
+#: has no rows that sum to one, only gradients of a gamma have dgamma's row order).
+APPLICABLE: dict[str, frozenset[str]] = {
+    "softmax": _EVERY_OP | _SOFTMAX_ONLY,
+    "masked_softmax": _EVERY_OP | _SOFTMAX_ONLY | {"masked_rows"},
+    "layernorm": _EVERY_OP | {"exact_constant", "shift_invariance", "scale_invariance"},
+    "rmsnorm": _EVERY_OP | {"exact_constant", "scale_invariance"},
+    "softmax_backward": _EVERY_OP,
+    "layernorm_backward": _EVERY_OP | {"row_order"},
+    "rmsnorm_backward": _EVERY_OP | {"row_order"},
+}
 
 
 def _property_names(value: object, *, allowed: frozenset[str], what: str, wrong: str) -> frozenset[str]:

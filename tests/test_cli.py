@@ -47,6 +47,10 @@ USER_MODULE = textwrap.dedent('''
             except Exception:  # a kernel author's catch-all must not swallow the timeout
                 pass
 
+    def rmsnorm_good(x, gamma, eps):
+        z = x.astype(np.float64)
+        return (z / np.sqrt(np.mean(z * z, axis=1, keepdims=True) + eps) * gamma).astype(np.float32)
+
     NOT_CALLABLE = 3
 ''')
 
@@ -189,6 +193,22 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
                               "[20000, 30000]: widen --min-cols or --max-cols, or leave ragged out"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--check", "exact_constant"],
      "--check exact_constant (opt_in=) applies to layernorm and rmsnorm only; op softmax"),
+    (["hunt", "--op", "rmsnorm", "--impl", "userkernels_cli:rmsnorm_good", "--ignore", "sum_to_one,argmax"],
+     "--ignore (ignore=) argmax,sum_to_one: op rmsnorm is never judged on them"),
+    (["hunt", "--op", "rmsnorm", "--impl", "userkernels_cli:rmsnorm_good", "--ignore", "shift_invariance"],
+     "op rmsnorm is never judged on it; its properties: contract,"),
+    (["hunt", "--backend", "numpy,nosuch"], "--backend: unknown backend nosuch; known: numpy,"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--min-cols", "1000000000"],
+     "--min-cols must be at most 262145 (the widest rows a hunt draws) but was 1000000000"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--cols-multiple-of", "300000"],
+     "--cols-multiple-of must be at most 262145"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli.py:softmax_good"],
+     "--impl userkernels_cli.py:softmax_good: MODULE is a module's name, not a file's path; write "
+     "--impl userkernels_cli:softmax_good and run from this directory"),
+    (["hunt", "--op", "softmax", "--impl", "kernels/userkernels_cli.py:softmax_good"],
+     "write --impl userkernels_cli:softmax_good and run from kernels or add it to PYTHONPATH"),
+    (["hunt", "--op", "softmax", "--cuda-source", "no_such_file.cu", "--kernel", "k"],
+     "--cuda-source no_such_file.cu: no such file; give the .cu file that defines k"),
 ])
 def test_usage_errors_exit_2_naming_the_problem(user_module: str, argv: list[str], message: str) -> None:
     code, out, err = run(*argv)
@@ -222,6 +242,11 @@ def test_argparse_errors_exit_2() -> None:
     (["bench", "--rounds", "x"], "normprops bench: error: "),
     (["report", "merge"], "normprops report merge: error: "),
     (["frobnicate"], "normprops: error: "),
+    (["hunt", "--bogus"],
+     "normprops hunt: error: unrecognized arguments: --bogus (see normprops hunt --help)"),
+    (["fixtures", "list", "--bogus"], "normprops fixtures list: error: unrecognized arguments: --bogus"),
+    (["report", "merge", "a.json", "--bogus"], "normprops report merge: error: unrecognized arguments"),
+    (["kernels", "--backend", "numpy"], "normprops kernels: error: unrecognized arguments: --backend numpy"),
 ])
 def test_argparse_errors_name_the_command_they_are_about(argv: list[str], prefix: str) -> None:
     code, _, err = run(*argv)

@@ -230,3 +230,20 @@ def test_a_raise_that_does_not_repeat_gets_no_width_hint() -> None:
                                    seed=0)
     assert any(f.property == "contract" for f in report.failures)
     assert not any("cols" in hint for hint in report.hints), report.hints
+
+
+def square_batches_only(x):
+    """Runs only when the batch has as many rows as columns (``x @ x`` in disguise): its raises
+    follow the row count, so no width explains them."""
+    if x.shape[0] != x.shape[1]:
+        raise ValueError(f"shapes {x.shape} and {x.shape} cannot be multiplied")
+    z = x.astype(np.float64)
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return (e / e.sum(axis=1, keepdims=True)).astype(F32)
+
+
+def test_a_raise_that_follows_the_row_count_gets_no_width_hint() -> None:
+    report = normprops.hunt_kernel(square_batches_only, op="softmax", families=["ordinary"],
+                                   max_examples=30, seed=1)
+    assert any(f.property == "contract" for f in report.failures)
+    assert not any("cols" in hint for hint in report.hints), report.hints

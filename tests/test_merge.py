@@ -130,13 +130,29 @@ def test_whole_shards_merge_complete_with_their_shared_settings(tmp_path: Path) 
     assert "shard" not in merged
 
 
+def test_a_registry_merge_counts_its_known_bugs_apart_from_surprises(tmp_path: Path) -> None:
+    # The failures of a green registry hunt are its known bugs: the summary says they were caught.
+    code, out, err = run("hunt", "--backend", "numpy", "--kernel", "layerNormRowOnePass", "--families",
+                         "ordinary,large_mean", "--max-examples", "20", "--seed", "0", "--no-fixtures",
+                         "--json", str(tmp_path / "r.json"))
+    assert code == 0, out + err
+    code, out, err = run("report", "merge", str(tmp_path / "r.json"))
+    assert code == 0 and err == "", err
+    assert out.splitlines()[-1].startswith("1 report, 2 cells (1 of 1 known bug caught, 0 not as "
+                                           "declared), "), out
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["results"] = [dict(r, expected="claim") for r in doc["results"]]  # the bug claimed away
+    code, out, _ = run("report", "merge", _write(tmp_path / "claimed.json", doc))
+    assert code == 1 and "(1 not as declared)" in out.splitlines()[-1], out
+
+
 def test_reports_of_other_kernels_merge_side_by_side(tmp_path: Path) -> None:
     # Two hunts without --shard: other seeds and backends are theirs to have.
     a = _write(tmp_path / "a.json", _shard_doc(1, shard=None, seed=1))
     b = _write(tmp_path / "b.json", _shard_doc(2, shard=None, seed=2, backend="cuda"))
     code, out, err = run("report", "merge", a, b)
     assert code == 0 and err == "", err  # k2 fails a family it does not claim: no surprise
-    assert "2 reports, 2 cells, 1 failure" in out
+    assert "2 reports, 2 cells (0 not as declared), 1 failure" in out
     # The same cell in two of them, with the same outcome, is one cell and its failures once.
     again = _write(tmp_path / "again.json", _shard_doc(2, shard=None, seed=3, backend="cuda"))
     merged = merge_reports([Path(a), Path(b), Path(again)])
@@ -169,7 +185,7 @@ def test_a_shard_cut_short_by_its_time_budget_merges_and_the_merge_says_so(
     assert code == 0 and err == "", err
     note = "cut short: s1.json spent its time budget; the cells it did not reach are missing"
     assert note in out.splitlines()
-    assert out.rstrip().endswith("2 reports, 2 cells, 1 failure; cut short")
+    assert out.rstrip().endswith("2 reports, 2 cells (0 not as declared), 1 failure; cut short")
     doc = json.loads(Path("merged.json").read_text())
     assert doc["complete"] is True and doc["cut_short"] is True and doc["notes"] == [note]
     assert merge_reports([Path(s2)] + [Path(_write(Path("s1b.json"), _shard_doc(1)))])["cut_short"] is False
@@ -196,7 +212,7 @@ def test_a_merged_report_that_cannot_be_written_after_all_is_one_line_exit_4(
     paths = [_write(Path(f"s{k}.json"), _shard_doc(k)) for k in (1, 2)]
     monkeypatch.setattr(normprops.jsonio.os, "replace", disk_full)
     code, out, err = run("report", "merge", *paths, "--json", "merged.json")
-    assert code == 4 and "2 reports, 2 cells, 1 failure" in out
+    assert code == 4 and "2 reports, 2 cells (0 not as declared), 1 failure" in out
     assert err == "normprops report merge: error: cannot write merged.json: No space left on device\n"
 
 

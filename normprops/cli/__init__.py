@@ -130,12 +130,17 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
     try:
         with interrupt.catching():
             try:
-                args = parser.parse_args(_joined_fill(argv))
+                args, extra = parser.parse_known_args(_joined_fill(argv))
             except SystemExit as exc:  # --help and --version
                 return int(exc.code or 0)
             command = args.command if args.command != "report" else f"report {args.report_command}"
             if command == "fixtures":
                 command = f"fixtures {args.fixtures_command}"
+            if extra:  # argparse would name the top-level parser; the subcommand's help is the one
+                prog = f"normprops {command}"
+                raise _ParseError(f"unrecognized arguments: {' '.join(extra)} (see {prog} --help)",
+                                  prog=prog)
+            if command.startswith("fixtures "):
                 return (_fixtures_list if args.fixtures_command == "list" else _fixtures_prune)(
                     args, out, err)
             if command == "hunt":

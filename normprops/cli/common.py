@@ -154,6 +154,11 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
     module_name, sep, attr = impl.partition(":")
     if not sep or not module_name or not attr:
         raise ImplError(f"--impl must look like MODULE:FUNC (e.g. mykernels:softmax) but was {impl!r}")
+    if module_name.endswith(".py") or "/" in module_name or os.sep in module_name:
+        path = Path(module_name)
+        where = "this directory" if path.parent == Path(".") else path.parent
+        raise ImplError(f"--impl {impl}: MODULE is a module's name, not a file's path; write "
+                        f"--impl {path.stem}:{attr} and run from {where} or add it to PYTHONPATH")
     if os.getcwd() not in sys.path and "" not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:

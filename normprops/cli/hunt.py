@@ -278,6 +278,11 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if len(named) == 1:
             backends = [_best_backend(named[0])]
         else:  # several: hunt those usable here, say why the others are not
+            known = list(dict.fromkeys(k.backend for k in KERNELS))
+            unknown = [b for b in named if b not in known]
+            if unknown:  # a typo is the user's to fix, not a backend this machine lacks
+                raise UsageError(f"--backend: unknown backend {', '.join(unknown)}; known: "
+                                 f"{', '.join(known)}")
             usable = {b: backend_status(b) for b in named}
             backends = [b for b in named if usable[b][0]]
             skipped = [f"{b} ({usable[b][1]})" for b in named if not usable[b][0]]

@@ -49,8 +49,15 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     # A registry's cells by its own rule; a user's kernel (which declares nothing) by what it found.
     surprising = [r for r in merged["results"]
                   if (not declared_json(r) if r.get("expected") is not None else not r["passed"])]
+    # A registry's failures are its known bugs caught and its unclaimed families' information,
+    # as declared, unless a cell says otherwise.
+    registry = [r for r in merged["results"] if r.get("expected") is not None]
+    bugs = [r for r in registry if r["expected"] == "bug"]
+    caught = f"{sum(map(declared_json, bugs))} of {_count(len(bugs), 'known bug', 'known bugs')} caught, "
+    verdict = (f" ({caught if bugs else ''}{len(surprising)} not as declared)" if registry else "")
     print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
-          f"{_count(len(cells), 'cell', 'cells')}, {_count(len(merged['failures']), 'failure', 'failures')}"
+          f"{_count(len(cells), 'cell', 'cells')}{verdict}, "
+          f"{_count(len(merged['failures']), 'failure', 'failures')}"
           + ("" if merged["complete"] else "; incomplete (--allow-incomplete)")
           + ("; cut short" if merged["cut_short"] else ""), file=out)
     try:

@@ -38,7 +38,8 @@ def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> Non
     shape.add_argument("--cols-multiple-of", type=_positive_int, default=1, metavar="K",
                        help="widths that are a multiple of K (e.g. 4 for 16-byte float32 vectors)"
                             + ("" if replay else "; the ragged edges are counted in vectors of K"))
-    shape.add_argument("--min-cols", type=_positive_int, metavar="N", help="narrowest row it takes")
+    shape.add_argument("--min-cols", type=_positive_int, metavar="N",
+                       help="narrowest row it takes (at most 262145)")
     shape.add_argument("--max-cols", type=_positive_int, metavar="N", help="widest row it takes")
 
 
