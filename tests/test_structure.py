@@ -170,3 +170,19 @@ def test_names_are_imported_from_where_they_are_defined() -> None:
     graph = import_graph()
     assert "normprops.report" not in graph["normprops.regressions"]  # JSON on disk is normprops.jsonio
     assert "normprops.strategies" not in graph["normprops.oracles"] | graph["normprops.judge"]
+
+
+def test_every_folder_of_the_package_is_installed_with_its_files() -> None:
+    # A folder left out of pyproject.toml's packages is missing from a wheel (an editable install
+    # hides it); each one's files other than Python's are its package data.
+    import tomllib
+
+    config = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["tool"]["setuptools"]
+    folders = {".".join(p.relative_to(PACKAGE.parent).parts) for p in [PACKAGE, *PACKAGE.rglob("*")]
+               if p.is_dir() and p.name != "__pycache__" and any(f.is_file() for f in p.iterdir())}
+    assert folders == set(config["packages"])
+    for folder in folders:
+        path = PACKAGE.parent.joinpath(*folder.split("."))
+        suffixes = {f.suffix for f in path.iterdir() if f.is_file() and f.suffix not in (".py", ".pyc")}
+        declared = config.get("package-data", {}).get(folder, [])
+        assert suffixes <= {Path(p).suffix for p in declared}, (folder, suffixes, declared)
