@@ -99,8 +99,8 @@ class ShapeConstraints:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name} must be an integer of at least 1 but was {value!r}")
             if value > WIDEST_COLS:
-                raise ValueError(f"{name} must be at most {WIDEST_COLS} (the widest rows a hunt "
-                                 f"draws) but was {value!r}")
+                raise ValueError(f"{name} must be at most {WIDEST_COLS} (the widest rows "
+                                 f"long_rows draws) but was {value!r}")
         if self.max_cols is not None:
             if not isinstance(self.max_cols, int) or isinstance(self.max_cols, bool):
                 raise ValueError(f"max_cols must be an integer but was {self.max_cols!r}")

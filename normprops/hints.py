@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from normprops.case import Case, ShapeConstraints
+from normprops.case import WIDEST_COLS, Case, ShapeConstraints
 from normprops.errormodel import TREE_LEAF_DEPTH, ErrorModel
 from normprops.errors import FatalTargetError
 from normprops.hunt import Finding
@@ -152,7 +152,8 @@ def _width_candidates(widths: list[int], takes: Callable[[int], bool]
         out.append((_Declaration(f"--max-cols {below}", f"max_cols={below}",
                                  f"It declares that the kernel takes no row wider than {below} "
                                  f"columns: no wider row is hunted"), ShapeConstraints(max_cols=below)))
-    above = _lowest(takes, lo=widths[-1] + 1, hi=max(_NARROW_LIMIT, 2 * widths[-1]))
+    above = _lowest(takes, lo=widths[-1] + 1,
+                    hi=min(WIDEST_COLS, max(_NARROW_LIMIT, 2 * widths[-1])))
     if above is not None and takes(above + 1):
         out.append((_Declaration(f"--min-cols {above}", f"min_cols={above}",
                                  f"It declares that the kernel takes no row narrower than {above} "

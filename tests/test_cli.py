@@ -199,7 +199,7 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
      "op rmsnorm is never judged on it; its properties: contract,"),
     (["hunt", "--backend", "numpy,nosuch"], "--backend: unknown backend nosuch; known: numpy,"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--min-cols", "1000000000"],
-     "--min-cols must be at most 262145 (the widest rows a hunt draws) but was 1000000000"),
+     "--min-cols must be at most 262145 (the widest rows long_rows draws) but was 1000000000"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--cols-multiple-of", "300000"],
      "--cols-multiple-of must be at most 262145"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli.py:softmax_good"],
@@ -229,6 +229,15 @@ def test_a_function_that_is_not_callable_is_named_with_its_article() -> None:
         target_from_callable(3, op="softmax")  # type: ignore[arg-type]
 
 
+def test_a_softmax_may_decline_its_masked_rows(user_module: str) -> None:
+    # A plain softmax meets rows of -inf only in the masked family: masked_rows is its property too.
+    code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--ignore",
+                         "masked_rows", "--families", "masked", "--max-examples", "5", "--seed", "0",
+                         "--no-fixtures")
+    assert code == 0 and err == "", out + err
+    assert "not judged: masked_rows" in out, out
+
+
 def test_argparse_errors_exit_2() -> None:
     assert run("hunt", "--max-examples", "0")[0] == 2
     assert run("hunt", "--op", "gelu")[0] == 2
@@ -247,6 +256,7 @@ def test_argparse_errors_exit_2() -> None:
     (["fixtures", "list", "--bogus"], "normprops fixtures list: error: unrecognized arguments: --bogus"),
     (["report", "merge", "a.json", "--bogus"], "normprops report merge: error: unrecognized arguments"),
     (["kernels", "--backend", "numpy"], "normprops kernels: error: unrecognized arguments: --backend numpy"),
+    (["--bogus", "hunt"], "normprops: error: unrecognized arguments: --bogus (see normprops --help)"),
 ])
 def test_argparse_errors_name_the_command_they_are_about(argv: list[str], prefix: str) -> None:
     code, _, err = run(*argv)

@@ -247,3 +247,16 @@ def test_a_raise_that_follows_the_row_count_gets_no_width_hint() -> None:
                                    max_examples=30, seed=1)
     assert any(f.property == "contract" for f in report.failures)
     assert not any("cols" in hint for hint in report.hints), report.hints
+
+
+def test_a_kernel_that_takes_no_width_a_hunt_draws_gets_no_width_hint() -> None:
+    # Its narrowest row is past the widest a hunt may be limited to (--min-cols at most 262145):
+    # no width declaration explains its raises, and looking for one must not fail.
+    fn = _softmax_taking(300_000, 10**6)
+    target = target_from_callable(fn, op="softmax")
+    report = normprops.hunt_kernel(fn, op="softmax", families=["ordinary"], max_examples=5, seed=0)
+    (finding,) = [f for f in report.failures if f.property == "contract"]
+    case = finding.minimal.replace(x=np.resize(finding.minimal.x, (finding.minimal.rows, 200_000)))
+    far = Finding(label=finding.label, family=finding.family, property="contract",
+                  verdict=finding.verdict, minimal=case, worst=case, worst_verdict=finding.verdict)
+    assert hints([far], target=target) == []

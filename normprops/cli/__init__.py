@@ -137,7 +137,10 @@ def main(argv: Sequence[str] | None = None, *, out: TextIO | None = None,
             if command == "fixtures":
                 command = f"fixtures {args.fixtures_command}"
             if extra:  # argparse would name the top-level parser; the subcommand's help is the one
-                prog = f"normprops {command}"
+                tokens = list(_joined_fill(argv) or [])
+                before = tokens.index(args.command) if args.command in tokens else len(tokens)
+                prog = ("normprops" if any(t in tokens[:before] for t in extra)
+                        else f"normprops {command}")
                 raise _ParseError(f"unrecognized arguments: {' '.join(extra)} (see {prog} --help)",
                                   prog=prog)
             if command.startswith("fixtures "):

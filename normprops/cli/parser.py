@@ -36,7 +36,8 @@ def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> Non
     shape = p.add_argument_group(
         "the widths your kernel accepts" + (" (fixtures of other widths are skipped)" if replay else ""))
     shape.add_argument("--cols-multiple-of", type=_positive_int, default=1, metavar="K",
-                       help="widths that are a multiple of K (e.g. 4 for 16-byte float32 vectors)"
+                       help="widths that are a multiple of K, at most 262145 (e.g. 4 for 16-byte "
+                            "float32 vectors)"
                             + ("" if replay else "; the ragged edges are counted in vectors of K"))
     shape.add_argument("--min-cols", type=_positive_int, metavar="N",
                        help="narrowest row it takes (at most 262145)")
