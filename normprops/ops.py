@@ -189,15 +189,16 @@ IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite", "exact_constant", "ro
 
 _EVERY_OP = frozenset({"contract", "finite", "nan_propagation", "range_safety", "accuracy",
                        "determinism", "batch_invariance"})
-# A softmax row of -inf only is masked: the masked family draws such rows for plain softmax too.
-_SOFTMAX_ONLY = frozenset({"ratios", "sum_to_one", "bounds", "argmax", "shift_invariance",
-                           "masked_rows"})
+# The softmaxes' own (shift invariance a layer norm shares). A softmax row of -inf only is
+# masked: the masked family draws such rows for plain softmax too.
+_SOFTMAX_PROPERTIES = frozenset({"ratios", "sum_to_one", "bounds", "argmax", "shift_invariance",
+                                 "masked_rows"})
 
 #: The properties the judge can fail a kernel of each op on; the others never apply to it (a norm
 #: has no rows that sum to one, only gradients of a gamma have dgamma's row order).
 APPLICABLE: dict[str, frozenset[str]] = {
-    "softmax": _EVERY_OP | _SOFTMAX_ONLY,
-    "masked_softmax": _EVERY_OP | _SOFTMAX_ONLY,
+    "softmax": _EVERY_OP | _SOFTMAX_PROPERTIES,
+    "masked_softmax": _EVERY_OP | _SOFTMAX_PROPERTIES,
     "layernorm": _EVERY_OP | {"exact_constant", "shift_invariance", "scale_invariance"},
     "rmsnorm": _EVERY_OP | {"exact_constant", "scale_invariance"},
     "softmax_backward": _EVERY_OP,
