@@ -10,8 +10,8 @@ printed (it is not lost: it is pending). A process started with SIGINT ignored (
 keeps ignoring it.
 
 SIGTERM (what a batch scheduler, a CI runner's timeout or ``kill`` sends) stops a run the same way,
-where it has its default action: the run writes its report and exits 143 rather than dying with
-nothing written. :func:`last_signal` says which of the two stopped it.
+where it has its default action, a background job's too: the run writes its report and exits 143
+rather than dying with nothing written. :func:`last_signal` says which of the two stopped it.
 """
 
 from __future__ import annotations
@@ -55,15 +55,15 @@ def check() -> None:
 
 @contextlib.contextmanager
 def catching() -> Iterator[None]:
-    """Within this block, Ctrl-C (and SIGTERM, where it has its default action) raises
-    KeyboardInterrupt and stays pending for :func:`check`. Outside the main thread, or where SIGINT
-    is ignored or handled by someone else, nothing changes."""
+    """Within this block, Ctrl-C and SIGTERM, each where it has its default action, raise
+    KeyboardInterrupt and stay pending for :func:`check`. A signal ignored (SIGINT in a background
+    job) or handled by someone else is left alone; outside the main thread nothing changes."""
     _pending.clear()
     _last.clear()
     usable = threading.current_thread() is threading.main_thread()
     previous = {s: signal.getsignal(s) for s, default in _DEFAULTS.items()
                 if usable and signal.getsignal(s) is default}
-    if signal.SIGINT not in previous:
+    if not previous:
         yield
         return
     unraisable = sys.unraisablehook

@@ -404,13 +404,20 @@ def test_one_contract_failure_stops_the_hunt_with_one_message(user_module: str, 
     assert len(list((tmp_path / "fx" / "softmax").glob("*.json"))) == 1
 
 
-@pytest.mark.parametrize("signum, code, word", [
-    (signal.SIGINT, 130, "interrupted"),  # Ctrl-C
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("signum, code, word, background", [
+    (signal.SIGINT, 130, "interrupted", False),  # Ctrl-C
     # What a batch scheduler or a CI job's timeout sends: as Ctrl-C, the report saying so.
-    (signal.SIGTERM, 143, "terminated"),
+    (signal.SIGTERM, 143, "terminated", False),
+    # A shell's background job (`normprops hunt ... &`, nohup) starts with SIGINT ignored, and
+    # keeps ignoring it; SIGTERM still stops it with its report.
+    (signal.SIGTERM, 143, "terminated", True),
 ])
 def test_a_stopped_hunt_prints_what_was_found_writes_the_report_and_exits_with_its_status(
-        user_module: str, tmp_path: Path, signum: int, code: int, word: str) -> None:
+        user_module: str, tmp_path: Path, signum: int, code: int, word: str, background: bool) -> None:
     # A child inherits an ignored SIGINT (and would then rightly keep ignoring it).
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     report = tmp_path / "r.json"
@@ -419,7 +426,8 @@ def test_a_stopped_hunt_prints_what_was_found_writes_the_report_and_exits_with_i
          f"{user_module}:softmax_slow", "--max-examples", "200", "--seed", "0", "--no-fixtures",
          "--json", str(report)],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1"})
+        env={**os.environ, "PYTHONPATH": str(tmp_path), "PYTHONUNBUFFERED": "1"},
+        preexec_fn=_ignore_sigint if background else None)
     first = proc.stdout.readline()  # the header: the hunt has started
     assert first.startswith("normprops hunt:"), first + proc.stderr.read()
     time.sleep(2.0)
