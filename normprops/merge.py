@@ -13,7 +13,7 @@ from normprops.jsonio import read_json_document
 from normprops.ops import PROPERTIES
 from normprops.report import REPORT_FORMAT
 
-__all__ = ["ReportError", "load_report", "merge_reports", "IncompleteMerge", "HUNT_KERNELS",
+__all__ = ["ReportError", "load_report", "merge_reports", "refused_merge", "IncompleteMerge", "HUNT_KERNELS",
            "SHARD_SETTINGS", "RESUME_SETTINGS", "Carried", "resume_problems", "carried_cells"]
 
 
@@ -102,16 +102,35 @@ def _shown(value: Any) -> str:
 
 def _hunt_name(doc: dict[str, Any]) -> str:
     if doc.get("impl"):
-        return f"--impl {doc['impl']}"
+        framework, dtype = (",".join(v) for v in _impl_kernel(doc))
+        return f"--impl {doc['impl']} ({framework} {dtype})"
     return " ".join(f"--{key} {doc[key]}" for key in ("backend", "op", "kernel") if doc.get(key))
 
 
+#: What names a user's kernel besides its ``--impl``: the arrays it was hunted with. Its device is
+#: not among them when shards are grouped (each shard may run on a GPU of its own).
+IMPL_KERNEL = ("framework", "dtype")
+
+
+def _impl_kernel(doc: dict[str, Any]) -> list[Any]:
+    """:data:`IMPL_KERNEL` of a hunt of ``--impl`` (one target), as its report recorded them."""
+    targets = [t for t in doc.get("targets") or [] if isinstance(t, dict)]
+    return [sorted({str(t.get(key)) for t in targets}) for key in IMPL_KERNEL]
+
+
+def _hunt_of(doc: dict[str, Any]) -> str:
+    """Which kernels a report's hunt is of (:data:`HUNT_KERNELS`; for a user's kernel also the
+    framework and storage type it was hunted in: the same ``--impl`` at bfloat16 is another hunt)."""
+    return json.dumps([doc.get(key) for key in HUNT_KERNELS]
+                      + (_impl_kernel(doc) if doc.get("impl") else []))
+
+
 def _shard_problems(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
-    """Reports of the same kernels (:data:`HUNT_KERNELS`) of which any is a shard must be the
+    """Reports of the same kernels (:func:`_hunt_of`) of which any is a shard must be the
     shards of one hunt: one split K/N, each K once, the same seed and settings."""
     hunts: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
     for path, doc in docs:
-        hunts.setdefault(json.dumps([doc.get(key) for key in HUNT_KERNELS]), []).append((path, doc))
+        hunts.setdefault(_hunt_of(doc), []).append((path, doc))
     problems: list[str] = []
     for group in hunts.values():
         shards = [(path, doc, _shard(doc)) for path, doc in group]
@@ -186,7 +205,7 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
                             f"by {first_doc.get('normprops')}")
     problems += _shard_problems(docs)
 
-    results: dict[tuple[str, str, str], tuple[Path, dict[str, Any]]] = {}
+    results: dict[tuple[str, ...], tuple[Path, dict[str, Any]]] = {}
     failures: list[dict[str, Any]] = []
     information: list[dict[str, Any]] = []
     for path, doc in docs:
@@ -194,8 +213,8 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
         # failures name no backend; one label may be hunted on several).
         repeated: set[tuple[str, str]] = set()
         fresh: set[tuple[str, str]] = set()
-        for r in doc["results"]:
-            key = (str(r.get("backend", "")), str(r.get("kernel") or r["target"]), r["family"])
+        for r in map(_with_kernel(doc), doc["results"]):
+            key = _cell_key(r)
             if key not in results:
                 results[key] = (path, r)
                 fresh.add((r["target"], r["family"]))
@@ -203,13 +222,14 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
             repeated.add((r["target"], r["family"]))
             earlier, held = results[key]
             if _outcome(held) != _outcome(r):
-                problems.append(f"{path}: {key[1]} x {key[2]} is also in {earlier}, with another "
-                                f"outcome")
+                problems.append(f"{path}: {_shown_kernel(r)} x {r['family']} is also in {earlier}, "
+                                f"with another outcome")
         # A cell held twice keeps the earlier report's failures: none is counted twice.
-        failures += [f for f in doc["failures"]
+        failures += [f for f in map(_with_kernel(doc), doc["failures"])
                      if (f.get("target"), f.get("family")) not in repeated - fresh]
-        information += [f for f in doc.get("information", []) if isinstance(f, dict)
-                        and (f.get("target"), f.get("family")) not in repeated - fresh]
+        informed = [f for f in doc.get("information", []) if isinstance(f, dict)]
+        information += [f for f in map(_with_kernel(doc), informed)
+                        if (f.get("target"), f.get("family")) not in repeated - fresh]
     if problems and not allow_incomplete:
         raise IncompleteMerge(problems)
     # A hunt cut short by its time budget finished cleanly, so it merges; but the whole is then
@@ -229,10 +249,72 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
                      + [f"{path}: {note}" for path, doc in docs for note in doc.get("notes", [])
                         if isinstance(note, str)],
             "targets": _unique(t for _, doc in docs for t in doc.get("targets", [])),
-            "results": [r for _, r in results.values()], "failures": failures,
+            "results": _told_apart([r for _, r in results.values()]), "failures": failures,
             "information": information,
             # Each report checked its hints on its own findings only: each is kept with its file.
             "hints": _unique(f"{path}: {h}" for path, doc in docs for h in doc.get("hints", []))}
+
+
+#: What a cell of a user's kernel carries in a merged report besides the hunt's own fields: the
+#: kernel it is of, so that hunts of other kernels of one name stay apart.
+CELL_KERNEL = ("impl", "framework", "dtype", "device")
+
+
+def _with_kernel(doc: dict[str, Any]):
+    """A result of ``doc`` with the user's kernel it is of (:data:`CELL_KERNEL`), from the report's
+    ``impl`` and its target; a registry's kernel is named by its backend and name alone."""
+    targets = {t.get("label"): t for t in doc.get("targets") or [] if isinstance(t, dict)}
+
+    def add(result: dict[str, Any]) -> dict[str, Any]:
+        if not doc.get("impl") or result.get("impl"):
+            return result  # a registry's cell, or one an earlier merge already named
+        target = targets.get(result.get("target"), {})
+        return {**result, "impl": doc["impl"], **{k: target.get(k) for k in CELL_KERNEL[1:]}}
+
+    return add
+
+
+def _cell_key(result: dict[str, Any]) -> tuple[str, ...]:
+    """One cell: (op, backend, kernel, family), and for a user's kernel :data:`CELL_KERNEL`."""
+    return (str(result.get("op") or result["target"].split("[", 1)[0]), str(result.get("backend", "")),
+            str(result.get("kernel") or result["target"]), result["family"],
+            *(str(result.get(k)) for k in CELL_KERNEL if result.get("impl")))
+
+
+def _shown_kernel(result: dict[str, Any]) -> str:
+    return str(result.get("kernel") or result["target"])
+
+
+def _told_apart(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``results``, the cells of users' kernels that would share a row of the matrix (one op, one
+    function name) renamed by what tells them apart: their ``--impl`` where those differ, then
+    their framework, storage type or device (``softmax`` from two modules reads ``a:softmax`` and
+    ``b:softmax``; one function at two storage types ``f float32`` and ``f bfloat16``)."""
+    rows: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for r in results:
+        if r.get("impl"):
+            rows.setdefault(_cell_key(r)[:3], set()).add(_cell_key(r)[4:])
+    out = []
+    for r in results:
+        kernels = rows.get(_cell_key(r)[:3], set()) if r.get("impl") else set()
+        if len(kernels) > 1:
+            differ = [i for i, k in enumerate(CELL_KERNEL) if len({kernel[i] for kernel in kernels}) > 1]
+            name = str(r["impl"]) if 0 in differ else _shown_kernel(r)
+            r = {**r, "kernel": " ".join([name, *(str(r.get(CELL_KERNEL[i])) for i in differ if i)])}
+        out.append(r)
+    return out
+
+
+def refused_merge(paths: Iterable[Path], problems: list[str]) -> dict[str, Any]:
+    """The report of a merge refused for ``problems`` (:class:`IncompleteMerge`): no cell, and
+    why, so that whoever reads it does not take it for a clean one."""
+    from normprops import __version__
+
+    return {"format": REPORT_FORMAT, "normprops": __version__, "command": "report merge",
+            "merged_from": [str(p) for p in paths], "complete": False,
+            "error": "nothing merged: " + "; ".join(problems), "problems": problems,
+            "cut_short": False, "notes": [], "targets": [], "results": [], "failures": [],
+            "information": [], "hints": []}
 
 
 def _unique(items: Iterable[Any]) -> list[Any]:

@@ -87,7 +87,16 @@ def test_a_merge_that_is_not_one_whole_exits_3_one_line_per_problem(
     lines = err.splitlines()
     assert lines[:-1] == [f"normprops report merge: error: {p}" for p in problems]
     assert "--allow-incomplete" in lines[-1] and len(lines) == len(problems) + 1
-    assert out == "" and not Path("merged.json").exists()
+    # The report is written all the same, holding no cell and saying why: a CI job that uploads it
+    # finds it, and an older merge in its place is not taken for this one.
+    assert out == ""
+    doc = json.loads(Path("merged.json").read_text())
+    assert doc["complete"] is False and doc["results"] == [] and doc["failures"] == []
+    assert doc["problems"] == problems and doc["error"] == "nothing merged: " + "; ".join(problems)
+    assert doc["merged_from"] == paths
+    # ... and a merge of it is refused as unfinished.
+    code, _, err = run("report", "merge", "merged.json")
+    assert code == 3 and "merged.json did not finish (nothing merged: " in err
 
 
 def test_the_same_file_twice_is_refused_not_counted_twice(tmp_path: Path,
@@ -300,3 +309,78 @@ def test_a_cell_no_report_holds_is_drawn_and_explained_as_not_hunted() -> None:
     assert render_matrix(cells).splitlines()[-1].split() == ["b", "pass", "-"]
     assert "-: not hunted" in matrix_legend(cells)
     assert "-: not hunted" not in matrix_legend(cells[:2])
+
+
+# --- hunts of users' kernels: each kernel its own cells, whatever its function is called ---------
+
+
+def _impl_doc(impl: str, *, op: str = "softmax", dtype: str = "float32", passed: bool = True,
+              family: str = "ordinary", **changes: Any) -> dict[str, Any]:
+    """The report of a hunt of ``--impl impl``: one cell."""
+    name = impl.split(":")[1]
+    label = f"{op}[{name}]"
+    doc = {"format": "normprops-report/1", "normprops": __version__, "command": "hunt", "op": op,
+           "impl": impl, "policy": "default", "oracle": "float64", "max_examples": 20, "seed": 1,
+           "families": [family], "shard": None, "complete": True, "error": None, "notes": [],
+           "targets": [{"label": label, "name": name, "op": op, "backend": "python",
+                        "framework": "numpy", "device": "cpu", "dtype": dtype}],
+           "results": [{"target": label, "kernel": name, "op": op, "backend": "python",
+                        "family": family, "passed": passed, "properties": [] if passed else ["finite"],
+                        "examples": 20}],
+           "failures": [] if passed else [{"target": label, "family": family, "property": "finite"}]}
+    doc.update(changes)
+    return doc
+
+
+def test_kernels_of_one_function_name_merge_side_by_side_each_named(tmp_path: Path) -> None:
+    """Cells were told apart by function name alone: two modules' ``softmax`` were one cell (a
+    problem, or with --allow-incomplete whichever came first), and a softmax and a layer norm both
+    called ``fwd`` one cell, the second dropped without a word."""
+    good = _write(tmp_path / "good.json", _impl_doc("mine:fwd"))
+    bad = _write(tmp_path / "bad.json", _impl_doc("fast:fwd", passed=False))
+    norm = _write(tmp_path / "norm.json", _impl_doc("norms:fwd", op="layernorm"))
+    for order in ((good, bad, norm), (norm, bad, good)):
+        code, out, err = run("report", "merge", *order)
+        assert code == 1 and err == "", out + err  # the failing kernel is seen, in either order
+        assert "3 reports, 3 cells, 1 failure" in out, out
+        rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if ":fwd" in line}
+        assert rows == {"mine:fwd": ["pass"], "fast:fwd": ["finite"]}, out
+        assert "layernorm (python)" in out
+    merged = merge_reports([Path(good), Path(bad)])
+    (failure,) = merged["failures"]
+    assert failure["impl"] == "fast:fwd"  # which kernel's, in the merged report too
+
+
+def test_one_function_at_two_storage_types_is_two_kernels(tmp_path: Path) -> None:
+    # Each storage type's hunt spread over shards of its own: each must be whole on its own.
+    docs = [_impl_doc("mine:fwd", dtype=dtype, family=family, shard=f"{k}/2", families=["ordinary", "tiny"],
+                      passed=dtype == "float32")
+            for dtype in ("float32", "bfloat16") for k, family in ((1, "ordinary"), (2, "tiny"))]
+    paths = [Path(_write(tmp_path / f"r{i}.json", doc)) for i, doc in enumerate(docs)]
+    merged = merge_reports(paths)
+    assert merged["complete"] is True and len(merged["results"]) == 4
+    assert {(r["kernel"], r["family"]): r["passed"] for r in merged["results"]} == {
+        ("fwd float32", "ordinary"): True, ("fwd float32", "tiny"): True,
+        ("fwd bfloat16", "ordinary"): False, ("fwd bfloat16", "tiny"): False}
+    assert len(merged["failures"]) == 2
+    with pytest.raises(IncompleteMerge) as caught:
+        merge_reports(paths[:3])
+    assert caught.value.problems == ["shard 2/2 of the hunt of --impl mine:fwd (numpy bfloat16) is missing "
+                                     "(the reports hold 1/2)"]
+
+
+def test_an_empty_shard_is_a_part_of_the_whole(user_module: str, tmp_path: Path) -> None:
+    """More shards than families: the empty one says so and exits 0, and its report merges (it was
+    a usage error, and a fixed job matrix could then never merge)."""
+    common = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
+              "ordinary,tiny", "--max-examples", "5", "--seed", "0", "--no-fixtures"]
+    for k in (1, 2, 3):
+        code, out, err = run(*common, "--shard", f"{k}/3", "--json", f"s{k}.json")
+        assert code == 0, out + err
+    assert "shard 3/3 holds none of the 2 families asked for: nothing to hunt here" in out
+    empty = json.loads(Path("s3.json").read_text())
+    assert empty["results"] == [] and empty["complete"] is True and empty["shard"] == "3/3"
+    code, out, err = run("report", "merge", "s1.json", "s2.json", "s3.json")
+    assert code == 0 and "3 reports, 2 cells, 0 failures" in out, out + err
+    code, _, err = run("report", "merge", "s1.json", "s2.json")
+    assert code == 3 and "shard 3/3 is missing (the reports hold 1/3, 2/3)" in err

@@ -16,6 +16,7 @@ from normprops.api import deadline_after, hunt_families, replay_flags, target_js
 from normprops.cli.common import (
     BACKEND_PREFERENCE,
     EXIT_FOUND,
+    EXIT_NOTHING,
     EXIT_OK,
     _check_output_dir,
     _check_output_file,
@@ -49,6 +50,11 @@ from normprops.report import (
 )
 from normprops.specs import KERNELS, backend_status
 from normprops.strategies import families_for
+
+
+def _nothing_judged(budget: float) -> str:
+    """What a hunt cut short before its first example says (exit status 5)."""
+    return f"nothing judged: the time budget of {budget:g} s was spent before the first example"
 
 
 def _family_line(result: HuntResult, note: str | None) -> str:
@@ -99,9 +105,6 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     families = chosen
     if args.shard is not None:
         families = chosen[args.shard[0] - 1::args.shard[1]]
-        if not families:
-            raise UsageError(f"--shard {args.shard[0]}/{args.shard[1]}: no family falls in this "
-                             f"shard of {args.op}'s families")
     config = _config(args)
     for family in families:
         try:
@@ -137,6 +140,11 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     run.summary = summary
 
     def body() -> int:
+        if not families:  # more shards than families: this one's part of the whole is empty
+            print(f"normprops hunt: shard {args.shard[0]}/{args.shard[1]} holds none of the "
+                  f"{_count(len(chosen), 'family', 'families')} asked for: nothing to hunt here "
+                  f"(its report merges with the other shards').", file=out)
+            return EXIT_OK
         adapter = target.adapter
         ignored = f"; not judged: {', '.join(sorted(target.ignore))}" if target.ignore else ""
         if target.opt_in:
@@ -222,9 +230,17 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"{len(failed)} of {len(report.results)} families failed ({findings} finding"
                   f"{'s' * (findings != 1)})" + (f"; {stop}: {not_hunted}." if stop and
                                                  reached < len(families) else "."), file=out)
+        elif hunted.cut_short and not any(r.examples for r, _ in report.results):
+            # A gate that judged nothing is not a clean one (as a replay with nothing to replay).
+            report.notes.append(_nothing_judged(args.time_budget))
+            print(f"{_nothing_judged(args.time_budget)}; give it more time.", file=out)
+            return EXIT_NOTHING
         elif hunted.cut_short:
-            print(f"clean as far as it got: {reached} of {len(families)} families, no counterexample.",
-                  file=out)
+            whole = [r.family for r, _ in report.results if not r.cut_short]
+            partial = "".join(f", {r.family} cut short after {_count(r.examples, 'example', 'examples')}"
+                              for r, _ in report.results if r.cut_short)
+            print(f"clean as far as it got: {len(whole)} of {len(families)} families hunted to the end"
+                  f"{partial}; no counterexample.", file=out)
         else:
             print(f"clean: {_count(reached, 'family', 'families')}, no counterexample.", file=out)
         return EXIT_FOUND if failed else EXIT_OK
@@ -437,14 +453,19 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"\ncut short: the time budget of {args.time_budget:g} s was spent after "
                   f"{total - len(outcome.not_reached)} of {total} cells "
                   f"({sum(r.examples for _, r in hunted)} examples).", file=out)
+        report.extra["not_as_declared"] = ([f"{r['target']} x {r['family']}" for r in carried_surprises]
+                                           + [f"{s.label} x {r.family}" for s, r in surprises])
         if surprises or carried_surprises:
             print(f"\n{len(surprises) + len(carried_surprises)} hunt(s) not as declared.", file=out)
+        elif outcome.cut_short and not carried and not any(r.examples for _, r in hunted):
+            # A gate that judged nothing is not a clean one (as a replay with nothing to replay).
+            report.notes.append(_nothing_judged(args.time_budget))
+            print(f"{_nothing_judged(args.time_budget)}; give it more time.", file=out)
+            return EXIT_NOTHING
         elif outcome.cut_short:
             print("every kernel hunted behaved as its registry entry declares, as far as it got.", file=out)
         else:
             print("\nevery kernel behaved as its registry entry declares.", file=out)
-        report.extra["not_as_declared"] = ([f"{r['target']} x {r['family']}" for r in carried_surprises]
-                                           + [f"{s.label} x {r.family}" for s, r in surprises])
         return EXIT_FOUND if surprises or carried_surprises else EXIT_OK
 
     return _guarded(run, body)

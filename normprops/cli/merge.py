@@ -9,6 +9,7 @@ from typing import TextIO
 from normprops.cli.common import (
     EXIT_FOUND,
     EXIT_INTERNAL,
+    EXIT_NOTHING,
     EXIT_OK,
     EXIT_UNREADABLE,
     _check_output_file,
@@ -21,7 +22,7 @@ from normprops.report import matrix_legend, render_matrix
 
 def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     from normprops.jsonio import write_json_atomically
-    from normprops.merge import IncompleteMerge, ReportError, merge_reports
+    from normprops.merge import IncompleteMerge, ReportError, merge_reports, refused_merge
     from normprops.report import cell_from_json, declared_json, matrix_png
 
     _check_output_file(args.json, "--json")
@@ -33,6 +34,14 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             print(f"normprops report merge: error: {problem}", file=err)
         print(f"normprops report merge: nothing merged ({_count(len(exc.problems), 'problem', 'problems')}; "
               f"--allow-incomplete merges anyway, marked incomplete)", file=err)
+        # The report is written on this path too, saying why it holds nothing: a CI job that
+        # uploads it finds it, and an older one in its place is not taken for this merge's.
+        try:
+            if args.json is not None:
+                write_json_atomically(args.json, refused_merge(args.reports, exc.problems))
+        except OSError as write_error:
+            print(f"normprops report merge: error: {write_error}", file=err)
+            return EXIT_INTERNAL
         return EXIT_UNREADABLE
     except ReportError as exc:
         raise UsageError(str(exc)) from None
@@ -55,6 +64,11 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     bugs = [r for r in registry if r["expected"] == "bug"]
     caught = f"{sum(map(declared_json, bugs))} of {_count(len(bugs), 'known bug', 'known bugs')} caught, "
     verdict = (f" ({caught if bugs else ''}{len(surprising)} not as declared)" if registry else "")
+    # A gate that judged nothing is not green (as a hunt's own budget spent before its first example).
+    nothing = (merged["cut_short"] and not surprising
+               and all(r.get("examples") == 0 for r in merged["results"]))
+    if nothing:
+        print("nothing judged: the time budgets were spent before the first example", file=out)
     print(f"{_count(len(merged['merged_from']), 'report', 'reports')}, "
           f"{_count(len(cells), 'cell', 'cells')}{verdict}, "
           f"{_count(len(merged['failures']), 'failure', 'failures')}"
@@ -69,5 +83,5 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         reason = exc if isinstance(exc, WriteError) else f"cannot write {args.png}: {exc.strerror or exc}"
         print(f"normprops report merge: error: {reason}", file=err)
         return EXIT_INTERNAL
-    return EXIT_FOUND if surprising else EXIT_OK
+    return EXIT_FOUND if surprising else EXIT_NOTHING if nothing else EXIT_OK
 

@@ -114,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
                             f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures, "
                             f"report merge: the reports are not one whole; "
                             f"{EXIT_INTERNAL} internal error or an output not written; "
-                            f"{EXIT_NOTHING} replay: nothing to replay; "
+                            f"{EXIT_NOTHING} hunt: the time budget was spent before the first "
+                            f"example, replay: nothing to replay; "
                             f"{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_TERMINATED} terminated "
                             f"(SIGTERM). " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
@@ -158,14 +159,16 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--time-budget", type=_positive_seconds, metavar="SECONDS",
                    help="end the hunt cleanly once SECONDS have passed: what was found is reported, "
                         "each cell says how many examples it reached, the report is marked cut "
-                        "short; the exit status still says whether anything was found")
+                        "short; the exit status still says whether anything was found (5: the budget was "
+                        "spent before the first example was judged)")
     h.add_argument("--resume", type=Path, metavar="REPORT",
                    help="registry hunts: take over the cells this earlier --json report of the same "
                         "hunt finished (same settings and --seed; only --time-budget may differ) and "
                         "hunt the rest; the new report holds both, so a hunt cut short by its time "
                         "budget goes on in the next job (--json may name REPORT itself)")
     h.add_argument("--shard", type=_shard, metavar="K/N",
-                   help="hunt only the K-th of N deterministic slices of the (kernel, family) cells; "
+                   help="hunt only the K-th of N deterministic slices of the (kernel, family) cells "
+                        "(with --impl, of the families; a slice may be empty: its report merges); "
                         "merge the N reports with normprops report merge")
     _add_kernel_flags(h)
     _add_width_flags(h)
