@@ -9,7 +9,11 @@ hour on 2 cores) are deselected unless ``--calibration`` is given:
 
 from __future__ import annotations
 
+import os
+
 import pytest
+
+from normprops.plugin import pin_worker_gpu, share_cores
 
 pytest_plugins = ("pytester",)
 
@@ -22,6 +26,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "calibration: hunts of at least 500 examples per family of "
                                        "the example designs; deselected unless --calibration")
+    config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU; skipped with the reason otherwise")
+    # Each xdist worker takes GPU n % count and its share of the cores: -n 15 on 16 cores would
+    # otherwise start an OpenMP thread per core in every worker (torch's CPU kernels), 240 in all.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        pin_worker_gpu(worker)
+        share_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
     # pytest-xdist's load scheduling hands each worker a block of consecutive tests (11 at -n 15
     # over the numerics suite): a worker that drew a block of JAX hunts (25-50 s each) ran them one
     # after another while the others sat idle. Two tests at a time, taken in collection order
@@ -31,6 +42,14 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
+    if gpu:  # skipped with the reason where no GPU is usable, reported at the test itself
+        from normprops.specs import backend_status
+
+        ok, why = backend_status("cuda")
+        if not ok:
+            for item in gpu:
+                item.add_marker(pytest.mark.skip(reason=f"needs a usable CUDA GPU: {why}"))
     if config.getoption("--calibration"):
         return
     deselected = [item for item in items if item.get_closest_marker("calibration")]

@@ -15,6 +15,8 @@ message, not one per family).
 
 from __future__ import annotations
 
+import difflib
+import functools
 import inspect
 import math
 import os
@@ -22,6 +24,7 @@ import secrets
 import shlex
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
@@ -41,6 +44,7 @@ from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
+from normprops.timeouts import call_timeout_problem
 
 __all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_json", "deadline_after",
            "SessionDefaults", "use_session_defaults"]
@@ -172,6 +176,38 @@ def use_session_defaults(defaults: SessionDefaults) -> None:
     _SESSION[0] = defaults
 
 
+def _unknown_keywords(name: str, signature: inspect.Signature, kwargs: dict[str, Any]) -> None:
+    """TypeError naming ``name`` (the function the user called) and the nearest keyword, for a
+    keyword ``signature`` does not take (``max_example`` for ``max_examples``)."""
+    known = [p for p in signature.parameters if p != "fn"]
+    for key in kwargs:
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; it takes {', '.join(known)}"
+            raise TypeError(f"{name}() got an unexpected keyword argument {key!r}{hint}")
+
+
+def _in_users_frame(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, its argument errors (a :class:`UsageError`, a keyword it does not take) raised from
+    the user's own call: pytest shows their line and the one-line message, not normprops' frames
+    down to where the argument was checked."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def called(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        try:
+            _unknown_keywords(fn.__name__, signature, kwargs)
+            return fn(*args, **kwargs)
+        except (UsageError, TypeError) as exc:
+            if isinstance(exc, TypeError) and not str(exc).startswith(f"{fn.__name__}()"):
+                raise  # a TypeError from inside, not the call's own
+            raise exc.with_traceback(None) from None
+
+    return called
+
+
+@_in_users_frame
 def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 framework: str = "numpy", device: str | None = None,
                 families: Iterable[str] | str | None = None, ignore: Iterable[str] = (),
@@ -180,7 +216,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 seed: int | None = None, fixtures_dir: str | Path | None = None,
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
-                call_timeout: float | None = None, time_budget: float | None = None,
+                call_timeout: float | None = 60.0, time_budget: float | None = None,
                 row_reduction: str = "blocks", mask: str = "bool",
                 mask_fill: float | str | None = None, variance: str = "two_pass") -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
@@ -211,7 +247,10 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``opt_in``: optional properties ``fn`` promises too (``"exact_constant"``: an exactly
       constant layer-norm row gives beta, a zero RMS-norm row 0; ``"range_safety"``: a norm is
       right for rows of any finite magnitude, which is otherwise hunted as information only).
-    - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops.
+    - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops (default 60, as
+      ``--call-timeout``; None: no limit). It is kept with SIGALRM, which only the main thread of
+      a Unix process has: elsewhere a call is not stopped, and a ``RuntimeWarning`` says so. An
+      alarm already set (pytest-timeout's) is kept and fires in its own time.
     - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
       found (``report.cut_short``, each result's ``examples`` says how far it got). Under pytest,
       ``--normprops-time-budget`` bounds it too, and ``--normprops-policy`` and
@@ -232,6 +271,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     (family, property) that failed, ``.information`` (e.g. a norm that is not range-safe) and
     ``.hints`` (declarations checked to explain the failures). Raises :class:`~normprops.errors.UsageError` (a
     ``ValueError``) naming a bad argument."""
+    __tracebackhide__ = True  # a skip (the session's time budget spent) is reported at the caller
     try:
         get_op(op)
         constraints = ShapeConstraints(cols_multiple_of=cols_multiple_of,
@@ -244,6 +284,11 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                                   reduction=reduction, arithmetic=arithmetic, opt_in=opt_in,
                                   timeout_s=call_timeout, row_reduction=row_reduction, mask=mask,
                                   mask_fill=mask_fill, variance=variance)
+    problem = None if call_timeout is None else call_timeout_problem()
+    if problem:
+        warnings.warn(f"call_timeout={call_timeout:g} cannot be kept here ({problem}): a call of "
+                      f"{getattr(fn, '__name__', 'fn')} that hangs is not stopped; pass call_timeout=None "
+                      f"to hunt without one, or hunt from the main thread", RuntimeWarning, stacklevel=3)
     chosen = _families(op, families)
     current = hypothesis_settings()
     session = _SESSION[0]
@@ -291,8 +336,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
 def _fixtures_dir(value: Any) -> Path:
     """``fixtures_dir`` as a folder findings can be saved in, checked before the hunt rather than
     when its first finding is saved."""
-    if not isinstance(value, (str, os.PathLike)):
-        raise UsageError(f"fixtures_dir must be a folder's path (a str or Path) but was {value!r}")
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise UsageError(f"fixtures_dir must be a folder's path (a str or Path; None saves nothing) "
+                         f"but was {value!r}")
     path = Path(value)
     problem = output_dir_problem(path)
     if problem:
@@ -317,7 +363,15 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     verdict, its minimal input and its fixture; the traceback stops at the caller (pytest hides
     this frame). Meant for a user's own tests."""
     __tracebackhide__ = True
+    _unknown_keywords("assert_robust", inspect.signature(hunt_kernel), kwargs)
     report = hunt_kernel(fn, **kwargs)
+    if report.passed and report.cut_short and not any(r.examples for r, _ in report.results):
+        # A hunt that judged nothing is no evidence: not a pass (as the CLI's exit status 5).
+        why = "nothing judged: the time budget was spent before the first example"
+        session = _SESSION[0]
+        if session.when_spent is not None:
+            session.when_spent(why)
+        raise AssertionError(f"normprops: {why}; give the hunt more time (time_budget=)")
     if report.passed:
         return report
     target = report.targets[0]

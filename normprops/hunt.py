@@ -32,7 +32,7 @@ from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import PROPERTIES, is_backward
 from normprops.oracles import ORACLES, POLICIES
-from normprops.properties import evaluate
+from normprops.properties import evaluate, is_test_outcome
 from normprops.strategies import FAMILIES, cases, families_for, widest_cols
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
@@ -48,6 +48,16 @@ class _StopHunt(BaseException):
 
 class _BudgetSpent(BaseException):
     """Raised from the test body when the hunt's time budget is spent (``HuntConfig.deadline``)."""
+
+
+class _EndsTheTest(BaseException):
+    """Carries pytest's way of ending a test (``pytest.fail``, ``skip``; pytest-timeout's alarm),
+    raised inside a call of the kernel, past Hypothesis: it would take ``Failed`` for a failing
+    example and call the kernel again to shrink it, so a timed-out test never ended."""
+
+    def __init__(self, outcome: BaseException) -> None:
+        super().__init__(outcome)
+        self.outcome = outcome
 
 
 class Counterexample(Exception):
@@ -279,6 +289,10 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
             seen.examples += 1  # judged: the call that cannot be repeated is its finding
             seen.fatal = str(exc)
             raise _StopHunt from exc
+        except BaseException as exc:
+            if is_test_outcome(exc):
+                raise _EndsTheTest(exc) from None
+            raise
         # Counted once judged: an example Ctrl-C stops inside the kernel's call judged nothing.
         seen.examples += 1
         if math.isfinite(evaluation.worst_ratio):
@@ -301,6 +315,8 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
         test = hypothesis_seed(config.seed)(test)
     try:
         test()
+    except _EndsTheTest as ended:
+        raise ended.outcome from None
     except Counterexample:
         pass
     except Flaky as exc:

@@ -11,9 +11,7 @@ framework's array of the same type, shape and device.
 from __future__ import annotations
 
 import inspect
-import signal
 import sys
-import threading
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -39,6 +37,7 @@ from normprops.ops import (
     check_opt_in,
     get_op,
 )
+from normprops.timeouts import call_with_timeout
 
 __all__ = ["Target", "defined_at", "kernel_source", "same_source", "VARIANCE_OPS", "WarningLog",
            "GPU_BACKENDS", "GPU_STRESS_ROWS", "target_from_spec", "target_from_callable",
@@ -149,7 +148,7 @@ class Target:
         snapshots = [snapshot(after) for _, _, after in arrays] if snapshot is not None else []
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            out = _call_with_timeout(self.fn, native, self.timeout_s)
+            out = call_with_timeout(self.fn, native, self.timeout_s)
         self.warnings.add(caught)
         if spec.forward is not None:
             outputs = _gradient_outputs(out, case, spec)
@@ -213,37 +212,6 @@ def _gradient_outputs(out: object, case: Case, spec: OpSpec) -> list[tuple[objec
                             f"{spec.name} returns {returns}")
     shapes = {"dx": case.x.shape, "dgamma": (case.cols,), "dbeta": (case.cols,)}
     return [(a, shapes[n], n) for n, a in zip(names, items)]
-
-
-class _CallTimeout(BaseException):
-    """Raised by SIGALRM inside a user's function; a BaseException so ``except Exception`` in the
-    user's code cannot swallow it."""
-
-
-def _call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
-                       seconds: float | None) -> object:
-    """``fn(*args)``, interrupted after ``seconds`` (a Python-level loop stops at once; a long C
-    call, when it returns). Only where SIGALRM is usable: the main thread of a Unix process."""
-    if seconds is None or not hasattr(signal, "setitimer") or (
-            threading.current_thread() is not threading.main_thread()):
-        return fn(*args)
-
-    def expire(signum: int, frame: object) -> None:
-        raise _CallTimeout
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    try:
-        # The alarm can fire anywhere from its setting to its clearing, the clearing included (a
-        # timeout as long as the call itself): every place it can land is inside the handler's try.
-        try:
-            signal.setitimer(signal.ITIMER_REAL, seconds)
-            return fn(*args)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _CallTimeout:
-        raise FatalTargetError(f"did not return within {seconds:g} s (call timeout)") from None
-    finally:
-        signal.signal(signal.SIGALRM, previous)
 
 
 def target_from_spec(spec: KernelSpec) -> Target:

@@ -1,8 +1,11 @@
 """pytest plugin (entry point ``pytest11``): markers, options, Hypothesis profiles, fixtures.
 
-Markers: ``numerics`` (hunts), ``perf`` (bandwidth gates on the GPU), ``gpu`` (needs a usable GPU;
-skipped with the reason otherwise). Options are parsed once into a frozen :class:`PluginOptions` kept
-in ``config.stash``. Nothing heavy is imported until a hook or fixture needs it.
+Markers: ``numerics`` (hunts), ``perf`` (bandwidth gates on the GPU). Options are parsed once into a
+frozen :class:`PluginOptions` kept in ``config.stash``. Nothing heavy is imported until a hook or
+fixture needs it. The plugin is loaded in every project where normprops is installed, so it changes
+nothing of a project's own: not its tests' markers, nor its processes' threads or GPU.
+:func:`share_cores` and :func:`pin_worker_gpu` are for a project's ``conftest.py`` that wants them
+(normprops' own calls both).
 
 ``--normprops-time-budget SECONDS`` bounds the session's hunts: the hunt running when the time is
 spent ends with what it found (its result says ``cut_short``), and later tests that hunt skip.
@@ -26,7 +29,8 @@ from hypothesis import HealthCheck, settings
 
 from normprops.jsonio import output_dir_problem
 
-__all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY", "worker_device", "HUNT_PROPERTY"]
+__all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY", "worker_device", "worker_threads",
+           "share_cores", "pin_worker_gpu", "HUNT_PROPERTY"]
 
 PROFILES = {
     "ci": dict(max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True,
@@ -86,12 +90,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "numerics: hunts kernels for numerical bugs (Hypothesis)")
-    config.addinivalue_line("markers", "perf: bandwidth gates; needs a GPU, skipped under xdist")
-    config.addinivalue_line("markers", "gpu: needs a usable CUDA GPU; skipped with the reason otherwise")
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker:
-        _pin_worker_gpu(worker)
-        share_cores(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
+    config.addinivalue_line("markers", "perf: bandwidth gates on the GPU")
     backends = config.getoption("--normprops-backend")
     if backends:
         from normprops.specs import KERNELS
@@ -129,7 +128,9 @@ def _share_options(options: PluginOptions) -> None:
     from normprops.api import SessionDefaults, use_session_defaults
 
     def spent(why: str) -> None:
-        pytest.skip(f"{why} (--normprops-time-budget {options.time_budget:g})")
+        __tracebackhide__ = True  # the skip is reported at the test that hunted
+        budget = options.time_budget
+        pytest.skip(why if budget is None else f"{why} (--normprops-time-budget {budget:g})")
 
     use_session_defaults(SessionDefaults(fixtures_dir=options.fixtures_dir, policy=options.policy,
                                          oracle=options.oracle, deadline=options.deadline,
@@ -177,7 +178,9 @@ def share_cores(workers: int) -> None:
         torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
 
-def _pin_worker_gpu(worker_id: str) -> None:
+def pin_worker_gpu(worker_id: str) -> None:
+    """Make xdist worker ``worker_id``'s CuPy device :func:`worker_device`'s (where there are GPUs
+    to choose from)."""
     try:
         import cupy
 
@@ -187,20 +190,6 @@ def _pin_worker_gpu(worker_id: str) -> None:
     device = worker_device(worker_id, count)
     if device is not None and count > 1:
         cupy.cuda.runtime.setDevice(device)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """GPU tests skip with the reason where no GPU is usable, reported at the test itself."""
-    gpu = [item for item in items if item.get_closest_marker("gpu") is not None]
-    if not gpu:
-        return
-    from normprops.specs import backend_status
-
-    ok, why = backend_status("cuda")
-    if not ok:
-        skip = pytest.mark.skip(reason=f"needs a usable CUDA GPU: {why}")
-        for item in gpu:
-            item.add_marker(skip)
 
 
 @pytest.fixture

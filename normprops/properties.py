@@ -65,14 +65,14 @@ def _call(target: Target, case: Case, *, check_inputs: bool = True) -> np.ndarra
     except KeyboardInterrupt:  # Ctrl-C is the user's
         raise
     except BaseException as exc:  # a user's kernel may raise anything; that is a finding, not a crash
-        if _is_test_outcome(exc):  # pytest.skip, importorskip, xfail, fail: the test's, not ours
+        if is_test_outcome(exc):  # pytest.skip, importorskip, xfail, fail: the test's, not ours
             raise
         message = _message(exc)
         reason = f"raised {type(exc).__name__}{': ' if message else ''}{message}{_where(exc)}"
     return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
 
 
-def _is_test_outcome(exc: BaseException) -> bool:
+def is_test_outcome(exc: BaseException) -> bool:
     """``exc`` is pytest's way of ending a test (skip, xfail, fail, exit), which derives from
     BaseException: raised in a kernel, it ends the test that hunts it, as it would anywhere."""
     return any(cls.__module__ == "_pytest.outcomes" for cls in type(exc).__mro__)

@@ -368,6 +368,27 @@ class Report:
         never failures."""
         return [f for result, _ in self.results for f in information_of(result)]
 
+    def __str__(self) -> str:
+        """What the run found, as the command line prints it (``print(report)``): the matrix, each
+        finding with its minimal input, the information, the notes and hints, and a last line."""
+        results = self.to_json()["results"]
+        cells = [cell_from_json(r) for r in results]
+        lines = [render_matrix(cells), matrix_legend(cells)] if cells else []
+        lines += [format_finding(f) for f in self.failures]
+        lines += [f"{WORDS[f.property]} ({f.family}): information, not a failure\n"
+                  f"{format_finding(f, indent='      ')}" for f in self.information]
+        lines += self.notes + self.hints
+        examples = sum(r.get("examples") or 0 for r in results)
+        if self.error is not None:
+            lines.append(f"did not finish: {self.error}")
+        elif self.failures:
+            lines.append(f"{len(self.failures)} failure{'s' * (len(self.failures) != 1)} "
+                         f"({examples} examples)")
+        else:
+            lines.append(f"no counterexample in {examples} examples"
+                         + (" (cut short by its time budget)" if self.cut_short else ""))
+        return "\n".join(lines)
+
     def to_json(self) -> dict[str, Any]:
         from normprops import __version__
 

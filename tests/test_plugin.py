@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from normprops.specs import backend_status
@@ -21,20 +23,43 @@ def test_markers_are_registered_under_strict_markers(pytester: pytest.Pytester) 
     result.assert_outcomes(passed=1, deselected=1)
 
 
-def test_gpu_marker_skips_with_a_reason(pytester: pytest.Pytester) -> None:
+def test_the_plugin_leaves_a_projects_own_markers_threads_and_gpu_alone(
+        pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin loads in every project where normprops is installed: a project's own ``gpu``
+    tests were skipped by normprops' rule (no CuPy: skipped, torch or not), and under xdist every
+    worker's OpenMP and torch threads were cut to its share of the cores."""
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # this suite's own worker set it
+    monkeypatch.delenv("MKL_NUM_THREADS", raising=False)
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: the project's own\n")
+    pytester.makepyfile("""
+        import os
+        import pytest
+
+        @pytest.mark.gpu
+        def test_mine():
+            assert "OMP_NUM_THREADS" not in os.environ and "MKL_NUM_THREADS" not in os.environ
+    """)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--strict-markers")
+    result.assert_outcomes(passed=1)
+
+
+def test_this_suites_gpu_tests_skip_with_the_reason_where_no_gpu_is_usable(
+        pytester: pytest.Pytester) -> None:
+    # The rule lives in the project's own conftest.py, for its own tests.
+    pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
     pytester.makepyfile("""
         import pytest
 
         @pytest.mark.gpu
         def test_needs_gpu(): pass
     """)
-    result = pytester.runpytest("-rs")
-    usable, _ = backend_status("cuda")
+    result = pytester.runpytest("-rs", "-vv", "--strict-markers")
+    usable, why = backend_status("cuda")
     if usable:  # a GPU machine runs it
         result.assert_outcomes(passed=1)
         return
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["*needs a usable CUDA GPU*"])
+    assert f"needs a usable CUDA GPU: {why}" in result.stdout.str()
 
 
 def test_options_reach_the_hunt_config(pytester: pytest.Pytester) -> None:
@@ -135,8 +160,11 @@ def test_a_time_budget_cuts_the_running_hunt_and_skips_the_later_ones(pytester: 
     # The budget runs from the first test, after collection (which imports the frameworks).
     result = pytester.runpytest_subprocess("--normprops-time-budget", "3", "-p", "no:randomly", "-rs")
     result.assert_outcomes(passed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*the normprops time budget of 3 s was spent*",
-                                 "*time budget was spent before this hunt (--normprops-time-budget 3)*"])
+    # Each skip is reported at the test, not at the line of normprops that skipped it.
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_a_time_budget_cuts*.py:*: the normprops time "
+                                 "budget of 3 s was spent*",
+                                 "SKIPPED [[]1[]] test_a_time_budget_cuts*.py:*: the session's normprops "
+                                 "time budget was spent before this hunt (--normprops-time-budget 3)*"])
 
 
 def test_a_time_budget_must_be_positive(pytester: pytest.Pytester) -> None:
@@ -170,3 +198,50 @@ def test_a_worker_keeps_a_thread_count_the_user_set(monkeypatch: pytest.MonkeyPa
     import os
 
     assert os.environ["OMP_NUM_THREADS"] == "3" and os.environ["MKL_NUM_THREADS"] == "1"
+
+
+def test_a_timeout_plugins_alarm_ends_the_test_and_the_hunt_at_once(pytester: pytest.Pytester) -> None:
+    """pytest-timeout's alarm ends a test with ``pytest.fail`` from a signal handler, inside the
+    kernel's call. Hypothesis took that ``Failed`` for a failing example and called the kernel
+    again to shrink it; and a hunt with a call timeout cleared the alarm, so it never fired."""
+    pytester.makepyfile("""
+        import signal
+        import time
+
+        import numpy as np
+        import pytest
+
+        import normprops
+
+        def slow_softmax(x):
+            time.sleep(0.2)
+            e = np.exp(x.astype(np.float64) - x.max(axis=1, keepdims=True))
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+
+        @pytest.fixture
+        def alarm():
+            # What pytest-timeout's signal method does.
+            def fire(signum, frame):
+                pytest.fail("Timeout (the alarm)")
+            signal.signal(signal.SIGALRM, fire)
+            yield lambda seconds: signal.setitimer(signal.ITIMER_REAL, seconds)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, signal.SIG_DFL)
+
+        def test_the_alarm_fires_inside_the_hunt(alarm):
+            alarm(1.0)
+            normprops.assert_robust(slow_softmax, op="softmax", max_examples=500, call_timeout=30)
+
+        def test_the_alarm_fires_after_the_hunt(alarm):
+            alarm(2.0)
+            normprops.assert_robust(slow_softmax, op="softmax", families=["ordinary"], max_examples=2,
+                                    call_timeout=30)
+            time.sleep(10)
+    """)
+    import time
+
+    start = time.monotonic()
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-p", "no:randomly")
+    assert time.monotonic() - start < 30, result.stdout.str()
+    result.assert_outcomes(failed=2)
+    assert result.stdout.str().count("Timeout (the alarm)") >= 2

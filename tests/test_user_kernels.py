@@ -528,6 +528,7 @@ def test_hunt_kernel_saves_fixtures_when_asked(tmp_path: Path) -> None:
     (dict(op="softmax", families=5), "families must be family names .* but was 5"),
     (dict(op="softmax", fixtures_dir=123), r"fixtures_dir must be a folder's path .* but was 123"),
     (dict(op="softmax", fixtures_dir=__file__), "fixtures_dir=.* is a file; name a directory"),
+    (dict(op="softmax", fixtures_dir=""), r"fixtures_dir must be a folder's path .* but was ''"),
 ])
 def test_hunt_kernel_argument_errors_name_the_argument(kwargs, message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -1000,3 +1001,107 @@ def test_a_fixtures_folder_that_cannot_be_looked_at_is_a_usage_error(monkeypatch
     monkeypatch.setattr(Path, "exists", exists)
     with pytest.raises(UsageError, match=r"fixtures_dir='/tmp/locked/fx': cannot be looked at \(Permission"):
         normprops.hunt_kernel(softmax_vec4, op="softmax", fixtures_dir="/tmp/locked/fx")
+
+
+# --- the API as a test author meets it -----------------------------------------------------------
+
+
+def test_a_call_timeout_is_kept_by_default_as_on_the_command_line() -> None:
+    # A kernel that hangs stopped the CLI's hunt after 60 s and blocked the API's for ever.
+    report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=5,
+                                   cols_multiple_of=4, seed=0)
+    assert report.targets[0]["call_timeout"] == 60.0
+
+
+def test_a_call_timeout_that_cannot_be_kept_in_a_thread_says_so() -> None:
+    import threading
+    import warnings
+
+    caught: list[warnings.WarningMessage] = []
+
+    def hunt() -> None:
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=3,
+                                  cols_multiple_of=4, seed=0)
+            normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=3,
+                                  cols_multiple_of=4, seed=0, call_timeout=None)
+        caught.extend(seen)
+
+    thread = threading.Thread(target=hunt, name="worker-1")
+    thread.start()
+    thread.join()
+    (warning,) = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    assert str(warning.message).startswith(
+        "call_timeout=60 cannot be kept here (the hunt runs in thread 'worker-1', not the main thread): "
+        "a call of softmax_vec4 that hangs is not stopped; pass call_timeout=None")
+    assert warning.filename == __file__  # at the caller's line
+
+
+def test_a_keyword_typo_names_the_function_called_and_the_keyword_meant() -> None:
+    with pytest.raises(TypeError, match=r"^assert_robust\(\) got an unexpected keyword argument "
+                                        r"'max_example'; did you mean 'max_examples'\?$"):
+        normprops.assert_robust(softmax_vec4, op="softmax", max_example=3)
+    with pytest.raises(TypeError, match=r"^hunt_kernel\(\) got an unexpected keyword argument "
+                                        r"'famlies'; did you mean 'families'\?$"):
+        normprops.hunt_kernel(softmax_vec4, op="softmax", famlies=["tiny"])
+
+
+def test_an_argument_error_is_one_line_at_the_users_call(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_args=textwrap.dedent('''
+        import numpy as np
+        import normprops
+
+        def softmax(x):
+            return x
+
+        def test_dtype():
+            normprops.assert_robust(softmax, op="softmax", dtype="fp32")
+
+        def test_family():
+            normprops.hunt_kernel(softmax, op="softmax", families=["ordnary"])
+    '''))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=2)
+    text = result.stdout.str()
+    assert "UsageError: dtype must be one of float32, bfloat16, float16 but was 'fp32'" in text
+    assert "UsageError: families: 'ordnary' not a family of softmax" in text
+    # Only the test's own lines: none of normprops' frames down to where the argument was checked.
+    for frame in ("api.py", "launch.py", "frameworks.py", "def get_adapter", "def _families"):
+        assert frame not in text, frame
+
+
+def test_a_hunt_that_judged_nothing_is_no_pass(monkeypatch: pytest.MonkeyPatch,
+                                               pytester: pytest.Pytester) -> None:
+    from normprops.api import SessionDefaults
+    from normprops.examples.planted import softmax_no_shift
+
+    # Outside pytest: an AssertionError that says so (it returned as if the buggy kernel passed).
+    monkeypatch.setattr(normprops.api, "_SESSION", [SessionDefaults()])
+    with pytest.raises(AssertionError, match="nothing judged: the time budget was spent before the "
+                                             "first example"):
+        normprops.assert_robust(softmax_no_shift, op="softmax", time_budget=1e-9, max_examples=20)
+    # Under pytest: skipped, with the reason, at the test's own line.
+    pytester.makepyfile(test_budget=textwrap.dedent('''
+        import normprops
+        from normprops.examples.planted import softmax_no_shift
+
+        def test_budget():
+            normprops.assert_robust(softmax_no_shift, op="softmax", time_budget=1e-9)
+    '''))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_budget.py:*: nothing judged: the time budget was "
+                                 "spent before the first example*"])
+
+
+def test_a_report_prints_as_the_command_line_does() -> None:
+    from normprops.examples.planted import softmax_no_shift
+
+    report = normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["ordinary", "overflow_logits"],
+                                   max_examples=20, seed=0)
+    text = str(report)
+    lines = text.splitlines()
+    assert lines[0] == "softmax (python)" and lines[2].split() == ["softmax_no_shift", "pass", "finite"]
+    assert "softmax[softmax_no_shift] overflow_logits finite: " in text and "x[0] = [" in text
+    assert lines[-1].startswith("1 failure (") and len(text) < 2000
