@@ -142,7 +142,8 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
                    help="examples per family and property (default 100)")
     h.add_argument("--seed", type=int, metavar="N",
-                   help="Hypothesis seed, for a repeatable hunt (default: a fresh one, shown in the header)")
+                   help="Hypothesis seed, for a repeatable hunt (default: a fresh one, shown in the header; "
+                        "0 where the CI environment variable is set)")
     h.add_argument("--json", type=Path, metavar="PATH",
                    help="write a JSON report here (written on every exit but a usage error, Ctrl-C "
                         "included; a registry hunt rewrites it after every cell)")
