@@ -176,10 +176,20 @@ def use_session_defaults(defaults: SessionDefaults) -> None:
     _SESSION[0] = defaults
 
 
+def _callers_level() -> int:
+    """The ``stacklevel`` of a warning issued in normprops that points at the first frame outside
+    it: the user's call, through ``assert_robust`` or not."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
+
+
 def _unknown_keywords(name: str, signature: inspect.Signature, kwargs: dict[str, Any]) -> None:
     """TypeError naming ``name`` (the function the user called) and the nearest keyword, for a
     keyword ``signature`` does not take (``max_example`` for ``max_examples``)."""
-    known = [p for p in signature.parameters if p != "fn"]
+    known = list(signature.parameters)
     for key in kwargs:
         if key not in known:
             near = difflib.get_close_matches(key, known, n=1)
@@ -284,11 +294,17 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                                   reduction=reduction, arithmetic=arithmetic, opt_in=opt_in,
                                   timeout_s=call_timeout, row_reduction=row_reduction, mask=mask,
                                   mask_fill=mask_fill, variance=variance)
+    # The default object itself (not an equal value the caller passed): asked for by default, a
+    # timeout that cannot be kept is dropped quietly; asked for by name, it is said.
+    default = call_timeout is _DEFAULT_CALL_TIMEOUT[0]
     problem = None if call_timeout is None else call_timeout_problem()
     if problem:
-        warnings.warn(f"call_timeout={call_timeout:g} cannot be kept here ({problem}): a call of "
-                      f"{getattr(fn, '__name__', 'fn')} that hangs is not stopped; pass call_timeout=None "
-                      f"to hunt without one, or hunt from the main thread", RuntimeWarning, stacklevel=3)
+        if not default:
+            warnings.warn(f"call_timeout={call_timeout:g} cannot be kept here ({problem}): a call of "
+                          f"{getattr(fn, '__name__', 'fn')} that hangs is not stopped; pass "
+                          f"call_timeout=None to hunt without one, or hunt from the main thread",
+                          RuntimeWarning, stacklevel=_callers_level())
+        call_timeout = None
     chosen = _families(op, families)
     current = hypothesis_settings()
     session = _SESSION[0]
@@ -366,10 +382,12 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     _unknown_keywords("assert_robust", inspect.signature(hunt_kernel), kwargs)
     report = hunt_kernel(fn, **kwargs)
     if report.passed and report.cut_short and not any(r.examples for r, _ in report.results):
-        # A hunt that judged nothing is no evidence: not a pass (as the CLI's exit status 5).
+        # A hunt that judged nothing is no evidence: not a pass (as the CLI's exit status 5). The
+        # session's budget spent skips the test, as a hunt that starts after it; the call's own fails.
         why = "nothing judged: the time budget was spent before the first example"
         session = _SESSION[0]
-        if session.when_spent is not None:
+        if (session.when_spent is not None and session.deadline is not None
+                and time.monotonic() >= session.deadline):
             session.when_spent(why)
         raise AssertionError(f"normprops: {why}; give the hunt more time (time_budget=)")
     if report.passed:
@@ -455,3 +473,7 @@ def _fill_flag(fill: float | str) -> str:
 
 # help(), IDEs and inspect show hunt_kernel's keywords, which assert_robust takes as they are.
 assert_robust.__signature__ = inspect.signature(hunt_kernel)  # type: ignore[attr-defined]
+
+
+#: hunt_kernel's call_timeout default, the object itself (see hunt_kernel).
+_DEFAULT_CALL_TIMEOUT = [inspect.signature(hunt_kernel).parameters["call_timeout"].default]

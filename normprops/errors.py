@@ -17,7 +17,7 @@
 from __future__ import annotations
 
 __all__ = ["ContractError", "FatalTargetError", "UsageError", "ImplError", "FixtureError", "WriteError",
-           "a_or_an", "describe_exit"]
+           "a_or_an", "describe_exit", "is_test_outcome"]
 
 
 class ContractError(Exception):
@@ -63,3 +63,9 @@ def a_or_an(word: str) -> str:
 def describe_exit(exc: SystemExit) -> str:
     """What a kernel's ``SystemExit`` was, as a finding reads it: "called sys.exit(3)"."""
     return f"called sys.exit({'' if exc.code is None else repr(exc.code)})"
+
+
+def is_test_outcome(exc: BaseException) -> bool:
+    """``exc`` is pytest's way of ending a test (skip, xfail, fail, exit), which derives from
+    BaseException: raised in a kernel, it ends the test that hunts it, as it would anywhere."""
+    return any(cls.__module__ == "_pytest.outcomes" for cls in type(exc).__mro__)

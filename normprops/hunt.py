@@ -27,12 +27,12 @@ from normprops import interrupt
 from normprops.backward_properties import quoting_exact
 from normprops.backward_strategies import grad_cases
 from normprops.case import Case
-from normprops.errors import FatalTargetError
+from normprops.errors import FatalTargetError, is_test_outcome
 from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import PROPERTIES, is_backward
 from normprops.oracles import ORACLES, POLICIES
-from normprops.properties import evaluate, is_test_outcome
+from normprops.properties import evaluate
 from normprops.strategies import FAMILIES, cases, families_for, widest_cols
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
@@ -52,8 +52,8 @@ class _BudgetSpent(BaseException):
 
 class _EndsTheTest(BaseException):
     """Carries pytest's way of ending a test (``pytest.fail``, ``skip``; pytest-timeout's alarm),
-    raised inside a call of the kernel, past Hypothesis: it would take ``Failed`` for a failing
-    example and call the kernel again to shrink it, so a timed-out test never ended."""
+    raised inside a call of the kernel, past Hypothesis, which takes ``Failed`` for a failing
+    example and would call the kernel again to shrink it: the test ends at once instead."""
 
     def __init__(self, outcome: BaseException) -> None:
         super().__init__(outcome)

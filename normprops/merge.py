@@ -256,7 +256,8 @@ def merge_reports(paths: Iterable[Path], *, allow_incomplete: bool = False) -> d
 
 
 #: What a cell of a user's kernel carries in a merged report besides the hunt's own fields: the
-#: kernel it is of, so that hunts of other kernels of one name stay apart.
+#: kernel it is of, so that hunts of other kernels of one name stay apart. Its device is the kind
+#: (``cuda``, not ``cuda:1``): the shards of one hunt may each run on a GPU of their own.
 CELL_KERNEL = ("impl", "framework", "dtype", "device")
 
 
@@ -269,7 +270,9 @@ def _with_kernel(doc: dict[str, Any]):
         if not doc.get("impl") or result.get("impl"):
             return result  # a registry's cell, or one an earlier merge already named
         target = targets.get(result.get("target"), {})
-        return {**result, "impl": doc["impl"], **{k: target.get(k) for k in CELL_KERNEL[1:]}}
+        kernel = {k: target.get(k) for k in CELL_KERNEL[1:]}
+        kernel["device"] = None if kernel["device"] is None else str(kernel["device"]).split(":")[0]
+        return {**result, "impl": doc["impl"], **kernel}
 
     return add
 
@@ -287,9 +290,10 @@ def _shown_kernel(result: dict[str, Any]) -> str:
 
 def _told_apart(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """``results``, the cells of users' kernels that would share a row of the matrix (one op, one
-    function name) renamed by what tells them apart: their ``--impl`` where those differ, then
-    their framework, storage type or device (``softmax`` from two modules reads ``a:softmax`` and
-    ``b:softmax``; one function at two storage types ``f float32`` and ``f bfloat16``)."""
+    function name) given a ``row`` to be shown as, by what tells them apart: their ``--impl``
+    where those differ, then their framework, storage type or device (``softmax`` from two modules
+    reads ``a:softmax`` and ``b:softmax``; one function at two storage types ``f float32`` and
+    ``f bfloat16``). Their ``kernel`` stays as it is: it is what a later merge tells cells by."""
     rows: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
     for r in results:
         if r.get("impl"):
@@ -300,7 +304,9 @@ def _told_apart(results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if len(kernels) > 1:
             differ = [i for i, k in enumerate(CELL_KERNEL) if len({kernel[i] for kernel in kernels}) > 1]
             name = str(r["impl"]) if 0 in differ else _shown_kernel(r)
-            r = {**r, "kernel": " ".join([name, *(str(r.get(CELL_KERNEL[i])) for i in differ if i)])}
+            r = {**r, "row": " ".join([name, *(str(r.get(CELL_KERNEL[i])) for i in differ if i)])}
+        else:
+            r = {k: v for k, v in r.items() if k != "row"}  # named apart in an earlier merge only
         out.append(r)
     return out
 

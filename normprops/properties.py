@@ -18,7 +18,7 @@ import numpy as np
 from normprops.backward_properties import evaluate_grad
 from normprops.case import Case
 from normprops.dtypes import get_dtype, to_dtype
-from normprops.errors import ContractError, FatalTargetError, describe_exit
+from normprops.errors import ContractError, FatalTargetError, describe_exit, is_test_outcome
 from normprops.judge import (
     Verdict,
     judge_bitwise,
@@ -70,12 +70,6 @@ def _call(target: Target, case: Case, *, check_inputs: bool = True) -> np.ndarra
         message = _message(exc)
         reason = f"raised {type(exc).__name__}{': ' if message else ''}{message}{_where(exc)}"
     return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
-
-
-def is_test_outcome(exc: BaseException) -> bool:
-    """``exc`` is pytest's way of ending a test (skip, xfail, fail, exit), which derives from
-    BaseException: raised in a kernel, it ends the test that hunts it, as it would anywhere."""
-    return any(cls.__module__ == "_pytest.outcomes" for cls in type(exc).__mro__)
 
 
 def _message(exc: BaseException) -> str:

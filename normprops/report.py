@@ -173,7 +173,7 @@ def cell_from_json(result: dict[str, Any]) -> Cell:
     """The matrix cell of one entry of a JSON report's ``results``."""
     backend = result.get("backend") or ""
     op = result.get("op") or result["target"].split("[", 1)[0]
-    kernel = result.get("kernel") or result["target"]
+    kernel = result.get("row") or result.get("kernel") or result["target"]  # "row": merge.py
     return Cell(f"{op} ({backend})" if backend else op, kernel, result["family"],
                 _cell(result["passed"], result["properties"],
                       bool(result.get("interrupted") or result.get("cut_short")), result.get("expected"),

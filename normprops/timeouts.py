@@ -39,14 +39,18 @@ def call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
     if seconds is None or call_timeout_problem() is not None:
         return fn(*args)
     outer_left, outer_interval = signal.getitimer(signal.ITIMER_REAL)
-    if 0 < outer_left <= seconds:
+    previous = signal.getsignal(signal.SIGALRM)
+    if previous is None or (outer_left > 0 and not callable(previous)) or 0 < outer_left <= seconds:
+        # A handler set outside Python (None) cannot be put back, and an alarm pending under the
+        # default or ignored disposition must not be re-armed under ours: left alone, as is an
+        # alarm due first, which bounds the call with its own handler.
         return fn(*args)
     start = time.monotonic()
 
     def expire(signum: int, frame: object) -> None:
         raise _CallTimeout
 
-    previous = signal.signal(signal.SIGALRM, expire)
+    signal.signal(signal.SIGALRM, expire)
     try:
         # The alarm can fire anywhere from its setting to its clearing, the clearing included (a
         # timeout as long as the call itself): every place it can land is inside the handler's try.
@@ -56,9 +60,10 @@ def call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _CallTimeout:
-        raise FatalTargetError(f"did not return within {seconds:g} s (call timeout)") from None
+        raise FatalTargetError(f"did not return within {seconds:g} s (call timeout; raise "
+                               f"--call-timeout / call_timeout= for a slow first call)") from None
     finally:
-        signal.signal(signal.SIGALRM, signal.SIG_DFL if previous is None else previous)
+        signal.signal(signal.SIGALRM, previous)
         if outer_left > 0:  # due later than ours: what is left of it (an overdue one fires now)
             left = outer_left - (time.monotonic() - start)
             signal.setitimer(signal.ITIMER_REAL, max(left, 1e-6), outer_interval)

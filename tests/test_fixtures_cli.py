@@ -345,7 +345,8 @@ def test_fixtures_prune_keeps_what_a_stopped_replay_did_not_judge(fixtures: Path
     code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs",
                        "--call-timeout", "0.3")
     assert code == 1, out
-    assert "the replay stopped (did not return within 0.3 s (call timeout)): 1 fixture not run, kept" in out
+    assert ("the replay stopped (did not return within 0.3 s (call timeout; raise --call-timeout / "
+            "call_timeout= for a slow first call)): 1 fixture not run, kept") in out
     assert set(_fixture_docs(fixtures)) == set(docs)
 
 

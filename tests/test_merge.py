@@ -333,9 +333,8 @@ def _impl_doc(impl: str, *, op: str = "softmax", dtype: str = "float32", passed:
 
 
 def test_kernels_of_one_function_name_merge_side_by_side_each_named(tmp_path: Path) -> None:
-    """Cells were told apart by function name alone: two modules' ``softmax`` were one cell (a
-    problem, or with --allow-incomplete whichever came first), and a softmax and a layer norm both
-    called ``fwd`` one cell, the second dropped without a word."""
+    """A cell is its kernel's, not its function name's: two modules' ``fwd`` are two rows, whichever
+    report comes first, and a softmax and a layer norm both called ``fwd`` are both kept."""
     good = _write(tmp_path / "good.json", _impl_doc("mine:fwd"))
     bad = _write(tmp_path / "bad.json", _impl_doc("fast:fwd", passed=False))
     norm = _write(tmp_path / "norm.json", _impl_doc("norms:fwd", op="layernorm"))
@@ -349,6 +348,34 @@ def test_kernels_of_one_function_name_merge_side_by_side_each_named(tmp_path: Pa
     merged = merge_reports([Path(good), Path(bad)])
     (failure,) = merged["failures"]
     assert failure["impl"] == "fast:fwd"  # which kernel's, in the merged report too
+    # A merged report merges again as its kernels: nothing counted twice, every row named apart.
+    again = _write(tmp_path / "merged.json", merged)
+    remerged = merge_reports([Path(again), Path(bad), Path(norm)])
+    assert remerged["complete"] is True and len(remerged["failures"]) == 1
+    rows = sorted((r["op"], r.get("row") or r["kernel"]) for r in remerged["results"])
+    assert rows == [("layernorm", "fwd"), ("softmax", "fast:fwd"), ("softmax", "mine:fwd")]
+    assert {r["kernel"] for r in remerged["results"]} == {"fwd"}  # the name, as each hunt gave it
+
+
+def test_the_shards_of_one_kernel_on_two_gpus_are_one_row(tmp_path: Path) -> None:
+    docs = [_impl_doc("mine:fwd", family=family, shard=f"{k}/2", families=["ordinary", "tiny"])
+            for k, family in ((1, "ordinary"), (2, "tiny"))]
+    for k, doc in enumerate(docs):
+        doc["targets"][0].update(framework="torch", device=f"cuda:{k}")
+    merged = merge_reports([Path(_write(tmp_path / f"s{k}.json", d)) for k, d in enumerate(docs)])
+    assert merged["complete"] is True
+    assert [(r.get("row"), r["kernel"], r["device"]) for r in merged["results"]] == [
+        (None, "fwd", "cuda"), (None, "fwd", "cuda")]
+
+
+def test_a_refused_merge_never_writes_over_a_report_it_was_given(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    s1 = _write(Path("all.json"), _shard_doc(1))  # shard 2/2 missing: refused
+    before = Path(s1).read_text()
+    code, out, err = run("report", "merge", s1, "--json", "all.json")
+    assert code == 3 and Path(s1).read_text() == before
+    assert "normprops report merge: all.json not written: it is one of the reports given" in err
 
 
 def test_one_function_at_two_storage_types_is_two_kernels(tmp_path: Path) -> None:
@@ -359,7 +386,7 @@ def test_one_function_at_two_storage_types_is_two_kernels(tmp_path: Path) -> Non
     paths = [Path(_write(tmp_path / f"r{i}.json", doc)) for i, doc in enumerate(docs)]
     merged = merge_reports(paths)
     assert merged["complete"] is True and len(merged["results"]) == 4
-    assert {(r["kernel"], r["family"]): r["passed"] for r in merged["results"]} == {
+    assert {(r["row"], r["family"]): r["passed"] for r in merged["results"]} == {
         ("fwd float32", "ordinary"): True, ("fwd float32", "tiny"): True,
         ("fwd bfloat16", "ordinary"): False, ("fwd bfloat16", "tiny"): False}
     assert len(merged["failures"]) == 2
@@ -370,8 +397,8 @@ def test_one_function_at_two_storage_types_is_two_kernels(tmp_path: Path) -> Non
 
 
 def test_an_empty_shard_is_a_part_of_the_whole(user_module: str, tmp_path: Path) -> None:
-    """More shards than families: the empty one says so and exits 0, and its report merges (it was
-    a usage error, and a fixed job matrix could then never merge)."""
+    """More shards than families: the empty one says so and exits 0, and its report merges, so a
+    fixed job matrix fits any selection of families."""
     common = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
               "ordinary,tiny", "--max-examples", "5", "--seed", "0", "--no-fixtures"]
     for k in (1, 2, 3):

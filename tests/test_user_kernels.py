@@ -1007,7 +1007,7 @@ def test_a_fixtures_folder_that_cannot_be_looked_at_is_a_usage_error(monkeypatch
 
 
 def test_a_call_timeout_is_kept_by_default_as_on_the_command_line() -> None:
-    # A kernel that hangs stopped the CLI's hunt after 60 s and blocked the API's for ever.
+    # As --call-timeout's: a kernel that hangs stops the hunt, from Python as from the shell.
     report = normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=5,
                                    cols_multiple_of=4, seed=0)
     assert report.targets[0]["call_timeout"] == 60.0
@@ -1022,10 +1022,14 @@ def test_a_call_timeout_that_cannot_be_kept_in_a_thread_says_so() -> None:
     def hunt() -> None:
         with warnings.catch_warnings(record=True) as seen:
             warnings.simplefilter("always")
+            # Asked for by default or not at all: nothing to say. Asked for by name: said, at the
+            # caller's line, through assert_robust too.
             normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=3,
                                   cols_multiple_of=4, seed=0)
             normprops.hunt_kernel(softmax_vec4, op="softmax", families=["ordinary"], max_examples=3,
                                   cols_multiple_of=4, seed=0, call_timeout=None)
+            normprops.assert_robust(softmax_vec4, op="softmax", families=["ordinary"], max_examples=3,
+                                    cols_multiple_of=4, seed=0, call_timeout=60)
         caught.extend(seen)
 
     thread = threading.Thread(target=hunt, name="worker-1")
@@ -1035,7 +1039,7 @@ def test_a_call_timeout_that_cannot_be_kept_in_a_thread_says_so() -> None:
     assert str(warning.message).startswith(
         "call_timeout=60 cannot be kept here (the hunt runs in thread 'worker-1', not the main thread): "
         "a call of softmax_vec4 that hangs is not stopped; pass call_timeout=None")
-    assert warning.filename == __file__  # at the caller's line
+    assert warning.filename == __file__  # at the caller's line, not in normprops
 
 
 def test_a_keyword_typo_names_the_function_called_and_the_keyword_meant() -> None:
@@ -1045,6 +1049,9 @@ def test_a_keyword_typo_names_the_function_called_and_the_keyword_meant() -> Non
     with pytest.raises(TypeError, match=r"^hunt_kernel\(\) got an unexpected keyword argument "
                                         r"'famlies'; did you mean 'families'\?$"):
         normprops.hunt_kernel(softmax_vec4, op="softmax", famlies=["tiny"])
+    # Every parameter is a keyword, the function's too.
+    assert normprops.hunt_kernel(fn=softmax_vec4, op="softmax", families=["tiny"], max_examples=3,
+                                 cols_multiple_of=4, seed=0).passed
 
 
 def test_an_argument_error_is_one_line_at_the_users_call(pytester: pytest.Pytester) -> None:
@@ -1081,7 +1088,8 @@ def test_a_hunt_that_judged_nothing_is_no_pass(monkeypatch: pytest.MonkeyPatch,
     with pytest.raises(AssertionError, match="nothing judged: the time budget was spent before the "
                                              "first example"):
         normprops.assert_robust(softmax_no_shift, op="softmax", time_budget=1e-9, max_examples=20)
-    # Under pytest: skipped, with the reason, at the test's own line.
+    # Under pytest too, with the call's own budget; the session's (--normprops-time-budget) spent
+    # skips it, as it skips a hunt that would start after it.
     pytester.makepyfile(test_budget=textwrap.dedent('''
         import normprops
         from normprops.examples.planted import softmax_no_shift
@@ -1090,9 +1098,9 @@ def test_a_hunt_that_judged_nothing_is_no_pass(monkeypatch: pytest.MonkeyPatch,
             normprops.assert_robust(softmax_no_shift, op="softmax", time_budget=1e-9)
     '''))
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "-rs")
-    result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED [[]1[]] test_budget.py:*: nothing judged: the time budget was "
-                                 "spent before the first example*"])
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*AssertionError: normprops: nothing judged: the time budget was spent "
+                                 "before the first example*"])
 
 
 def test_a_report_prints_as_the_command_line_does() -> None:

@@ -15,7 +15,8 @@
 # report (--resume), taking over the cells it finished and hunting the rest (only BUDGET may
 # change; a hunt of other settings refuses its report, exit 2). Exit status: 0 when every hunt
 # behaved as its registry declares and every merge was whole, 1 when a kernel did not, 2 when a
-# hunt or a merge could not run (its log says why).
+# hunt or a merge could not run (its log says why), 5 when a hunt's BUDGET was spent before its
+# first example (run it again: it resumes).
 set -uo pipefail
 out=${1:-ecosystem-run}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
@@ -48,17 +49,19 @@ for s in "${seeds[@]}"; do
       >> "$out/eco-s$s-$k.log" 2>&1 &
   done
 done
-not_declared=0 broken=0
+not_declared=0 broken=0 starved=0
 for job in $(jobs -p); do
   wait "$job"
   case $? in
     0) ;;
     1) not_declared=$(( not_declared + 1 )) ;;
+    5) starved=$(( starved + 1 )) ;;  # BUDGET spent before the first example: run again to resume
     *) broken=$(( broken + 1 )) ;;
   esac
 done
 echo "$hunts hunts in $(( $(date +%s) - start )) s: $not_declared with a kernel" \
-     "not as declared, $broken that could not run (the logs are $out/eco-s*-*.log)"
+     "not as declared, $starved that judged nothing in BUDGET, $broken that could not run" \
+     "(the logs are $out/eco-s*-*.log)"
 
 plot=0
 python -c "import matplotlib" 2>/dev/null && plot=1  # the matrix drawn too, where [plot] is installed
@@ -73,9 +76,10 @@ for s in "${seeds[@]}"; do
     "${png[@]}" > "$out/matrix-s$s.txt" 2>&1
   merged=$?
   echo "seed $s: merge exit $merged ($out/matrix-s$s.txt)"
-  [ "$merged" -gt 1 ] && broken=$(( broken + 1 ))
+  [ "$merged" -gt 1 ] && [ "$merged" != 5 ] && broken=$(( broken + 1 ))
 done
 python "$tools/seed_matrix.py" --examples "$examples" "${reports[@]}" | tee "$out/seeds.txt"
 [ "$broken" -gt 0 ] && exit 2
 [ "$not_declared" -gt 0 ] && exit 1
+[ "$starved" -gt 0 ] && exit 5
 exit 0

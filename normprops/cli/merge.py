@@ -35,7 +35,13 @@ def _report_merge(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"normprops report merge: nothing merged ({_count(len(exc.problems), 'problem', 'problems')}; "
               f"--allow-incomplete merges anyway, marked incomplete)", file=err)
         # The report is written on this path too, saying why it holds nothing: a CI job that
-        # uploads it finds it, and an older one in its place is not taken for this merge's.
+        # uploads it finds it, and an older one in its place is not taken for this merge's. Not
+        # over one of the reports given, though (`merge all.json new.json --json all.json`).
+        given = {path.resolve() for path in args.reports}
+        if args.json is not None and args.json.resolve() in given:
+            print(f"normprops report merge: {args.json} not written: it is one of the reports given",
+                  file=err)
+            return EXIT_UNREADABLE
         try:
             if args.json is not None:
                 write_json_atomically(args.json, refused_merge(args.reports, exc.problems))

@@ -114,8 +114,8 @@ def _parser() -> argparse.ArgumentParser:
                             f"{EXIT_USAGE} usage error; {EXIT_UNREADABLE} replay: unreadable fixtures, "
                             f"report merge: the reports are not one whole; "
                             f"{EXIT_INTERNAL} internal error or an output not written; "
-                            f"{EXIT_NOTHING} hunt: the time budget was spent before the first "
-                            f"example, replay: nothing to replay; "
+                            f"{EXIT_NOTHING} hunt, report merge: the time budget was spent before "
+                            f"the first example, replay: nothing to replay; "
                             f"{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_TERMINATED} terminated "
                             f"(SIGTERM). " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
@@ -231,11 +231,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Merge JSON reports into one matrix: the shards of one hunt, or hunts of other "
                     "kernels. Each file must be given once, every run must have finished, and all "
                     "must come from the same normprops version. Reports of the same kernels (the "
-                    "same --backend, --op, --kernel or --impl) of which any is a shard (hunt --shard "
+                    "same --backend, --op and --kernel, or the same --impl, framework and storage "
+                    "type) of which any is a shard (hunt --shard "
                     "K/N) must be the shards of one hunt: each of 1/N..N/N once, with the same seed "
                     "and settings. Otherwise each problem is one line and "
-                    f"nothing is merged (exit {EXIT_UNREADABLE}); with --allow-incomplete the "
-                    "merge goes on, its status is the cells' (0 or 1), and the merged report says "
+                    f"nothing is merged (exit {EXIT_UNREADABLE}; --json still written, with no cell "
+                    "and the problems, unless it names one of the reports given); with "
+                    "--allow-incomplete the merge goes on, its status is the cells' (0 or 1, or "
+                    f"{EXIT_NOTHING} where nothing was judged), and the merged report says "
                     "\"complete\": false and why. A hunt cut short by its --time-budget finished: "
                     "it merges, and the merged report says \"cut_short\": true and names it.")
     m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
