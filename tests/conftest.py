@@ -17,3 +17,25 @@ def user_module(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pyt
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     return name
+
+
+@pytest.fixture
+def dev_profile():
+    """The random `dev` profile, whatever profile this run loaded (Hypothesis loads `ci`, which
+    derandomizes, when it sees a CI environment)."""
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    settings.load_profile("dev")
+    yield
+    settings.load_profile(before)
+
+
+@pytest.fixture
+def ci_profile():
+    from hypothesis import settings
+
+    before = settings.get_current_profile_name()
+    settings.load_profile("ci")
+    yield
+    settings.load_profile(before)

@@ -407,14 +407,15 @@ def test_a_hunt_says_when_fixtures_it_would_try_first_cannot_be_read(user_module
     assert note in json.loads(report.read_text())["notes"]
 
 
-def test_a_hunt_without_a_seed_is_repeatable_where_ci_is_set(user_module: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    # As Hypothesis derandomizes where CI is set: a gate gives the same verdict on the same code.
+def test_a_hunt_without_a_seed_is_repeatable_where_hypothesis_derandomizes(user_module: str,
+                                                                           request) -> None:
+    # As Hypothesis derandomizes on a CI service (its ci profile, loaded by itself there): a gate
+    # gives the same verdict on the same code.
     argv = ("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families", "tiny",
             "--max-examples", "3", "--no-fixtures")
-    monkeypatch.setenv("CI", "true")
+    request.getfixturevalue("ci_profile")
     seeds = {run(*argv)[1].splitlines()[0].rpartition("; seed ")[2] for _ in range(2)}
     assert seeds == {"0"}
-    monkeypatch.delenv("CI")
+    request.getfixturevalue("dev_profile")
     seeds = {run(*argv)[1].splitlines()[0].rpartition("; seed ")[2] for _ in range(3)}
     assert len(seeds) == 3 and "0" not in seeds

@@ -915,18 +915,6 @@ def test_a_value_the_storage_type_cannot_hold_is_named_before_the_call() -> None
         check_representable(np.array([65520.0], np.float32), "float16", name="gamma")
 
 
-@pytest.fixture
-def dev_profile():
-    """The random `dev` profile, whatever profile this run loaded (Hypothesis loads `ci`, which
-    derandomizes, when it sees a CI environment)."""
-    from hypothesis import settings
-
-    before = settings.get_current_profile_name()
-    settings.load_profile("dev")
-    yield
-    settings.load_profile(before)
-
-
 def test_an_unseeded_hunt_keeps_its_seed_and_that_seed_repeats_it(dev_profile) -> None:
     from normprops.examples.planted import softmax_no_shift
 
@@ -941,16 +929,6 @@ def test_an_unseeded_hunt_keeps_its_seed_and_that_seed_repeats_it(dev_profile) -
     with pytest.raises(AssertionError, match=r"seed \d+: pass seed=\d+ to repeat this hunt"):
         normprops.assert_robust(softmax_no_shift, op="softmax", families=["overflow_logits"],
                                 max_examples=20)
-
-
-@pytest.fixture
-def ci_profile():
-    from hypothesis import settings
-
-    before = settings.get_current_profile_name()
-    settings.load_profile("ci")
-    yield
-    settings.load_profile(before)
 
 
 def test_a_derandomized_hunt_has_no_seed_and_repeats_without_one(ci_profile) -> None:

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TextIO
 
+from hypothesis import settings as hypothesis_settings
+
 from normprops import interrupt
 from normprops.case import ShapeConstraints
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
@@ -209,8 +211,8 @@ def _flag_names(message: str) -> str:
             .replace("max_cols", "--max-cols"))
 
 
-#: The seed of a hunt without --seed where ``CI`` is set: a gate gives the same verdict on the same
-#: code, as Hypothesis derandomizes where ``CI`` is set (its ``ci`` profile).
+#: The seed of a hunt without --seed where Hypothesis derandomizes (on a CI service it loads its
+#: ``ci`` profile by itself): a gate gives the same verdict on the same code.
 CI_SEED = 0
 
 
@@ -220,7 +222,7 @@ def _config(args: argparse.Namespace) -> HuntConfig:
     if args.seed is not None:
         seed = args.seed
     else:
-        seed = CI_SEED if os.environ.get("CI") else secrets.randbelow(2**31)
+        seed = CI_SEED if hypothesis_settings().derandomize else secrets.randbelow(2**31)
     return HuntConfig(max_examples=args.max_examples, seed=seed, policy=args.policy,
                       oracle=args.oracle)
 

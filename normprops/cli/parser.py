@@ -143,7 +143,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="examples per family and property (default 100)")
     h.add_argument("--seed", type=int, metavar="N",
                    help="Hypothesis seed, for a repeatable hunt (default: a fresh one, shown in the header; "
-                        "0 where the CI environment variable is set)")
+                        "0 on a CI service, where Hypothesis derandomizes)")
     h.add_argument("--json", type=Path, metavar="PATH",
                    help="write a JSON report here (written on every exit but a usage error, Ctrl-C "
                         "included; a registry hunt rewrites it after every cell)")
