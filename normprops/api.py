@@ -259,7 +259,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       right for rows of any finite magnitude, which is otherwise hunted as information only).
     - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops (default 60, as
       ``--call-timeout``; None: no limit). It is kept with SIGALRM, which only the main thread of
-      a Unix process has: elsewhere a call is not stopped, and a ``RuntimeWarning`` says so. An
+      a Unix process has: elsewhere a call is not stopped (a ``RuntimeWarning`` says so where
+      ``call_timeout`` was given). An
       alarm already set (pytest-timeout's) is kept and fires in its own time.
     - ``time_budget``: seconds the whole hunt may take; when they are spent it ends with what it
       found (``report.cut_short``, each result's ``examples`` says how far it got). Under pytest,
@@ -296,7 +297,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                                   mask_fill=mask_fill, variance=variance)
     # The default object itself (not an equal value the caller passed): asked for by default, a
     # timeout that cannot be kept is dropped quietly; asked for by name, it is said.
-    default = call_timeout is _DEFAULT_CALL_TIMEOUT[0]
+    default = call_timeout is _DEFAULT_CALL_TIMEOUT
     problem = None if call_timeout is None else call_timeout_problem()
     if problem:
         if not default:
@@ -476,4 +477,4 @@ assert_robust.__signature__ = inspect.signature(hunt_kernel)  # type: ignore[att
 
 
 #: hunt_kernel's call_timeout default, the object itself (see hunt_kernel).
-_DEFAULT_CALL_TIMEOUT = [inspect.signature(hunt_kernel).parameters["call_timeout"].default]
+_DEFAULT_CALL_TIMEOUT = inspect.signature(hunt_kernel).parameters["call_timeout"].default
