@@ -81,6 +81,12 @@ class ErrorModel:
         """u of the arithmetic: 2^-24 for float32, 2^-8 for bfloat16."""
         return 2.0**-24 if self.arithmetic == "float32" else 2.0**-8
 
+    @property
+    def underflow_rounding(self) -> float:
+        """Half the smallest subnormal of the arithmetic, what IEEE gradual underflow can lose when
+        it rounds a result to a subnormal: 2^-150 for float32, 2^-134 for bfloat16."""
+        return 2.0**-150 if self.arithmetic == "float32" else 2.0**-134
+
     def layernorm_e1(self, cols: int, kappa: Any) -> Any:
         """Layer norm's ``e1`` per row, relative to ``s = sqrt(var + eps)``: the centred value's
         error ``(k + 4) u kappa``, and for a one-pass variance also its error, ``2 (k + 2) u

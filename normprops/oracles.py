@@ -360,21 +360,34 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
     ay = np.abs(ref.y)
     with np.errstate(all="ignore"):
         e1 = model.layernorm_e1(case.cols, ref.kappa)
-        ftz = 0.0
+        s = np.sqrt(ref.stat + case.eps)
         if model.ftz:
             # A flushing machine (docs/tolerances.md, "Flush to zero") loses up to FLT_MIN on each
             # subnormal x and at each of the k steps of the mean's dependency chain, which moves
             # x - mean by (k + 2) FLT_MIN; the variance moves by FLT_MIN (flushed squares) plus
             # 2 FLT_MIN s (flushed inputs), which scales y by FLT_MIN / s + FLT_MIN / (2 s^2).
-            s = np.sqrt(ref.stat + case.eps)
             moved = 1 / s + 0.5 / (s * s)
             if model.variance == "one_pass":
                 # E[x]^2 moves by 2 (k + 2) FLT_MIN |mean| and its own flushed square, E[x^2]
                 # by 2 FLT_MIN sqrt(E[x^2]) <= 2 FLT_MIN (s + |mean|), |mean| <= kappa s.
                 moved = (1 + (k + 3) * ref.kappa) / s + 1 / (s * s)
-            ftz = g * FLT_MIN * ((k + 2) / s + ay * moved)
+            under = g * FLT_MIN * ((k + 2) / s + ay * moved)
+        else:
+            # IEEE gradual underflow (docs/tolerances.md, "Gradual underflow"): the inputs are
+            # exact, but each of the k steps of the mean's chain (a Welford update's delta / n, a
+            # partial mean) that rounds to a subnormal loses up to eta, half the smallest subnormal
+            # (the standard model's fl(a op b) = (a op b)(1 + d) + e, |e| <= eta). That moves
+            # x - mean by (k + 2) eta, which division by s can lift far above the FLT_MIN floors: a
+            # one-hot 1e-39 row of 8191 with eps 1e-12 has a mean of 87 subnormal units, and a
+            # Welford chain that stalls on it is 56 units off. The variance moves by 2 eta (its
+            # squares, its division), which scales y by eta / s^2.
+            moved = 1 / (s * s)
+            if model.variance == "one_pass":
+                # E[x]^2 moves by 2 (k + 2) eta |mean| + eta, E[x^2] by 2 eta.
+                moved = (k + 2) * ref.kappa / s + 1.5 / (s * s)
+            under = g * model.underflow_rounding * ((k + 2) / s + ay * moved)
         tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * u * ay) + 2 * u * np.abs(ref.z)
-               + 4 * FLT_MIN * (1 + g) * (1 + ay) + ftz)
+               + 4 * FLT_MIN * (1 + g) * (1 + ay) + under)
     # Past e1 = 0.25 the arithmetic has no accuracy left to ask for: only a finite output.
     return Tolerance(tol, e1[:, 0] > 0.25)
 
