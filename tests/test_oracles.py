@@ -205,8 +205,8 @@ def test_reference_and_judge_of_the_longest_rows_cost_well_under_a_second(op: st
 
 def _welford_layernorm(x: np.ndarray, gamma: np.ndarray, eps: float, *, chains: int) -> np.ndarray:
     """A float32 layer norm (beta 0) whose mean and variance come from ``chains`` sequential Welford
-    updates over contiguous parts of the row, merged pairwise: Inductor's generated kernel for a
-    2 x 8191 row on an H200 gives the same bits as ``chains=4``."""
+    updates over contiguous parts of the row, merged pairwise, in IEEE arithmetic (numpy keeps
+    subnormals)."""
     out = np.empty_like(x)
     for r, row in enumerate(x):
         parts = []
@@ -229,27 +229,42 @@ def _welford_layernorm(x: np.ndarray, gamma: np.ndarray, eps: float, *, chains: 
     return out
 
 
-def test_gradual_underflow_along_the_means_chain_is_allowed() -> None:
-    # The row a torch.compile layer norm failed on: one 1e-39 among 8190 zeros, eps 1e-12. Its mean
-    # is 87 subnormal units; a Welford chain of 2048 stops moving once delta / n rounds to zero and
-    # ends at 143 units, 1.6 times the exact -mean / s on every zero: 3e-37 off, over the old bound
-    # of 4 FLT_MIN (1 + |gamma|) but within (k + 2) eta / s of the mean's rounding to subnormals.
-    cols = 8191
+def _one_hot_case(magnitude: float, gamma: float, eps: float, cols: int = 8191) -> Case:
     x = np.zeros((2, cols), F32)
-    x[:, 0] = 1e-39
-    gamma = np.full(cols, -3.8994216918945312, F32)
-    case = Case("layernorm", "tiny", x, gamma, np.zeros(cols, F32), float(F32(1e-12)))
+    x[:, 0] = magnitude
+    return Case("layernorm", "tiny", x, np.full(cols, gamma, F32), np.zeros(cols, F32),
+                float(F32(eps)))
+
+
+@pytest.mark.parametrize("magnitude, eps", [(3e-41, 1e-16), (1e-39, 1e-20)])
+def test_gradual_underflow_along_the_means_chain_is_allowed(magnitude: float, eps: float) -> None:
+    # One subnormal among 8190 zeros: the mean is a few subnormal units. A Welford update
+    # mean += (x - mean) / n stops moving once mean / n rounds to zero, so each of the model's 32
+    # chains ends above its exact mean, and division by s = sqrt(eps) lifts that error over the
+    # old floor of 4 FLT_MIN (1 + |gamma|) (2x at eps 1e-16, 130x at 1e-20). It is within
+    # (k + 2) eta / s, eta = 2^-150 lost at each of the chain's k steps.
+    case = _one_hot_case(magnitude, 1.0, eps)
     ref = reference(case)
-    out = _welford_layernorm(x, gamma, case.eps, chains=4)
-    assert out[0, 1] == F32(7.813882e-37)  # what the H200 returned
-    err = np.abs(out - ref.z)
-    assert err[0, 1] > 4 * FLT_MIN * (1 + 3.9)
+    out = _welford_layernorm(case.x, case.gamma, case.eps, chains=32)
+    assert np.max(np.abs(out - ref.z)) > 4 * FLT_MIN * 2 * (1 + np.max(np.abs(ref.y)))
+    verdicts, worst = judge_output(case, out, ref, tolerance(case, ref, model=FOREIGN_ERROR_MODEL),
+                                   label="welford")
+    assert not verdicts and worst < 0.05
+
+
+def test_the_underflow_allowance_is_the_chain_the_model_declares() -> None:
+    # The row torch.compile's layer norm was flagged on in a hunt on an H200 (eps 1e-12, gamma
+    # -3.9): it returned 7.8139e-37 on the zeros where -gamma mean / s is 4.7606e-37. Four chains
+    # of 2048 give 7.813882e-37 (a stall at 143 units for 87), which the bound accepts; one chain
+    # over the whole row, k = 8190 deep where the model declares T = 32 threads, stalls at 571
+    # units and is caught.
+    case = _one_hot_case(1e-39, -3.8994216918945312, 1e-12)
+    ref = reference(case)
     tol = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
+    out = _welford_layernorm(case.x, case.gamma, case.eps, chains=4)
+    assert out[0, 1] == F32(7.813882e-37)
     verdicts, worst = judge_output(case, out, ref, tol, label="welford")
     assert not verdicts and worst < 0.5
-    # One chain over the whole row (k = 8190 deep, not the 32 threads the model assumes) stalls
-    # at 571 units and is caught: the allowance is the chain the model declares, not any error.
-    verdicts, _ = judge_output(case, _welford_layernorm(x, gamma, case.eps, chains=1), ref, tol,
-                               label="welford")
+    verdicts, _ = judge_output(case, _welford_layernorm(case.x, case.gamma, case.eps, chains=1),
+                               ref, tol, label="welford")
     assert verdicts
-
