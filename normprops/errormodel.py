@@ -53,7 +53,8 @@ class ErrorModel:
     # The type the kernel computes in: float32 (the default, whatever the storage type), or
     # bfloat16 for a kernel whose every operation rounds to bfloat16 (JAX's and Flax's defaults on
     # bfloat16 arrays). The bounds keep their shape with u = 2^-8 in place of 2^-24; bfloat16 has
-    # float32's exponent range, so nothing else changes (docs/tolerances.md).
+    # float32's exponent range, so the only other change is the rounding of a subnormal result,
+    # half of bfloat16's smallest subnormal 2^-133 (docs/tolerances.md).
     arithmetic: str = "float32"
     # How a layer norm forms its variance: "two_pass" (around the computed mean, or Welford's
     # update), whose error grows like k u kappa; "one_pass" (E[x^2] - E[x]^2, in any order), whose

@@ -239,10 +239,10 @@ def _one_hot_case(magnitude: float, gamma: float, eps: float, cols: int = 8191) 
 @pytest.mark.parametrize("magnitude, eps", [(3e-41, 1e-16), (1e-39, 1e-20)])
 def test_gradual_underflow_along_the_means_chain_is_allowed(magnitude: float, eps: float) -> None:
     # One subnormal among 8190 zeros: the mean is a few subnormal units. A Welford update
-    # mean += (x - mean) / n stops moving once mean / n rounds to zero, so each of the model's 32
-    # chains ends above its exact mean, and division by s = sqrt(eps) lifts that error over the
-    # old floor of 4 FLT_MIN (1 + |gamma|) (2x at eps 1e-16, 130x at 1e-20). It is within
-    # (k + 2) eta / s, eta = 2^-150 lost at each of the chain's k steps.
+    # mean += (x - mean) / n stops moving once mean / n rounds to zero, so each of the default
+    # model's 32 chains ends above its exact mean, and division by s = sqrt(eps) lifts that error
+    # over the old bound, whose floor was 4 FLT_MIN (1 + |gamma|): 2x at eps 1e-16, 100x at 1e-20.
+    # It is within (k + 2) eta / s, eta = 2^-150 lost at each of the chain's k steps.
     case = _one_hot_case(magnitude, 1.0, eps)
     ref = reference(case)
     out = _welford_layernorm(case.x, case.gamma, case.eps, chains=32)
@@ -256,8 +256,8 @@ def test_the_underflow_allowance_is_the_chain_the_model_declares() -> None:
     # The row torch.compile's layer norm was flagged on in a hunt on an H200 (eps 1e-12, gamma
     # -3.9): it returned 7.8139e-37 on the zeros where -gamma mean / s is 4.7606e-37. Four chains
     # of 2048 give 7.813882e-37 (a stall at 143 units for 87), which the bound accepts; one chain
-    # over the whole row, k = 8190 deep where the model declares T = 32 threads, stalls at 571
-    # units and is caught.
+    # over the whole row, 8190 steps deep where the default model declares T = 32 threads, stalls
+    # at 571 units and is caught. (The torch.compile entries declare T = 2, which accepts both.)
     case = _one_hot_case(1e-39, -3.8994216918945312, 1e-12)
     ref = reference(case)
     tol = tolerance(case, ref, model=FOREIGN_ERROR_MODEL)
