@@ -31,6 +31,12 @@ __all__ = ["GradReference", "GradTolerance", "grad_reference", "grad_tolerance",
 TINY = 2.0**-149  # float32's smallest subnormal: what an IEEE rounding below FLT_MIN loses at most
 
 
+def _tiny(model: ErrorModel) -> float:
+    """What one rounding below FLT_MIN may lose: the arithmetic's smallest subnormal (TINY in
+    float32, 2^-133 in bfloat16 arithmetic), or FLT_MIN on a flushing machine."""
+    return FLT_MIN if model.ftz else 2 * model.underflow_rounding
+
+
 @dataclass(frozen=True)
 class GradReference:
     """The exact gradients of one case and what the bounds need.
@@ -210,7 +216,7 @@ def _softmax_bound(case: Case, ref: GradReference, model: ErrorModel) -> GradTol
     dy = np.abs(case.dy.astype(np.float64))
     with np.errstate(all="ignore"):
         s_abs = np.sum(dy * y, axis=1, keepdims=True)
-        floor = 4 * TINY * (1 + y * (case.cols + 1))
+        floor = 4 * (2 * model.underflow_rounding) * (1 + y * (case.cols + 1))
         if model.ftz:
             # Flushed inputs: a y_j below FLT_MIN moves s by |dy_j| FLT_MIN, a flushed y_i or
             # product loses up to FLT_MIN on its own output.
@@ -226,7 +232,7 @@ def _xhat_error(case: Case, ref: GradReference, model: ErrorModel) -> tuple[np.n
     k = model.k(case.cols)
     u = model.unit_roundoff
     ax = np.abs(ref.xhat)
-    tiny = FLT_MIN if model.ftz else TINY
+    tiny = _tiny(model)
     with np.errstate(all="ignore"):
         s = np.sqrt(ref.stat + case.eps)
         # Roundings below FLT_MIN are absolute: up to ``tiny`` on each of the k + 2 steps of the
@@ -261,7 +267,7 @@ def _norm_bound(case: Case, ref: GradReference, model: ErrorModel, row_reduction
     k = model.k(case.cols)
     k_rows = row_depth(model, case.rows, row_reduction)
     u = model.unit_roundoff
-    tiny = FLT_MIN if model.ftz else TINY
+    tiny = _tiny(model)
     dy = np.abs(case.dy.astype(np.float64))
     g = dy * np.abs(case.gamma.astype(np.float64))[None, :]
     ax = np.abs(ref.xhat)

@@ -54,3 +54,41 @@ def test_a_bfloat16_accumulation_bug_fails_under_bfloat16_arithmetic_too() -> No
                                    arithmetic="bfloat16", families=["ordinary"], max_examples=100,
                                    seed=0)
     assert "accuracy" in {f.property for f in report.failures}
+
+
+def _bf16(a):
+    return np.asarray(a, F32).astype(BF16).astype(F32)
+
+
+def rms_norm_backward_in_bfloat16(dy, x, gamma, eps):
+    """A correct RMS norm backward whose every elementwise operation rounds to bfloat16, subnormals
+    kept; sums in float32, rounded once."""
+    d, v, g = dy.astype(F32), x.astype(F32), gamma.astype(F32)
+    cols = F32(v.shape[1])
+    with np.errstate(all="ignore"):
+        ms = _bf16(_bf16(_bf16(v * v).sum(axis=1, keepdims=True, dtype=F32)) / cols)
+        rstd = _bf16(F32(1) / np.sqrt(_bf16(ms + F32(eps))))
+        xhat, gd = _bf16(v * rstd), _bf16(d * g[None, :])
+        b = _bf16(_bf16(_bf16(gd * xhat).sum(axis=1, keepdims=True, dtype=F32)) / cols)
+        dx = _bf16(rstd * _bf16(gd - _bf16(xhat * b)))
+        dgamma = _bf16(_bf16(d * xhat).sum(axis=0, dtype=F32))
+    return dx.astype(dy.dtype), dgamma.astype(gamma.dtype)
+
+
+def test_a_bfloat16_gradient_rounds_its_subnormals_on_bfloat16s_grid() -> None:
+    # In tiny, dy xhat falls below FLT_MIN, where bfloat16 rounds on a grid of 2^-133, not
+    # float32's 2^-149: dgamma came out one bfloat16 subnormal (9.2e-41) off, over a floor
+    # counted in float32's.
+    report = normprops.hunt_kernel(rms_norm_backward_in_bfloat16, op="rmsnorm_backward",
+                                   dtype="bfloat16", arithmetic="bfloat16",
+                                   families=["tiny", "ordinary"], max_examples=200, seed=1)
+    assert report.passed, [f.message for f in report.failures]
+
+
+def test_a_gradient_bug_fails_under_bfloat16_arithmetic_too() -> None:
+    from normprops.examples.backward_planted import rmsnorm_backward_no_projection
+
+    report = normprops.hunt_kernel(rmsnorm_backward_no_projection, op="rmsnorm_backward",
+                                   dtype="bfloat16", arithmetic="bfloat16", families=["ordinary"],
+                                   max_examples=100, seed=0)
+    assert "accuracy" in {f.property for f in report.failures}
