@@ -25,16 +25,13 @@ from normprops.errormodel import ErrorModel
 from normprops.ops import ROW_REDUCTIONS, get_op
 from normprops.oracles import FLT_MAX, FLT_MIN, ORACLES, TABLE_ATOL, TABLE_RTOL, row_sum
 
-__all__ = ["GradReference", "GradTolerance", "grad_reference", "grad_tolerance", "row_depth",
-           "TINY"]
-
-TINY = 2.0**-149  # float32's smallest subnormal: what an IEEE rounding below FLT_MIN loses at most
+__all__ = ["GradReference", "GradTolerance", "grad_reference", "grad_tolerance", "row_depth"]
 
 
 def _tiny(model: ErrorModel) -> float:
-    """What one rounding below FLT_MIN may lose: the arithmetic's smallest subnormal (TINY in
-    float32, 2^-133 in bfloat16 arithmetic), or FLT_MIN on a flushing machine."""
-    return FLT_MIN if model.ftz else 2 * model.underflow_rounding
+    """What one rounding below FLT_MIN may lose, counted whole: the arithmetic's smallest subnormal
+    (2^-149 in float32, 2^-133 in bfloat16 arithmetic), or FLT_MIN on a flushing machine."""
+    return FLT_MIN if model.ftz else model.smallest_subnormal
 
 
 @dataclass(frozen=True)
@@ -216,7 +213,7 @@ def _softmax_bound(case: Case, ref: GradReference, model: ErrorModel) -> GradTol
     dy = np.abs(case.dy.astype(np.float64))
     with np.errstate(all="ignore"):
         s_abs = np.sum(dy * y, axis=1, keepdims=True)
-        floor = 4 * (2 * model.underflow_rounding) * (1 + y * (case.cols + 1))
+        floor = 4 * model.smallest_subnormal * (1 + y * (case.cols + 1))
         if model.ftz:
             # Flushed inputs: a y_j below FLT_MIN moves s by |dy_j| FLT_MIN, a flushed y_i or
             # product loses up to FLT_MIN on its own output.

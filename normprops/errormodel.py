@@ -83,10 +83,10 @@ class ErrorModel:
         return 2.0**-24 if self.arithmetic == "float32" else 2.0**-8
 
     @property
-    def underflow_rounding(self) -> float:
-        """Half the smallest subnormal of the arithmetic, what IEEE gradual underflow can lose when
-        it rounds a result to a subnormal: 2^-150 for float32, 2^-134 for bfloat16."""
-        return 2.0**-150 if self.arithmetic == "float32" else 2.0**-134
+    def smallest_subnormal(self) -> float:
+        """The arithmetic's smallest subnormal, the grid IEEE gradual underflow rounds to: 2^-149 for
+        float32, 2^-133 for bfloat16. A rounding there loses at most half of it."""
+        return 2.0**-149 if self.arithmetic == "float32" else 2.0**-133
 
     def layernorm_e1(self, cols: int, kappa: Any) -> Any:
         """Layer norm's ``e1`` per row, relative to ``s = sqrt(var + eps)``: the centred value's

@@ -385,7 +385,8 @@ def _default_layernorm(case: Case, ref: Reference, model: ErrorModel) -> Toleran
             if model.variance == "one_pass":
                 # E[x]^2 moves by 2 (k + 2) eta |mean| + eta, E[x^2] by 2 eta.
                 moved = (k + 2) * ref.kappa / s + 1.5 / (s * s)
-            under = g * model.underflow_rounding * ((k + 2) / s + ay * moved)
+            eta = model.smallest_subnormal / 2
+            under = g * eta * ((k + 2) / s + ay * moved)
         tol = (g * (e1 * (1 + ay) + e1 * e1 * ay + (k / 2 + 8) * u * ay) + 2 * u * np.abs(ref.z)
                + 4 * FLT_MIN * (1 + g) * (1 + ay) + under)
     # Past e1 = 0.25 the arithmetic has no accuracy left to ask for: only a finite output.
