@@ -5,7 +5,7 @@ handing a hunt the failures its kernel saved, to try first.
 kernel (its storage type, the widths it accepts), replays them in order and returns a
 :class:`ReplayRun`: per fixture passed, failed (with its finding), not judged, unreadable, skipped
 or not run, and whether the set was complete. :func:`prune_fixtures` chooses the fixtures to
-remove (those of a kernel, those a function passes, or both) and removes them. Neither prints:
+remove (a kernel's, or those of a kernel that a function passes) and removes them. Neither prints:
 the ``on_*`` callbacks see each step as it happens, so a caller can report progress, and the
 objects they receive are filled in as the run goes (a Ctrl-C leaves what was done so far).
 :func:`with_saved_examples` gives a target the newest failure its kernel saved of each family and
@@ -105,7 +105,7 @@ class Pruning:
     """The fixtures chosen for removal under a directory, filled in as the choice is made."""
 
     listing: FixtureListing  # every fixture file: those that load, and those that do not
-    mine: list[Fixture]  # those of the kernel asked for (all of them when none was)
+    mine: list[Fixture]  # those of the kernel asked for (the function's own when none was)
     selection: Selection | None = None  # with a function: those replayed on it, and those left out
     chosen: list[Fixture] = field(default_factory=list)  # to remove
     failing: list[Replayed] = field(default_factory=list)  # replayed, and still failing: kept
@@ -127,15 +127,22 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
                    on_result: Callable[[Replayed], None] | None = None,
                    on_removed: Callable[[Fixture], None] | None = None) -> Pruning:
     """Remove the fixtures under ``directory`` (of ``op``, or of every op) saved by ``kernel``,
-    or, with ``target``, those it passes when replayed (as :func:`replay_fixtures` selects and
-    judges them); with both, only the kernel's fixtures that it passes. Nothing is removed when
-    none of the kernel's fixtures is selected for the replay, nor with ``dry_run``.
+    or, with ``target``, those of its own kernel (as a hunt of it saves them) that it passes when
+    replayed (as :func:`replay_fixtures` selects and judges them); with both, the fixtures of
+    ``kernel`` that ``target`` passes (a kernel fixed under a new name). Another kernel's
+    fixtures are never removed for ``target`` passing them: each holds that kernel's finding, and
+    in a committed folder a regression every kernel of its op is replayed on. Nothing is removed
+    when none of the kernel's fixtures is selected for the replay, nor with ``dry_run``.
     ``on_selected`` is called once the fixtures are loaded and (with ``target``) selected,
     ``on_result`` after each replayed fixture, ``on_removed`` after each removal."""
     if kernel is None and target is None:
         raise ValueError("prune_fixtures needs kernel, target or both")
     listing = list_fixtures(directory, op=op)
-    pruning = Pruning(listing, [f for f in listing.fixtures if kernel is None or f.of_kernel(kernel)])
+    if kernel is None:
+        assert target is not None
+        pruning = Pruning(listing, _own(listing.fixtures, _target_for(target)(dtype)))
+    else:
+        pruning = Pruning(listing, [f for f in listing.fixtures if f.of_kernel(kernel)])
     if kernel is not None and not pruning.mine:  # a package's name for a kernel it re-exports
         pruning.mine = [f for f in listing.fixtures if f.of_package(kernel)]
     sources = _sources(pruning.mine) if kernel is not None else []
@@ -185,14 +192,20 @@ def _sources(fixtures: list[Fixture]) -> list[str]:
     return out if apart else out[:1]
 
 
+def _own(fixtures: list[Fixture], target: Target) -> list[Fixture]:
+    """The fixtures a hunt of ``target`` saved: its kernel's name, and where it is defined where
+    both record that."""
+    kernel = f"{target.backend}:{target.name}"
+    return [f for f in fixtures if f.kernel == kernel
+            and (f.source is None or target.source is None or same_source(f.source, target.source))]
+
+
 def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:
     """The failures ``target``'s kernel saved under ``directory`` that a hunt tries first, as
     (property, minimal input): the newest fixture of each family and property, of those the kernel
     can be handed (its storage type, widths it accepts; as :func:`select_fixtures` chooses for a
     replay). A file that cannot be read is passed over (``normprops replay`` names it)."""
-    kernel = f"{target.backend}:{target.name}"
-    mine = [f for f in list_fixtures(directory, op=target.op).fixtures if f.kernel == kernel
-            and (f.source is None or target.source is None or same_source(f.source, target.source))]
+    mine = _own(list_fixtures(directory, op=target.op).fixtures, target)
     chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype,
                                             widths=target.constraints).replays]
     newest: dict[tuple[str, str], Fixture] = {}

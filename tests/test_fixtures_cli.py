@@ -332,18 +332,29 @@ def test_fixtures_prune_removes_the_fixtures_a_kernel_passes(fixtures: Path) -> 
                        "--dtype", "bfloat16", "--kernel", "rms_bf16_accumulate")
     assert code == 0, out
     assert set(_fixture_docs(fixtures)) == set(docs) - {bfloat16}
+    # A function passing another kernel's fixtures removes none of them: each is that kernel's
+    # finding (and, in a committed folder, a regression every kernel of the op must pass).
     code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
+    assert code == 5, out
+    assert out == ("no fixture of kernel python:rms_good under normprops-fixtures/rmsnorm (kernels there: "
+                   f"python:rms_off_by_scale ({MODULE}:rms_off_by_scale)); to remove another kernel's "
+                   "fixtures this function passes (one fixed under a new name), name it with --kernel "
+                   "NAME\n")
+    assert len(_fixture_docs(fixtures)) == 2
+    # Named, the fixed kernel's fixtures go.
+    code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good",
+                       "--kernel", "rms_off_by_scale")
     assert code == 0, out
     assert out.splitlines()[-1] == "removed 2 of 2 fixtures under normprops-fixtures/rmsnorm."
     assert _fixture_docs(fixtures) == {}
     code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_good")
-    assert code == 5 and out == "no fixture under normprops-fixtures/rmsnorm\n"
+    assert code == 5 and out == "no fixture of kernel python:rms_good under normprops-fixtures/rmsnorm\n"
 
 
 def test_fixtures_prune_keeps_what_a_stopped_replay_did_not_judge(fixtures: Path) -> None:
     docs = _fixture_docs(fixtures)
     code, out, _ = run("fixtures", "prune", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_hangs",
-                       "--call-timeout", "0.3")
+                       "--kernel", "rms_off_by_scale", "--call-timeout", "0.3")
     assert code == 1, out
     assert ("the replay stopped (did not return within 0.3 s (call timeout; raise --call-timeout / "
             "call_timeout= for a slow first call)): 1 fixture not run, kept") in out

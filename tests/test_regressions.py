@@ -200,12 +200,28 @@ def test_prune_fixtures_removes_only_what_the_function_passes(tmp_path: Path) ->
     shutil.copytree(COMMITTED / "rmsnorm", tmp_path / "rmsnorm")
     target = target_from_callable(rmsnorm_f32, op="rmsnorm", name="rmsnorm_f32")
     before = replay_fixtures(tmp_path, op="rmsnorm", target=target)
-    dry = prune_fixtures(tmp_path, op="rmsnorm", target=target, dry_run=True)
-    assert [f.path for f in dry.removed] == [r.fixture.path for r in before.passed]
-    assert all(f.path.exists() for f in dry.removed)
-    done = prune_fixtures(tmp_path, op="rmsnorm", target=target)
-    assert done.removed and not any(f.path.exists() for f in done.removed)
-    assert replay_fixtures(tmp_path, op="rmsnorm", target=target).passed == []
+    assert before.passed  # the registry kernels' findings, which this function passes
+    # Another kernel's fixtures are its findings: passing them removes none.
+    own = prune_fixtures(tmp_path, op="rmsnorm", target=target)
+    assert own.mine == [] and own.removed == [] and all(r.fixture.path.exists() for r in before.passed)
+    # Its own fixtures it passes go: one relabelled as a finding of it (a kernel fixed in place).
+    mine = before.passed[-1].fixture.path
+    doc = json.loads(mine.read_text())
+    doc.update(impl=target.name, backend=target.backend)
+    doc.pop("source", None)
+    mine.write_text(json.dumps(doc))
+    own = prune_fixtures(tmp_path, op="rmsnorm", target=target)
+    assert [f.path for f in own.removed] == [mine] and not mine.exists()
+    before = replay_fixtures(tmp_path, op="rmsnorm", target=target)
+    # Named, a kernel's fixtures the function passes go (a kernel fixed under a new name).
+    kernel = before.passed[0].fixture.kernel
+    theirs = [r.fixture.path for r in before.passed if r.fixture.kernel == kernel]
+    dry = prune_fixtures(tmp_path, op="rmsnorm", kernel=kernel, target=target, dry_run=True)
+    assert [f.path for f in dry.removed] == theirs and all(p.exists() for p in theirs)
+    done = prune_fixtures(tmp_path, op="rmsnorm", kernel=kernel, target=target)
+    assert [f.path for f in done.removed] == theirs and not any(p.exists() for p in theirs)
+    after = replay_fixtures(tmp_path, op="rmsnorm", target=target)
+    assert {r.fixture.path for r in after.passed} == {r.fixture.path for r in before.passed} - set(theirs)
 
 
 def _saved_at(path: Path, when: str) -> Path:

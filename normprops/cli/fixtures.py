@@ -266,9 +266,13 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if not mine:
             kernels = sorted({f.kernel if f.source is None else f"{f.kernel} ({f.source})"
                               for f in listing.fixtures})
-            what = f"of kernel {args.kernel} " if args.kernel else ""
-            print(f"no fixture {what}under {where}"
-                  + (f" (kernels there: {', '.join(kernels)})" if kernels else ""), file=out)
+            own = targets(dtype) if args.kernel is None and targets is not None else None
+            what = args.kernel if own is None else f"{own.backend}:{own.name}"
+            print(f"no fixture of kernel {what} under {where}"
+                  + (f" (kernels there: {', '.join(kernels)})" if kernels else "")
+                  + ("; to remove another kernel's fixtures this function passes (one fixed under "
+                     "a new name), name it with --kernel NAME" if own is not None and kernels else ""),
+                  file=out)
             return EXIT_UNREADABLE if listing.unreadable else EXIT_NOTHING
         if done.selection is not None and not done.selection.replays:
             print(f"nothing to replay: {_count(len(mine), 'fixture', 'fixtures')} under {where}, "

@@ -199,9 +199,11 @@ def _parser() -> argparse.ArgumentParser:
     ls.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures")
     pr = fx_sub.add_parser(
         "prune", help="remove the fixtures of a kernel, or those a kernel no longer fails",
-        description="Remove the fixtures saved by --kernel NAME, or, with --op and --impl, those "
-                    "the function passes when replayed (as normprops replay selects and judges "
-                    "them); with both, only NAME's fixtures that the function passes. Exit 0 "
+        description="Remove the fixtures saved by --kernel NAME, or, with --op and --impl, the "
+                    "function's own fixtures that it passes when replayed (as normprops replay "
+                    "selects and judges them); with both, NAME's fixtures that the function "
+                    "passes (a kernel fixed under a new name). Another kernel's fixtures are "
+                    "removed only when --kernel names it. Exit 0 "
                     "when done, 1 when the function stopped the replay (what passed before it "
                     "is removed, the rest kept), 3 when some fixtures cannot be read (kept), 5 "
                     "when no fixture matched.")
@@ -212,7 +214,8 @@ def _parser() -> argparse.ArgumentParser:
                          "or MODULE:FUNC where kernels of one name are defined in several modules")
     pr.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures (required with --impl)")
     pr.add_argument("--impl", metavar="MODULE:FUNC",
-                    help="replay the fixtures on this function and remove those it passes")
+                    help="replay the function's own fixtures (or --kernel NAME's) on it and "
+                         "remove those it passes")
     pr.add_argument("--dry-run", action="store_true", help="say what would be removed; remove nothing")
     pr.add_argument("--all-dtypes", action="store_true",
                     help="with --impl: replay the fixtures of every storage type, each in its own")
