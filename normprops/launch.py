@@ -113,6 +113,11 @@ class Target:
         return f"{self.op}[{self.name}]"
 
     @property
+    def kernel(self) -> str:
+        """``backend:name``, as its fixtures record the kernel that failed them."""
+        return f"{self.backend}:{self.name}"
+
+    @property
     def unjudged(self) -> frozenset[str]:
         """Properties not judged: those it does not promise, and the optional ones neither asked
         for nor judged by default for its op."""

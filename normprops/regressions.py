@@ -87,7 +87,7 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
 
     The same finding (kernel, property, minimal input) is written once. The folders are created
     as needed; :class:`~normprops.errors.WriteError` names the file that could not be written."""
-    kernel = f"{target.backend}:{target.name}"
+    kernel = target.kernel
     fixture_id = case_id(finding.minimal, kernel=kernel, property=finding.property)
     folder = Path(directory) / target.op
     path = folder / f"{finding.family}-{fixture_id}.json"

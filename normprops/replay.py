@@ -195,8 +195,7 @@ def _sources(fixtures: list[Fixture]) -> list[str]:
 def _own(fixtures: list[Fixture], target: Target) -> list[Fixture]:
     """The fixtures a hunt of ``target`` saved: its kernel's name, and where it is defined where
     both record that."""
-    kernel = f"{target.backend}:{target.name}"
-    return [f for f in fixtures if f.kernel == kernel
+    return [f for f in fixtures if f.kernel == target.kernel
             and (f.source is None or target.source is None or same_source(f.source, target.source))]
 
 

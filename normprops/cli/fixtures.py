@@ -267,7 +267,7 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             kernels = sorted({f.kernel if f.source is None else f"{f.kernel} ({f.source})"
                               for f in listing.fixtures})
             own = targets(dtype) if args.kernel is None and targets is not None else None
-            what = args.kernel if own is None else f"{own.backend}:{own.name}"
+            what = args.kernel if own is None else own.kernel
             print(f"no fixture of kernel {what} under {where}"
                   + (f" (kernels there: {', '.join(kernels)})" if kernels else "")
                   + ("; to remove another kernel's fixtures this function passes (one fixed under "
