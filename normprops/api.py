@@ -255,8 +255,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
     - ``arithmetic``: the type ``fn`` computes in: "float32", or "bfloat16" when every operation
       rounds to bfloat16 (the bounds then use bfloat16's unit roundoff; needs ``dtype="bfloat16"``).
     - ``opt_in``: optional properties ``fn`` promises too (``"exact_constant"``: an exactly
-      constant layer-norm row gives beta, a zero RMS-norm row 0; ``"range_safety"``: a norm is
-      right for rows of any finite magnitude, which is otherwise hunted as information only).
+      constant layer-norm row gives beta, a zero RMS-norm row 0; ``"range_safety"``: right also
+      on the rows where the declared arithmetic must overflow, a norm's x*x or a masked softmax's
+      ``scale * x``, which are otherwise hunted as information only).
     - ``call_timeout``: seconds one call of ``fn`` may take before the hunt stops (default 60, as
       ``--call-timeout``; None: no limit). It is kept with SIGALRM, which only the main thread of
       a Unix process has: elsewhere a call is not stopped (a ``RuntimeWarning`` says so where

@@ -125,8 +125,12 @@ def _norm64(case: Case) -> GradReference:
                  else np.ones((case.rows, 1)))
         spread = np.max(np.abs(d), axis=1)
         size = rstd[:, 0] * np.sum(np.abs(g) * (1 + np.abs(xhat)), axis=1)
+        # The forward's arithmetic recomputed (a layer norm's sum of x, the squares of x - mean),
+        # and the terms of dx within range.
         in_domain = (~poisoned & (spread <= math.sqrt(FLT_MAX / cols))
                      & (size <= FLT_MAX / 4) & (np.max(np.abs(dy), axis=1) <= FLT_MAX / 4))
+        if layer:
+            in_domain &= np.max(np.abs(xr), axis=1) <= FLT_MAX / cols
     return GradReference(case.op, z, poisoned, in_domain, xhat, rstd, kappa, stat)
 
 

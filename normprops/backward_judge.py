@@ -2,8 +2,8 @@
 
 The checks are the forward's (:mod:`normprops.judge`) applied to each output: a non-finite value
 where the exact one is finite fails ``finite`` outright; an element past its bound fails
-``accuracy``; rows outside the accuracy domain (and every row of ``huge``) are judged under
-``range_safety`` instead. A row of x (softmax: of y) holding a NaN or an infinity must give a
+``accuracy``; rows outside the accuracy domain (where the declared arithmetic must overflow) are
+judged under ``range_safety`` instead. A row of x (softmax: of y) holding a NaN or an infinity must give a
 non-finite dx everywhere (``nan_propagation``); the other rows are judged as usual. Every verdict
 names its output: ``dx[row 1 col 3]``, ``dgamma[col 17]``.
 """
@@ -78,7 +78,6 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
         if held is None or verdict.ratio > held.ratio:
             found[verdict.property] = verdict
 
-    huge = case.family == "huge"
     # An exact value past the storage type's largest finite one by half an ulp or more rounds to an
     # infinity (a gradient can: dy of 1e29 times rstd 1e6): that infinity, or the largest finite
     # value, of the same sign, is the right output whatever the bound.
@@ -91,14 +90,14 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
         per_row = name == "dx"
         if per_row:
             judged = (~ref.poisoned)[:, None] & np.isfinite(z)
-            ranged = np.broadcast_to((~ref.in_domain | huge)[:, None], z.shape)
+            ranged = np.broadcast_to((~ref.in_domain)[:, None], z.shape)
             accurate = judged & (~tol.finite_only)[:, None]
         else:
             # A NaN bound is not judged (dgamma beside a poisoned row); an infinite one asks for a
             # finite sum only.
             judged = ~np.isnan(t) & np.isfinite(z)
             summed = ~ref.poisoned if name == "dgamma" else np.ones(case.rows, bool)
-            out_of_domain = bool((summed & ~ref.in_domain).any()) or huge
+            out_of_domain = bool((summed & ~ref.in_domain).any())
             ranged = np.full(z.shape, out_of_domain)
             accurate = judged
         beyond = judged & (np.abs(z) >= rounds_to_inf)

@@ -22,7 +22,7 @@ from normprops.errormodel import TREE_LEAF_DEPTH, ErrorModel
 from normprops.errors import FatalTargetError
 from normprops.hunt import Finding
 from normprops.launch import Target
-from normprops.ops import PROPERTIES, is_backward
+from normprops.ops import PROPERTIES, get_op, is_backward
 from normprops.properties import evaluate
 
 __all__ = ["hints", "TOLERANCE_PROPERTIES"]
@@ -211,11 +211,11 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
     when nothing applies (or the target cannot run again)."""
     found = list(findings)
     out: list[str] = []
-    if target.op in ("layernorm", "rmsnorm") and any(f.property == "range_safety" for f in found):
-        out.append("hint: squares overflow float32 past |x| of about 1.8e19 / sqrt(cols), so a norm "
-                   "is range-safe only when it scales each row (by a power of two, say) before "
-                   "squaring. Range safety is judged because it was asked for (--check range_safety, "
-                   "opt_in=[\"range_safety\"]); without it, it is shown as information, not a failure")
+    why = get_op(target.op).range_hint
+    if why is not None and any(f.property == "range_safety" for f in found):
+        out.append(f"hint: {why}. Range safety is judged because it was asked for (--check "
+                   "range_safety, opt_in=[\"range_safety\"]); without it, it is shown as "
+                   "information, not a failure")
     try:
         accuracy = [f for f in found if f.property in TOLERANCE_PROPERTIES]
         if accuracy:

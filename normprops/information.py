@@ -13,12 +13,18 @@ from dataclasses import dataclass, fields, replace
 
 from normprops.hunt import Finding, HuntConfig, HuntResult, hunt
 from normprops.launch import Target
-from normprops.ops import IGNORABLE
+from normprops.ops import IGNORABLE, get_op
 
-__all__ = ["InformedResult", "SHOWN_IN", "WORDS", "hunt_information", "information_of"]
+__all__ = ["InformedResult", "WORDS", "hunt_information", "information_of", "shown_in"]
 
-#: The families whose rows an informative property is judged on (judge.range_rows).
-SHOWN_IN: dict[str, tuple[str, ...]] = {"range_safety": ("huge",)}
+def shown_in(prop: str, op: str) -> tuple[str, ...]:
+    """The families whose rows the informative property ``prop`` is judged on for ``op``: for
+    range safety, the families that draw rows outside the op's accuracy domain (judge.range_rows)."""
+    if prop != "range_safety":
+        raise ValueError(f"prop must be an informative property (range_safety) but was {prop!r}")
+    return get_op(op).range_families
+
+
 #: What a finding of each means, in a matrix cell and a report line.
 WORDS: dict[str, str] = {"range_safety": "not range-safe"}
 
@@ -40,7 +46,7 @@ def hunt_information(target: Target, result: HuntResult, *, config: HuntConfig) 
     """``result`` (``target`` hunted on one family) with what the target's informative properties
     show in that family, each hunted alone; ``result`` itself when none applies or the hunt could
     not go on. A contract failure that stops the target (a hang) is kept as the judged finding it is."""
-    shown = frozenset(p for p in target.information if result.family in SHOWN_IN[p])
+    shown = frozenset(p for p in target.information if result.family in shown_in(p, target.op))
     if not shown or result.fatal or result.interrupted or result.cut_short:
         return result
     alone = replace(target, opt_in=target.opt_in | shown, ignore=IGNORABLE - shown)

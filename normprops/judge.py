@@ -161,10 +161,12 @@ class _Verdicts:
                                    float(ratio), reason)
 
 
-def range_rows(case: Case, ref: Reference) -> np.ndarray:
-    """Per row: judged by ``range_safety`` rather than ``accuracy`` / ``finite``: outside the
-    accuracy domain, or in the family ``huge``."""
-    return ~ref.in_domain | (case.family == "huge")
+def range_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
+    """Per row: judged by ``range_safety`` rather than ``accuracy`` / ``finite``: the rows outside
+    the accuracy domain, where the arithmetic the kernel declares must overflow
+    (:func:`normprops.oracles.declared_out_of_domain`). Which family drew a row does not matter:
+    an in-domain row of ``huge`` is judged as any other."""
+    return ~ref.in_domain if tol.ranged is None else tol.ranged
 
 
 def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
@@ -180,7 +182,7 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
 
     judged = ref.judged_rows[:, None] & np.isfinite(ref.z)
     accurate_rows = (~tol.finite_only)[:, None]
-    range_row = range_rows(case, ref)[:, None]
+    range_row = range_rows(ref, tol)[:, None]
     finite_prop = "finite"
 
     # Non-finite output where the exact result is finite: an outright failure.
@@ -382,7 +384,8 @@ def judge_exact_constant(case: Case, out: np.ndarray, *, label: str) -> Verdict 
 
 def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Tolerance,
                          v: _Verdicts) -> None:
-    rows = ref.judged_rows & np.isfinite(got).all(axis=1)
+    # A row outside the accuracy domain is judged element by element, under range safety alone.
+    rows = ref.judged_rows & ~range_rows(ref, tol) & np.isfinite(got).all(axis=1)
     if not rows.any():
         return
     with np.errstate(all="ignore"):

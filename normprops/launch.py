@@ -324,7 +324,8 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     (pairwise); ``arithmetic``: the type it computes in ("float32", or "bfloat16" for a kernel
     whose every operation rounds to bfloat16). ``ftz``: the kernel flushes subnormals to zero (the
     tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant";
-    "range_safety", which a norm is otherwise hunted on for information only; "row_order" for a
+    "range_safety", the rows where the declared arithmetic must overflow, otherwise hunted for
+    information only; "row_order" for a
     gradient whose dgamma and dbeta do not depend on the order of the rows). ``row_reduction``: how a
     gradient kernel combines rows into dgamma and dbeta (``ops.ROW_REDUCTIONS``; default "blocks",
     per-block partials over ``threads`` blocks joined in a tree). ``variance``: how a layer norm

@@ -30,6 +30,13 @@ class OpSpec:
     forward: str | None = None
     outputs: tuple[str, ...] = ("y",)
     families: tuple[str, ...] | None = None
+    # The families that draw finite rows outside the accuracy domain, where the arithmetic the op
+    # is declared with must leave float32's range on the way (a norm's x*x past 1.8e19, a masked
+    # softmax's scale * x past FLT_MAX): range safety is judged there, or shown as information.
+    range_families: tuple[str, ...] = ()
+    # What overflows on those rows, and how a kernel avoids it: the hint a judged range-safety
+    # failure gets.
+    range_hint: str | None = None
 
     @property
     def signature(self) -> str:
@@ -53,20 +60,30 @@ class OpSpec:
         return self.name in SOFTMAX_OPS
 
 
+_NORM_RANGE_HINT = ("squares overflow float32 past |x| of about 1.8e19 / sqrt(cols), so a norm is "
+                    "range-safe only when it scales each row (by a power of two, say) before squaring")
+
 OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
+        # Every finite softmax row is in its accuracy domain: x - max x never overflows.
         OpSpec("softmax", ("x",), None, "exp(x - max x) / sum exp(x - max x), over the last axis"),
         OpSpec(
             "layernorm",
             ("x", "gamma", "beta", "eps"),
             1e-5,
             "(x - mean) / sqrt(var + eps) * gamma + beta, population variance",
+            range_families=("huge",), range_hint=_NORM_RANGE_HINT,
         ),
-        OpSpec("rmsnorm", ("x", "gamma", "eps"), FLOAT32_EPS, "x / sqrt(mean(x^2) + eps) * gamma"),
+        OpSpec("rmsnorm", ("x", "gamma", "eps"), FLOAT32_EPS, "x / sqrt(mean(x^2) + eps) * gamma",
+               range_families=("huge",), range_hint=_NORM_RANGE_HINT),
         # PyTorch's scaled_dot_product_attention convention: a True mask entry takes part.
         OpSpec("masked_softmax", ("x", "mask", "scale"), None,
-               "softmax(scale * x) over the entries where mask is True, 0 elsewhere, over the last axis"),
+               "softmax(scale * x) over the entries where mask is True, 0 elsewhere, over the last axis",
+               range_families=("overflow_logits", "huge"),
+               range_hint="scale * x overflows float32 past FLT_MAX, so a masked softmax is "
+                          "range-safe only when it subtracts the row max before it scales "
+                          "(scale * (x - max x), the min for a negative scale)"),
     )
 }
 
@@ -111,12 +128,13 @@ OPS.update({
         OpSpec("rmsnorm_backward", ("dy", "x", "gamma", "eps"), FLOAT32_EPS,
                "dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma, xhat = x * rstd; "
                "dgamma = sum over rows of dy * xhat",
-               forward="rmsnorm", outputs=("dx", "dgamma"), families=_NORM_BACKWARD_FAMILIES),
+               forward="rmsnorm", outputs=("dx", "dgamma"), families=_NORM_BACKWARD_FAMILIES,
+               range_families=("huge",)),
         OpSpec("layernorm_backward", ("dy", "x", "gamma", "beta", "eps"), 1e-5,
                "dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, "
                "xhat = (x - mean) * rstd; dgamma = sum over rows of dy * xhat, dbeta = sum of dy",
                forward="layernorm", outputs=("dx", "dgamma", "dbeta"),
-               families=_NORM_BACKWARD_FAMILIES),
+               families=_NORM_BACKWARD_FAMILIES, range_families=("huge",)),
     )
 })
 
@@ -147,8 +165,9 @@ PROPERTIES: dict[str, str] = {
     "finite": "finite output wherever the exact result is finite",
     "nan_propagation": "a row with NaN (or an infinity) gives NaN or the IEEE limit, nothing else",
     "masked_rows": "a fully masked softmax row gives all NaN or all zeros",
-    "range_safety": "right for any finite float32 row (rows outside the accuracy domain, family huge); "
-                    "softmax: judged by default; norms: opt-in, else shown as information",
+    "range_safety": "right for finite rows outside the accuracy domain, where the declared "
+                    "arithmetic leaves float32's range (x*x past 1.8e19, scale * x past FLT_MAX); "
+                    "opt-in, else shown as information",
     "accuracy": "within the condition-aware tolerance of the exact result",
     "ratios": "softmax: y_i / y_j = exp(x_i - x_j) within a bound that does not grow with the row",
     "exact_constant": "opt-in: an exactly constant row gives beta (layer norm), a zero row 0 (RMS norm)",
@@ -167,15 +186,16 @@ PROPERTIES: dict[str, str] = {
 
 #: Properties judged only for a kernel that asks for them (``Target.opt_in``): a contract some
 #: users hold and others do not. ``exact_constant``: docs/tolerances.md, "Exactly constant rows".
-#: ``range_safety``: a norm's squares overflow float32 past |x| of about 1.8e19 unless it scales
-#: each row first, which PyTorch's, Liger's, QuACK's and the textbook norms do not.
+#: ``range_safety``: the rows outside the accuracy domain (``OpSpec.range_families`` draw them),
+#: where the arithmetic an op is declared with must overflow: a norm's squares past |x| of about
+#: 1.8e19 unless it scales each row first (PyTorch's, Liger's, QuACK's and the textbook norms do
+#: not), a masked softmax's ``scale * x`` past FLT_MAX unless it subtracts the max first (PyTorch's
+#: does not). Every other row is judged by every property, in every family.
 OPTIONAL = frozenset({"exact_constant", "range_safety", "row_order"})
 
-#: Optional properties an op judges whether asked or not: softmax kernels subtract the row max, so
-#: a row of any finite magnitude (family huge) is ordinary for them; a masked softmax can subtract
-#: it before it scales, so ``scale * x`` past float32's range is ordinary for it too.
-JUDGED_BY_DEFAULT: dict[str, frozenset[str]] = {"softmax": frozenset({"range_safety"}),
-                                                "masked_softmax": frozenset({"range_safety"})}
+#: Optional properties an op judges whether asked or not. None today: a plain softmax has no row
+#: outside its accuracy domain, so range safety asks nothing of it either way.
+JUDGED_BY_DEFAULT: dict[str, frozenset[str]] = {}
 
 #: Optional properties hunted all the same when not judged, their findings shown as information
 #: ("not range-safe"), never as failures: whether a kernel is range-safe is worth knowing either way.

@@ -13,7 +13,7 @@ gate ``atol + rtol*|ref|`` is kept as the selectable ``"table"`` policy.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable
 
 import mpmath
@@ -150,7 +150,9 @@ def _layernorm64(x32: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: floa
         y = d / s
         z = g * y + b
         kappa = np.mean(np.abs(xr), axis=1, keepdims=True) / s
-        in_domain = ~nonfinite & (np.max(np.abs(d), axis=1) <= math.sqrt(FLT_MAX / cols))
+        # The two-pass arithmetic sums x (the mean) and squares x - mean (the variance).
+        in_domain = (~nonfinite & (np.max(np.abs(d), axis=1) <= math.sqrt(FLT_MAX / cols))
+                     & (np.max(np.abs(xr), axis=1) <= FLT_MAX / cols))
         z = np.where(nonfinite[:, None], np.nan, z)
         limit = np.full_like(z, np.nan)  # mean and variance of a row with inf or NaN are NaN
     return Reference("layernorm", z, limit, nonfinite, np.zeros(rows, bool), in_domain, y, kappa,
@@ -295,6 +297,9 @@ class Tolerance:
     finite_only: np.ndarray  # bool per row
     sum_tol: float | None = None
     ratio_tol: np.ndarray | None = None
+    # Per row: outside the accuracy domain of the arithmetic the kernel declares (judged by range
+    # safety): the op's own (``Reference.in_domain``) and, for a one-pass layer norm, x*x.
+    ranged: np.ndarray | None = None
 
 
 def _default_softmax(case: Case, ref: Reference, model: ErrorModel) -> Tolerance:
@@ -430,6 +435,17 @@ _DEFAULT: dict[str, Callable[[Case, Reference, ErrorModel], Tolerance]] = {
 }
 
 
+def declared_out_of_domain(case: Case, ref: Reference, model: ErrorModel) -> np.ndarray:
+    """Per row: outside the accuracy domain of the arithmetic ``model`` declares, where some
+    intermediate must leave float32's range (docs/tolerances.md, "Range safety"): the op's own
+    domain (``Reference.in_domain``, False for a non-finite row too), and a one-pass layer norm's
+    x*x past sqrt(FLT_MAX / cols)."""
+    out = ~ref.in_domain
+    if case.op == "layernorm" and model.variance == "one_pass":
+        out = out | (ref.row_max[:, 0] > math.sqrt(FLT_MAX / case.cols))
+    return out
+
+
 def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "default") -> Tolerance:
     if policy == "default":
         tol = _DEFAULT[case.op](case, ref, model)
@@ -437,6 +453,7 @@ def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "d
         tol = _table_policy(case, ref, model)
     else:
         raise ValueError(f"policy must be one of {POLICIES} but was {policy!r}")
+    tol = replace(tol, ranged=declared_out_of_domain(case, ref, model))
     if case.dtype == "float32":
         return tol
     # A narrow storage type rounds every output once more (docs/tolerances.md): u_d |z| per element plus
@@ -445,4 +462,4 @@ def tolerance(case: Case, ref: Reference, *, model: ErrorModel, policy: str = "d
     with np.errstate(all="ignore"):
         extra = kind.u * np.abs(np.nan_to_num(ref.z, nan=0.0, posinf=0.0, neginf=0.0)) + kind.tiny
     sum_tol = None if tol.sum_tol is None else tol.sum_tol + kind.u + case.cols * kind.tiny
-    return Tolerance(tol.tol + extra, tol.finite_only, sum_tol, tol.ratio_tol)
+    return Tolerance(tol.tol + extra, tol.finite_only, sum_tol, tol.ratio_tol, tol.ranged)

@@ -269,7 +269,7 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
     # that are no range-safety rows, in the original and in the copy (a row of huge scaled by 8
     # overflows the squares of a norm that is right on the row itself).
     unranged = "range_safety" in skip
-    if unranged and not (~range_rows(case, ref)).any():
+    if unranged and not (~range_rows(ref, tol)).any():
         transformed = []
     for prop, other_case, what in transformed:
         other = _call(target, other_case)
@@ -279,7 +279,7 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
         other_tol = tolerance(other_case, other_ref, model=target.error_model, policy=policy)
         rows = _comparable_rows(ref, tol) & _comparable_rows(other_ref, other_tol)
         if unranged:
-            rows &= ~range_rows(case, ref) & ~range_rows(other_case, other_ref)
+            rows &= ~range_rows(ref, tol) & ~range_rows(other_ref, other_tol)
         found = judge_close(prop, out, other, tol.tol + other_tol.tol, case=case, label=label,
                             rows=rows, what=f"the copy is {what}")
         if found:

@@ -1,7 +1,8 @@
-"""Range safety: judged by default for softmax, opt-in for the norms (``--check range_safety``,
-``opt_in=["range_safety"]``). A norm that does not ask for it is still hunted on ``huge``, and a
-finding there is information ("not range-safe"), not a failure; nor is it judged through the
-scaled or shifted copies of the metamorphic properties."""
+"""Range safety: the rows outside the accuracy domain of the arithmetic a kernel declares (a norm's
+x*x past 1.8e19, a masked softmax's ``scale * x`` past FLT_MAX) are judged only where it is asked
+for (``--check range_safety``, ``opt_in=["range_safety"]``); otherwise a finding there is
+information ("not range-safe"), not a failure, and those rows are not judged through the scaled or
+shifted copies of the metamorphic properties either. Every other row is judged, in every family."""
 
 from __future__ import annotations
 
@@ -136,9 +137,21 @@ def _row_near_the_squares_limit() -> Case:
 
 @pytest.mark.parametrize("ignore", [(), ("range_safety",)], ids=["not-asked", "ignored"])
 def test_a_scaled_copy_past_the_range_is_not_compared(ignore: tuple[str, ...]) -> None:
+    """Declared one-pass, the kernel forms x*x: the copy (x * 8, past 1.8e19) is outside the domain
+    of that arithmetic, so it is not compared unless range safety is asked for."""
     case = _row_near_the_squares_limit()
-    target = target_from_callable(layer_norm_float32_squares, op="layernorm", ignore=ignore)
+    target = target_from_callable(layer_norm_float32_squares, op="layernorm", ignore=ignore,
+                                  variance="one_pass")
     assert evaluate(target, case).failures == ()
+
+
+def test_a_copy_inside_the_declared_domain_is_compared() -> None:
+    """Declared two-pass (the default), the kernel squares only x - mean, which the copy keeps far
+    below float32's range: its overflowing x*x is a failure, not a range-safety excuse."""
+    case = _row_near_the_squares_limit()
+    target = target_from_callable(layer_norm_float32_squares, op="layernorm")
+    (failure,) = evaluate(target, case).failures
+    assert failure.property == "scale_invariance" and "x * 2^3" in failure.reason
 
 
 def test_a_scaled_copy_is_compared_where_range_safety_is_promised() -> None:
@@ -152,11 +165,13 @@ def test_a_scaled_copy_is_compared_where_range_safety_is_promised() -> None:
 # --- softmax and the registry ----------------------------------------------------------------------
 
 
-def test_softmax_is_judged_on_range_safety_by_default() -> None:
-    """Every softmax kernel subtracts the row max, so a row of any finite magnitude is ordinary."""
+def test_a_softmax_that_overflows_fails_by_default() -> None:
+    """A softmax subtracts the row max, so every finite row is inside its accuracy domain: one that
+    does not fails ``finite`` there, with nothing excused as range safety."""
     report = normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["huge"],
                                    max_examples=30, seed=0)
-    assert [f.property for f in report.failures] == ["range_safety"] and report.information == []
+    assert "finite" in [f.property for f in report.failures] and report.information == []
+    assert "range_safety" not in [f.property for f in report.failures]
 
 
 @pytest.mark.parametrize("spec", [s for s in KERNELS if s.backend in ("numpy", "cuda", "cuda-prod")],
@@ -165,3 +180,56 @@ def test_registered_kernels_are_judged_on_range_safety(spec) -> None:
     """Their claims say where they promise it: cuda-prod's norms claim huge, and are judged there."""
     target = target_from_spec(spec)
     assert "range_safety" not in target.unjudged and target.information == frozenset()
+
+
+# --- what overflows, not which family ------------------------------------------------------------
+
+
+def masked_softmax_scale_first(x, mask, scale):
+    """PyTorch's order: ``scale * x`` in float32 first, then a max-subtracted softmax over the kept
+    entries. Right wherever ``scale * x`` fits float32; past FLT_MAX the product is inf."""
+    with np.errstate(all="ignore"):
+        t = np.where(mask, F32(scale) * x, F32(-np.inf))
+        m = np.max(t, axis=1, keepdims=True)
+        e = np.where(mask, np.exp(t - np.where(np.isfinite(m), m, F32(0))), F32(0))
+        s = e.sum(axis=1, keepdims=True, dtype=F32)
+        return np.where(s > 0, e / np.where(s > 0, s, F32(1)), F32(0)).astype(F32)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_masked_softmax_that_scales_first_passes_by_default(seed: int) -> None:
+    """Only the rows whose ``scale * x`` leaves float32 are excused, and shown as information."""
+    kwargs = dict(op="masked_softmax", families=["overflow_logits", "huge"], max_examples=100, seed=seed)
+    report = normprops.hunt_kernel(masked_softmax_scale_first, **kwargs)
+    assert report.passed, report
+    assert {f.property for f in report.information} <= {"range_safety"}
+
+
+def test_a_masked_softmax_that_scales_first_is_not_range_safe_when_asked() -> None:
+    with pytest.raises(AssertionError, match="range_safety"):
+        normprops.assert_robust(masked_softmax_scale_first, op="masked_softmax",
+                                families=["overflow_logits"], max_examples=100, seed=0,
+                                opt_in=["range_safety"])
+
+
+def _rms_backward_case(magnitude: float) -> Case:
+    rng = np.random.default_rng(0)
+    x = (magnitude * rng.standard_normal((3, 256))).astype(F32)
+    dy = rng.standard_normal((3, 256)).astype(F32)
+    return Case("rmsnorm_backward", "huge", x, np.ones(256, F32), None, float(np.finfo(F32).eps), dy=dy)
+
+
+def test_rstd_cubed_is_caught_where_the_squares_still_fit() -> None:
+    """|x| = 1e14: x*x is far inside float32, so the row is judged on accuracy whatever the family;
+    the textbook backward passes it, the one that forms rstd**3 (subnormal there) does not."""
+    from normprops.examples.backward_correct import rmsnorm_backward_f32
+    from normprops.examples.backward_planted import rmsnorm_backward_rstd_cubed
+
+    case = _rms_backward_case(1e14)
+    good = target_from_callable(rmsnorm_backward_f32, op="rmsnorm_backward")
+    bad = target_from_callable(rmsnorm_backward_rstd_cubed, op="rmsnorm_backward")
+    assert evaluate(good, case).failures == ()
+    assert [f.property for f in evaluate(bad, case).failures] == ["accuracy"]
+    report = normprops.hunt_kernel(rmsnorm_backward_rstd_cubed, op="rmsnorm_backward",
+                                   families=["huge"], max_examples=100, seed=0)
+    assert [f.property for f in report.failures] == ["accuracy"]

@@ -84,9 +84,10 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--check", type=_opt_in_list, default=frozenset(), metavar="P1,P2",
                    help="optional properties it promises too: " + ", ".join(sorted(OPTIONAL))
                         + " (exact_constant: a constant layer-norm row gives beta exactly, a zero "
-                          "RMS-norm row 0; range_safety: right for rows of any finite magnitude, "
-                          "always judged for softmax; a norm that does not check it has its huge "
-                          "findings shown as information, not failures)")
+                          "RMS-norm row 0; range_safety: right also on the rows where the declared "
+                          "arithmetic must overflow, a norm's x*x past 1.8e19, a masked softmax's "
+                          "scale * x past FLT_MAX; unchecked, findings there are information, not "
+                          "failures)")
     g.add_argument("--mask", choices=MASK_KINDS, default=None,
                    help="masked_softmax: how it takes its mask: bool (default; True where the entry "
                         "takes part) or additive (a float array of 0 and --mask-fill, for "

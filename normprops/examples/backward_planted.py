@@ -23,6 +23,7 @@ __all__ = [
     "rmsnorm_backward_bf16_dgamma",
     "rmsnorm_backward_eps_outside",
     "rmsnorm_backward_no_projection",
+    "rmsnorm_backward_rstd_cubed",
     "softmax_backward_fp16_dot",
 ]
 
@@ -81,6 +82,21 @@ def rmsnorm_backward_bf16_dgamma(dy: np.ndarray, x: np.ndarray, gamma: np.ndarra
         for row in terms[1:]:
             acc = (acc + row).astype(gamma.dtype)
         return dx.astype(dy.dtype), acc
+
+
+def rmsnorm_backward_rstd_cubed(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray,
+                                eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """BUG: the projection term as ``x * rstd**3 * mean(g * x)``, the textbook expansion of
+    ``xhat * mean(g * xhat)``. rstd^3 leaves float32's normal range once |x| passes about 1e13
+    (rstd ~ 1e-13), long before x*x overflows: the term loses bits to the subnormal grid from
+    there, and vanishes past about 1e15."""
+    d, v, g = _f32(dy), _f32(x), _f32(gamma)
+    with np.errstate(all="ignore"):
+        n = _F32(v.shape[1])
+        r = _F32(1) / np.sqrt(_lane_sum(v * v) / n + _F32(eps))
+        gd = d * g[None, :]
+        dx = r * gd - v * (r * r * r) * (_lane_sum(gd * v) / n)
+        return dx.astype(dy.dtype), _block_sum(d * (v * r)).astype(gamma.dtype)
 
 
 def _ln_backward(d: np.ndarray, v: np.ndarray, g: np.ndarray, mean: np.ndarray, r: np.ndarray,
@@ -154,6 +170,8 @@ PLANTED: tuple[GradPlanted, ...] = (
                 "dx without the xhat * mean(g * xhat) term"),
     GradPlanted("rmsnorm_backward", "rmsnorm_backward_eps_outside", "eps_scale", "accuracy",
                 "sqrt(mean(x^2)) + eps"),
+    GradPlanted("rmsnorm_backward", "rmsnorm_backward_rstd_cubed", "huge", "accuracy",
+                "rstd**3 underflows from |x| of about 1e13"),
     GradPlanted("rmsnorm_backward", "rmsnorm_backward_bf16_dgamma", "tall", "accuracy",
                 "dgamma summed in bfloat16", dtype="bfloat16"),
     GradPlanted("layernorm_backward", "layernorm_backward_no_projection", "ordinary", "accuracy",
