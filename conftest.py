@@ -5,6 +5,9 @@ the package first: ``pip install -e '.[test]'``); here only what the project's o
 hour on 2 cores) are deselected unless ``--calibration`` is given:
 
     python -m pytest --calibration -m calibration -n 2
+
+``perf`` tests (timings) are deselected unless ``-m`` names them (``python -m pytest -m perf``):
+alongside the rest of the suite, or under xdist, other tests load the machine they time.
 """
 
 from __future__ import annotations
@@ -50,9 +53,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not ok:
             for item in gpu:
                 item.add_marker(pytest.mark.skip(reason=f"needs a usable CUDA GPU: {why}"))
-    if config.getoption("--calibration"):
-        return
-    deselected = [item for item in items if item.get_closest_marker("calibration")]
-    if deselected:
-        config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not item.get_closest_marker("calibration")]
+    # Deselected unless asked for: calibration by --calibration, perf (timings) by an -m that names it.
+    asked = {"calibration": config.getoption("--calibration"),
+             "perf": "perf" in (config.getoption("markexpr") or "")}
+    keep = [item for item in items
+            if all(wanted or item.get_closest_marker(name) is None for name, wanted in asked.items())]
+    if len(keep) < len(items):
+        kept = set(map(id, keep))
+        config.hook.pytest_deselected(items=[item for item in items if id(item) not in kept])
+        items[:] = keep
