@@ -1,13 +1,20 @@
-"""The pooled xdist scheduling (normprops.xdist_pools): each pool's tests on the few workers sized
-for them."""
+"""The pooled xdist scheduling (normprops.xdist_pools) and this suite's pools (the root conftest):
+each slow-start backend's registry hunts on the few workers sized for them, every test run once."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import textwrap
+import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
+from normprops.specs import KERNELS
 from normprops.xdist_pools import PoolDispatch, PoolPlan, StartCost, pool_sizes
+
+ROOT_CONFTEST = Path(__file__).parents[1] / "conftest.py"
 
 
 def _plan(pool_of, sizes, first_use=10.0, per_test=1.0) -> PoolPlan:
@@ -74,3 +81,67 @@ def test_pool_sizes_grow_with_the_pools_share() -> None:
 def test_a_plan_that_cannot_be_followed_is_refused(bad: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         PoolPlan(**bad)
+
+
+def _root_conftest():
+    spec = importlib.util.spec_from_file_location("normprops_root_conftest", ROOT_CONFTEST)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_registry_hunt_of_a_slow_start_backend_has_its_pool() -> None:
+    from test_numerics import BUGS, CLAIMS
+
+    conftest = _root_conftest()
+    labels = {f"{k.backend}-{k.name}": k for k in KERNELS}
+    for param in [*CLAIMS, *BUGS]:
+        spec = param.values[0]
+        pool = conftest.registry_pool(f"tests/test_numerics.py::test_x[{param.id}]", labels)
+        expected = (spec.backend if spec.backend in ("torch-compile", "liger", "jax", "flax", "quack")
+                    else "cuda-prod 16-bit" if spec.backend == "cuda-prod" and spec.dtype != "float32"
+                    else None)
+        assert pool == expected, param.id
+    other = "tests/test_other.py::test_x[liger-liger.softmax-f32-ordinary]"
+    assert conftest.registry_pool(other, labels) is None
+
+
+def _workers_by_test(junit: Path) -> dict[str, str]:
+    return {case.get("name"): prop.get("value") for case in ET.parse(junit).getroot().iter("testcase")
+            for prop in case.iter("property") if prop.get("name") == "xdist_worker"}
+
+
+def test_a_run_keeps_a_pools_tests_on_its_planned_workers(pytester: pytest.Pytester) -> None:
+    """At -n 3, this suite's conftest runs the Liger hunts (a stand-in ``liger_kernel`` makes the
+    library found) on the one worker planned for them, the others on every worker; xdist's own
+    ``load``, asked for by name, spreads them over all three."""
+    pytester.makeconftest(ROOT_CONFTEST.read_text())
+    pytester.makepyfile(liger_kernel="")
+    liger = [f"liger-{k.name}-{family}" for k in KERNELS if k.backend == "liger"
+             for family in ("ordinary", "tiny")][:8]
+    numpy = [f"numpy-{k.name}-{family}" for k in KERNELS if k.backend == "numpy" for family in
+             ("ordinary", "tiny", "huge", "constant", "ragged", "nonfinite", "large_mean", "masked")]
+    pytester.makepyfile(test_numerics=textwrap.dedent(f"""
+        import time
+        import pytest
+
+        @pytest.mark.parametrize("case", {liger + numpy!r})
+        def test_hunt(case):
+            time.sleep(0.05)
+    """))
+    result = pytester.runpytest_subprocess("-n", "3", "-p", "no:cacheprovider", "--junitxml=pooled.xml")
+    result.assert_outcomes(passed=len(liger) + len(numpy))
+    planned = re.search(r"workers per pool \(planned\): liger (\d+) \((\d+)\)", result.stdout.str())
+    assert planned is not None, result.stdout.str()
+    ran = _workers_by_test(pytester.path / "pooled.xml")
+    assert len(ran) == len(liger) + len(numpy)
+    liger_workers = {w for name, w in ran.items() if "[liger-" in name}
+    assert len(liger_workers) == int(planned[1]) == int(planned[2]) == 1
+    assert set(ran.values()) == {"gw0", "gw1", "gw2"}  # every worker had work
+
+    result = pytester.runpytest_subprocess("-n", "3", "-p", "no:cacheprovider", "--dist", "load",
+                                           "--junitxml=load.xml")
+    result.assert_outcomes(passed=len(liger) + len(numpy))
+    assert "workers per pool" not in result.stdout.str()
+    spread = {w for name, w in _workers_by_test(pytester.path / "load.xml").items() if "[liger-" in name}
+    assert len(spread) == 3
