@@ -227,11 +227,11 @@ class PooledLoadScheduling(LoadScheduling):
     def summary(self) -> str:
         """Each pool's planned and actual workers, for the end of the run."""
         if self.dispatch is None:
-            return "pools: none (nothing scheduled)"
+            return "workers per pool: none (nothing was scheduled)"
         plan = self.dispatch.plan
         counts = Counter(p for p in plan.pool_of if p is not None)
         if not counts:
-            return "pools: no test of a pool collected"
+            return "workers per pool: none (no test of a pool was collected)"
         return "workers per pool (planned): " + ", ".join(
             f"{p} {len(self.workers_ran.get(p, ()))} ({plan.sizes[p]})"
             for p in sorted(counts, key=lambda p: -counts[p] * plan.costs[p].per_test))
