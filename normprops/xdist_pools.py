@@ -13,8 +13,9 @@ the test it runs and the next, taken in collection order), except that a test of
 slow-start group) goes only to that pool's workers: the first ``size`` workers that took one of its
 tests. :func:`pool_sizes` sizes each pool to its share of the run's estimated seconds, so that its
 workers finish it about when the others finish the rest; then they take what is left. A worker
-with nothing else to run joins a pool beyond its size only where the pool's queued seconds per
-worker exceed its start (:meth:`PoolDispatch.take`). Needs pytest-xdist; a project's
+that finds nothing else joins a pool beyond its size only where the pool's queued seconds per
+worker exceed its start (:meth:`PoolDispatch.take`), and otherwise stops once it has run what it
+holds. Needs pytest-xdist; a project's
 ``conftest.py`` installs it (normprops' own does, for its registry hunts)::
 
     @pytest.hookimpl(optionalhook=True)
@@ -102,15 +103,15 @@ class PoolDispatch:
     plan: PoolPlan
     members: dict[str, set[Hashable]] = field(default_factory=dict)
 
-    def take(self, queue: Sequence[int], worker: Hashable, *, idle: bool) -> int | None:
+    def take(self, queue: Sequence[int], worker: Hashable) -> int | None:
         """The position in ``queue`` (test indices, in the order they are handed out) of the test
         ``worker`` runs next, its pool joined; None where there is none for it.
 
         In order: the first queued test of a pool the worker belongs to (a pool's tests can only go
-        to its workers, so they go first); else the first test of no pool or of a pool with room.
-        A worker that is ``idle`` (nothing left to run) and finds neither joins the pool with the
-        most queued seconds per worker, where those exceed the start it pays to join: with ``m``
-        workers and ``R`` seconds queued, one more ends the pool sooner when ``R / m > first_use``.
+        to its workers, so they go first); else the first test of no pool or of a pool with room;
+        else a test of the pool with the most queued seconds per worker, where those exceed the
+        start the worker pays to join it beyond its size: with ``m`` workers and ``R`` seconds
+        queued, one more ends the pool sooner when ``R / m > first_use``.
         """
         pool_of, sizes = self.plan.pool_of, self.plan.sizes
         chosen = None
@@ -121,7 +122,7 @@ class PoolDispatch:
                 break
             if chosen is None and (pool is None or len(self.members.get(pool, ())) < sizes[pool]):
                 chosen = position
-        if chosen is None and idle:
+        if chosen is None:
             chosen = self._beyond_size(queue)
         if chosen is not None and pool_of[queue[chosen]] is not None:
             self.members.setdefault(pool_of[queue[chosen]], set()).add(worker)
@@ -174,24 +175,22 @@ class PooledLoadScheduling(LoadScheduling):
         for depth in (1, 2):
             for node in self.nodes:
                 self._fill(node, depth)
-        if not self.pending:
-            for node in self.nodes:
-                node.shutdown()
+        for node in self.nodes:
+            self._stop_if_short(node)
 
     def check_schedule(self, node, duration: float = 0) -> None:
         if node.shutting_down:
             return
-        if self.pending and self.dispatch is not None:
+        if self.dispatch is not None:
             self._fill(node, 2)
-        if not self.pending:
-            node.shutdown()
+        self._stop_if_short(node)
 
     def _fill(self, node, depth: int) -> None:
         """Give ``node`` tests until it holds ``depth`` (or none is there for it)."""
         assert self.dispatch is not None
         held = self.node2pending[node]
         while len(held) < depth and self.pending:
-            position = self.dispatch.take(self.pending, node, idle=not held)
+            position = self.dispatch.take(self.pending, node)
             if position is None:
                 return
             test = self.pending.pop(position)
@@ -201,13 +200,17 @@ class PooledLoadScheduling(LoadScheduling):
             held.append(test)
             node.send_runtest_some([test])
 
+    def _stop_if_short(self, node) -> None:
+        # An xdist worker starts a test only once it holds the next one too, or has been told to
+        # stop: a worker left with fewer than two (nothing queued is for it, or nothing is queued)
+        # stops, after running what it holds. Nothing queued becomes its later (a pool's tests only
+        # grow scarcer), unless a crashed worker's tests come back, which the others take.
+        if len(self.node2pending[node]) < 2 or not self.pending:
+            node.shutdown()
+
     def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
         self.node2pending[node].remove(item_index)
         self.check_schedule(node, duration=duration)
-        if not self.pending:  # the last test handed out: workers left waiting for a pool may go
-            for other in self.nodes:
-                if not other.shutting_down:
-                    other.shutdown()
 
     def remove_node(self, node) -> str | None:
         if self.dispatch is not None:

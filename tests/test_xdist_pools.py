@@ -8,11 +8,12 @@ import re
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from normprops.specs import KERNELS
-from normprops.xdist_pools import PoolDispatch, PoolPlan, StartCost, pool_sizes
+from normprops.xdist_pools import PoolDispatch, PooledLoadScheduling, PoolPlan, StartCost, pool_sizes
 
 ROOT_CONFTEST = Path(__file__).parents[1] / "conftest.py"
 
@@ -25,33 +26,105 @@ def _plan(pool_of, sizes, first_use=10.0, per_test=1.0) -> PoolPlan:
 def test_a_pools_tests_go_to_its_workers_first_and_to_no_other_while_it_is_full() -> None:
     dispatch = PoolDispatch(_plan(["slow", "slow", "slow", None, None], {"slow": 1}))
     queue = [0, 1, 2, 3, 4]
-    assert dispatch.take(queue, "gw0", idle=True) == 0  # the first test: gw0 joins the pool
+    assert dispatch.take(queue, "gw0") == 0  # the first test: gw0 joins the pool
     queue.pop(0)
-    assert dispatch.take(queue, "gw1", idle=True) == 2  # the pool is full: gw1 takes test 3
+    assert dispatch.take(queue, "gw1") == 2  # the pool is full: gw1 takes test 3
     queue.pop(2)
-    assert dispatch.take(queue, "gw0", idle=False) == 0  # its pool's test before test 4
+    assert dispatch.take(queue, "gw0") == 0  # its pool's test before test 4
     assert dispatch.members == {"slow": {"gw0"}}
 
 
-def test_an_idle_worker_joins_a_full_pool_only_where_that_pays_for_its_start() -> None:
+def test_a_worker_joins_a_full_pool_only_where_that_pays_for_its_start() -> None:
     # 3 queued tests of 1 s for the pool's one worker: 3 s, less than the 10 s a newcomer pays.
     cheap = PoolDispatch(_plan(["slow"] * 4, {"slow": 1}))
-    assert cheap.take([0, 1, 2, 3], "gw0", idle=True) == 0
-    assert cheap.take([1, 2, 3], "gw1", idle=True) is None
-    # 30 queued tests of 1 s: joining ends the pool sooner, so an idle worker joins...
+    assert cheap.take([0, 1, 2, 3], "gw0") == 0
+    assert cheap.take([1, 2, 3], "gw1") is None
+    # 30 queued tests of 1 s: one more worker ends the pool sooner.
     dear = PoolDispatch(_plan(["slow"] * 31, {"slow": 1}))
-    assert dear.take(list(range(31)), "gw0", idle=True) == 0
-    assert dear.take(list(range(1, 31)), "gw1", idle=False) is None  # ...but not one still busy
-    assert dear.take(list(range(1, 31)), "gw1", idle=True) == 0
+    assert dear.take(list(range(31)), "gw0") == 0
+    assert dear.take(list(range(1, 31)), "gw1") == 0
     assert dear.members == {"slow": {"gw0", "gw1"}}
 
 
 def test_a_worker_that_left_frees_its_place() -> None:
     dispatch = PoolDispatch(_plan(["slow"] * 3, {"slow": 1}))
-    assert dispatch.take([0, 1, 2], "gw0", idle=True) == 0
-    assert dispatch.take([1, 2], "gw1", idle=True) is None
+    assert dispatch.take([0, 1, 2], "gw0") == 0
+    assert dispatch.take([1, 2], "gw1") is None
     dispatch.leave("gw0")
-    assert dispatch.take([1, 2], "gw1", idle=True) == 0
+    assert dispatch.take([1, 2], "gw1") == 0
+
+
+class _Worker:
+    """Stands in for xdist's WorkerController: what the scheduler sends it and whether it was told
+    to stop."""
+
+    def __init__(self, n: int) -> None:
+        self.gateway = SimpleNamespace(id=f"gw{n}")
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+
+class _Config:
+    def __init__(self, workers: int) -> None:
+        self.workers = workers
+
+    def getvalue(self, name: str):
+        assert name == "tx"
+        return ["popen"] * self.workers
+
+    def getoption(self, name: str):
+        return None
+
+
+def _run(plan: PoolPlan, seconds: list[float], workers: int) -> dict[int, str]:
+    """The pooled scheduling driven as xdist drives it, each worker running its tests in turn and,
+    as an xdist worker does, starting one only once it holds the next too or was told to stop.
+    Returns the worker each test ran on."""
+    scheduler = PooledLoadScheduling(_Config(workers), plan=lambda collection, n: plan)
+    nodes = [_Worker(n) for n in range(workers)]
+    for node in nodes:
+        scheduler.add_node(node)
+        scheduler.add_node_collection(node, [f"t{i}" for i in range(len(seconds))])
+    scheduler.schedule()
+    free_at = {node: 0.0 for node in nodes}
+    ran: dict[int, str] = {}
+    while True:
+        running = [n for n in nodes if scheduler.node2pending[n]
+                   and (len(scheduler.node2pending[n]) >= 2 or n.shutting_down)]
+        if not running:
+            break
+        node = min(running, key=lambda n: free_at[n] + seconds[scheduler.node2pending[n][0]])
+        test = scheduler.node2pending[node][0]
+        free_at[node] += seconds[test]
+        ran[test] = node.gateway.id
+        scheduler.mark_test_complete(node, test)
+    held = {n.gateway.id: scheduler.node2pending[n] for n in nodes if scheduler.node2pending[n]}
+    assert not held, f"tests held by workers that cannot start them: {held}"
+    return ran
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3, 8])
+def test_every_test_runs_once_and_a_pool_stays_on_its_workers(workers: int) -> None:
+    # A pool of 12 tests for 2 workers, then 30 tests of no pool: the pool's start (100 s) never
+    # pays for a third worker, and no worker is left holding a test it cannot start.
+    pool_of = ["slow"] * 12 + [None] * 30
+    plan = _plan(pool_of, {"slow": min(2, workers)}, first_use=100.0)
+    ran = _run(plan, [1.0] * len(pool_of), workers)
+    assert sorted(ran) == list(range(len(pool_of)))
+    assert len({ran[t] for t in range(12)}) == min(2, workers)
+    assert len(set(ran.values())) == workers
+
+
+def test_workers_that_find_only_a_full_pools_tests_stop_and_the_pool_finishes() -> None:
+    pool_of = [None] * 3 + ["slow"] * 10
+    ran = _run(_plan(pool_of, {"slow": 1}, first_use=100.0), [1.0] * len(pool_of), 4)
+    assert sorted(ran) == list(range(len(pool_of)))
+    assert len({ran[t] for t in range(3, 13)}) == 1
 
 
 @pytest.mark.parametrize("workers, size", [
