@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Sequence
 from hypothesis import core as hypothesis_core
 from hypothesis import settings as hypothesis_settings
 
+from normprops.call_defaults import SessionDefaults, current_defaults, use_session_defaults
 from normprops.case import ShapeConstraints
 from normprops.errors import UsageError
 from normprops.hints import hints
@@ -150,30 +151,6 @@ def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
         raise UsageError(f"families: {', '.join(map(repr, unknown)) or '(none)'} not a family of "
                          f"{op}; choose from {', '.join(allowed)}")
     return chosen
-
-
-@dataclass(frozen=True)
-class SessionDefaults:
-    """What a pytest run's options ask of every :func:`hunt_kernel` and :func:`assert_robust` call
-    made during it, where the call does not say otherwise: ``--normprops-fixtures-dir``,
-    ``--normprops-policy``, ``--normprops-oracle`` and ``--normprops-time-budget`` (its end, as a
-    ``time.monotonic()`` deadline). Outside pytest, the defaults below."""
-
-    fixtures_dir: Path | None = None
-    policy: str = "default"
-    oracle: str = "float64"
-    deadline: float | None = None
-    #: Called with a reason, instead of hunting, when ``deadline`` has passed before a hunt starts
-    #: (the plugin passes ``pytest.skip``: a test whose hunt cannot run is not a pass).
-    when_spent: Callable[[str], Any] | None = None
-
-
-_SESSION = [SessionDefaults()]
-
-
-def use_session_defaults(defaults: SessionDefaults) -> None:
-    """Set what the calls of this process take by default (the pytest plugin does, once a run)."""
-    _SESSION[0] = defaults
 
 
 def _callers_level() -> int:
@@ -309,7 +286,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         call_timeout = None
     chosen = _families(op, families)
     current = hypothesis_settings()
-    session = _SESSION[0]
+    session = current_defaults()
     fixtures = session.fixtures_dir if fixtures_dir is None else _fixtures_dir(fixtures_dir)
     deadline = deadline_after(time_budget)
     if session.deadline is not None:
@@ -387,7 +364,7 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
         # A hunt that judged nothing is no evidence: not a pass (as the CLI's exit status 5). The
         # session's budget spent skips the test, as a hunt that starts after it; the call's own fails.
         why = "nothing judged: the time budget was spent before the first example"
-        session = _SESSION[0]
+        session = current_defaults()
         if (session.when_spent is not None and session.deadline is not None
                 and time.monotonic() >= session.deadline):
             session.when_spent(why)

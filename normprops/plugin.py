@@ -2,17 +2,20 @@
 
 Markers: ``numerics`` (hunts), ``perf`` (bandwidth gates on the GPU). Options are parsed once into a
 frozen :class:`PluginOptions` kept in ``config.stash``. Nothing heavy is imported until a hook or
-fixture needs it. The plugin is loaded in every project where normprops is installed, so it changes
-nothing of a project's own: not its tests' markers, nor its processes' threads or GPU.
-:func:`share_cores` and :func:`pin_worker_gpu` are for a project's ``conftest.py`` that wants them
-(normprops' own calls both).
+fixture needs it: loading the plugin imports two small modules of normprops, not Hypothesis, the
+API, NumPy or a framework; the API is imported by the first test that hunts. The plugin is loaded
+in every project where normprops is installed, so it changes nothing of a project's own: not its
+tests' markers, nor its processes' threads or GPU. :func:`share_cores` and :func:`pin_worker_gpu`
+are for a project's ``conftest.py`` that wants them (normprops' own calls both).
 
 ``--normprops-time-budget SECONDS`` bounds the session's hunts: the hunt running when the time is
 spent ends with what it found (its result says ``cut_short``), and later tests that hunt skip.
 
-Hypothesis profiles: ``ci`` (derandomized, 100 examples, no database; Hypothesis loads it by itself
-when ``CI`` is set), ``dev`` (300 examples), ``deep`` (10,000 examples; ``hypothesis.target`` steers
-the search towards the worst err/tol). Select with ``--hypothesis-profile NAME``.
+Hypothesis profiles: ``ci`` (Hypothesis's own: derandomized, 100 examples, no database; Hypothesis
+loads it by itself when ``CI`` is set), and the plugin's ``dev`` (300 examples) and ``deep`` (10,000
+examples; ``hypothesis.target`` steers the search towards the worst err/tol), registered once
+Hypothesis is imported (by ``--hypothesis-profile``, or the tests' collection). Select with
+``--hypothesis-profile NAME``.
 """
 
 from __future__ import annotations
@@ -25,32 +28,49 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, settings
 
+from normprops.call_defaults import SessionDefaults, use_session_defaults
 from normprops.jsonio import output_dir_problem
 
 __all__ = ["PluginOptions", "register_profiles", "OPTIONS_KEY", "worker_device", "worker_threads",
            "share_cores", "pin_worker_gpu", "HUNT_PROPERTY"]
 
+#: The profiles the plugin adds. ``ci`` is Hypothesis's own (derandomized, 100 examples, no example
+#: database, no deadline, the blob printed, ``too_slow`` not checked), loaded by Hypothesis itself
+#: when ``CI`` is set.
 PROFILES = {
-    "ci": dict(max_examples=100, derandomize=True, database=None, deadline=None, print_blob=True,
-               suppress_health_check=[HealthCheck.too_slow]),
     "dev": dict(max_examples=300, deadline=None),
     "deep": dict(max_examples=10_000, deadline=None),
 }
 
 
-def register_profiles() -> None:
+def register_profiles(*, keep_existing: bool = False) -> None:
+    """Register :data:`PROFILES` with Hypothesis (importing it). With ``keep_existing``, a profile of
+    the same name registered already (a project's own ``dev``) is left as it is."""
+    from hypothesis import settings
+    from hypothesis.errors import InvalidArgument
+
     # Each profile is built on Hypothesis' own default, not on whichever profile is loaded now:
     # in a CI environment Hypothesis loads its `ci` profile first, and `dev` would inherit its
     # derandomize=True and stop exploring.
     base = settings.get_profile("default")
     for name, kwargs in PROFILES.items():
+        if keep_existing:
+            try:
+                settings.get_profile(name)
+                continue
+            except InvalidArgument:
+                pass
         settings.register_profile(name, parent=base, **kwargs)
 
 
-# Profiles must exist before Hypothesis' own plugin loads --hypothesis-profile in pytest_configure.
-register_profiles()
+def _register_profiles_where_hypothesis_is_used(config: pytest.Config) -> None:
+    # Hypothesis is imported by the plugin only for a run that uses it (0.15-0.25 s a process that a
+    # project that merely has normprops installed does not pay): before Hypothesis's own plugin
+    # loads --hypothesis-profile (this plugin's pytest_configure runs first), or once collection
+    # has imported it (the tests' fixtures load profiles by name at run time).
+    if "hypothesis" in sys.modules or config.getoption("--hypothesis-profile", None):
+        register_profiles(keep_existing=True)
 
 
 @dataclass(frozen=True)
@@ -88,7 +108,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "default 2048, capped at 262144 elements)")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
+    _register_profiles_where_hypothesis_is_used(config)
     config.addinivalue_line("markers", "numerics: hunts kernels for numerical bugs (Hypothesis)")
     config.addinivalue_line("markers", "perf: bandwidth gates on the GPU")
     backends = config.getoption("--normprops-backend")
@@ -124,8 +146,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _share_options(options: PluginOptions) -> None:
     """The same options reach a user's own tests, which call hunt_kernel and assert_robust; a hunt
-    that would start after the time budget is spent skips its test."""
-    from normprops.api import SessionDefaults, use_session_defaults
+    that would start after the time budget is spent skips its test. Set where :mod:`normprops.api`
+    reads them without importing it: the API is imported by the first test that hunts."""
 
     def spent(why: str) -> None:
         __tracebackhide__ = True  # the skip is reported at the test that hunted
@@ -140,6 +162,7 @@ def _share_options(options: PluginOptions) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The time budget starts with the first test, not with collection (which imports the
     frameworks the tests use)."""
+    _register_profiles_where_hypothesis_is_used(session.config)
     options = session.config.stash[OPTIONS_KEY]
     if options.time_budget is not None:
         options = replace(options, deadline=time.monotonic() + options.time_budget)
@@ -148,8 +171,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    from normprops.api import SessionDefaults, use_session_defaults
-
     use_session_defaults(SessionDefaults())
 
 
@@ -200,6 +221,8 @@ def normprops_options(request: pytest.FixtureRequest) -> PluginOptions:
 @pytest.fixture
 def hunt_config(normprops_options: PluginOptions):
     """A :class:`normprops.hunt.HuntConfig` from the options and the active Hypothesis profile."""
+    from hypothesis import settings
+
     from normprops.hunt import HuntConfig
 
     deadline = normprops_options.deadline

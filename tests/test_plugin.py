@@ -106,6 +106,34 @@ def test_options_reach_a_users_own_assert_robust(pytester: pytest.Pytester) -> N
     assert list((pytester.path / "fx" / "softmax").glob("*.json"))
 
 
+@pytest.mark.parametrize("profile, examples", [("dev", 300), ("deep", 10_000)])
+def test_the_plugins_profiles_load_by_name(pytester: pytest.Pytester, profile: str, examples: int) -> None:
+    # Registered before Hypothesis's own plugin loads the named profile, in a run that had not
+    # imported Hypothesis yet.
+    pytester.makepyfile(f"""
+        def test_config(hunt_config):
+            assert not hunt_config.derandomize and hunt_config.max_examples == {examples}
+    """)
+    pytester.runpytest_subprocess("--hypothesis-profile", profile).assert_outcomes(passed=1)
+
+
+def test_a_projects_own_dev_profile_is_kept(pytester: pytest.Pytester) -> None:
+    pytester.makeconftest("""
+        from hypothesis import settings
+
+        settings.register_profile("dev", max_examples=7)
+    """)
+    pytester.makepyfile("""
+        from hypothesis import settings
+
+        def test_config(hunt_config):
+            assert hunt_config.max_examples == 7
+            settings.load_profile("deep")  # the plugin's, registered beside the project's own
+            assert settings().max_examples == 10_000
+    """)
+    pytester.runpytest_subprocess("--hypothesis-profile", "dev").assert_outcomes(passed=1)
+
+
 def test_ci_profile_is_derandomized(pytester: pytest.Pytester) -> None:
     pytester.makepyfile("""
         def test_config(hunt_config):
@@ -288,3 +316,53 @@ def test_a_call_timeout_puts_back_an_alarm_due_after_it() -> None:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
 
+
+
+def test_a_run_that_hunts_nothing_imports_neither_the_api_nor_hypothesis(pytester: pytest.Pytester) -> None:
+    """The plugin loads in every pytest run where normprops is installed: its hooks read the options
+    and set the calls' defaults without importing :mod:`normprops.api` (and through it the hunt,
+    Hypothesis, NumPy and the strategies); the first test that hunts imports it."""
+    pytester.makepyfile("""
+        import sys
+
+        def test_nothing_heavy_loaded():
+            loaded = {"normprops.api", "normprops.hunt", "hypothesis", "numpy"} & set(sys.modules)
+            assert not loaded, loaded
+
+        def test_a_hunt_loads_the_api():
+            import normprops
+            from normprops.examples.planted import softmax_no_shift
+
+            normprops.hunt_kernel(softmax_no_shift, op="softmax", families=["ordinary"], max_examples=5)
+            assert "normprops.api" in sys.modules
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--normprops-policy", "table")
+    result.assert_outcomes(passed=2)
+
+
+#: Seconds of ``import MODULE`` in a fresh interpreter that has imported pytest, as pytest has when
+#: it loads its plugins; the median of 5.
+_IMPORT_SECONDS = """
+import statistics, subprocess, sys
+code = "import time, pytest; t = time.perf_counter(); import {}; print(time.perf_counter() - t)"
+runs = [float(subprocess.run([sys.executable, "-c", code.format(sys.argv[1])], capture_output=True,
+                             text=True, check=True).stdout) for _ in range(5)]
+print(statistics.median(runs))
+"""
+
+
+def _import_seconds(module: str) -> float:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _IMPORT_SECONDS, module], capture_output=True,
+                          text=True, check=True)
+    return float(done.stdout)
+
+
+@pytest.mark.perf
+def test_loading_the_plugin_costs_little_more_than_importing_numpy() -> None:
+    """Loading the plugin (Hypothesis, for its profiles, and two small modules) costs at most 0.1 s
+    more than importing NumPy; it cost 1.5 s more when it imported the API to set its defaults."""
+    plugin, numpy = _import_seconds("normprops.plugin"), _import_seconds("numpy")
+    assert plugin < numpy + 0.1, f"normprops.plugin {plugin:.3f} s, numpy {numpy:.3f} s"

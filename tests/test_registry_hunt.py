@@ -655,3 +655,32 @@ def test_the_suite_timing_names_an_entry_whose_every_test_pays_a_fixed_cost(
                     "cuda-prod softmaxFast": ["1", "2", "1.50", "1.5", "1.5", "1.5"]}
     assert tool.main([str(xml)]) == 0
     assert "torch-compile      2       28  14.00   15.0" in capsys.readouterr().out
+
+
+def test_the_suite_timing_counts_the_workers_that_ran_each_backend(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each test's xdist worker, as the conftest records it, counted by backend (a skipped test's
+    worker paid no start and is not counted); a run without them has no such column."""
+    import importlib.util
+
+    def case(name: str, worker: str, body: str = "") -> str:
+        return (f'<testcase classname="tests.test_numerics" name="test_claimed_family_is_clean[{name}]" '
+                f'time="1.0">{body}<properties><property name="xdist_worker" value="{worker}"/>'
+                f'</properties></testcase>')
+
+    xml = tmp_path / "run.xml"
+    xml.write_text("<testsuites><testsuite>"
+                   + case("liger-liger.softmax-f32-ordinary", "gw0")
+                   + case("liger-liger.softmax-f32-tiny", "gw3")
+                   + case("liger-liger.softmax-bf16-tiny", "gw0")
+                   + case("liger-liger.softmax-bf16-huge", "gw5", "<skipped/>")
+                   + case("numpy-softmaxRowSafe-tiny", "gw1")
+                   + "</testsuite></testsuites>")
+    path = Path(__file__).resolve().parents[1] / "tools" / "suite_by_backend.py"
+    spec = importlib.util.spec_from_file_location("suite_by_backend", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main([str(xml)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].split()[-1] == "workers"
+    assert {line.split()[0]: line.split()[-1] for line in lines[2:]} == {"liger": "2", "numpy": "1"}

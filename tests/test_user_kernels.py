@@ -1058,11 +1058,11 @@ def test_an_argument_error_is_one_line_at_the_users_call(pytester: pytest.Pytest
 
 def test_a_hunt_that_judged_nothing_is_no_pass(monkeypatch: pytest.MonkeyPatch,
                                                pytester: pytest.Pytester) -> None:
-    from normprops.api import SessionDefaults
+    from normprops import call_defaults
     from normprops.examples.planted import softmax_no_shift
 
     # Outside pytest: an AssertionError that says so (it returned as if the buggy kernel passed).
-    monkeypatch.setattr(normprops.api, "_SESSION", [SessionDefaults()])
+    monkeypatch.setattr(call_defaults, "_CURRENT", [call_defaults.SessionDefaults()])
     with pytest.raises(AssertionError, match="nothing judged: the time budget was spent before the "
                                              "first example"):
         normprops.assert_robust(softmax_no_shift, op="softmax", time_budget=1e-9, max_examples=20)

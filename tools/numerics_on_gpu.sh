@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The numerics suite on a GPU host, as docs/registry.md times it: every compiler's cache in one
 # folder (kept between runs if the folder is), the CUDA sources compiled in the background while
-# the first tests run, junit XML, the log and a fixture of each failure written, then the time
-# summed by backend (and by registry entry, into by-kernel.txt).
+# the first tests run, junit XML, the log and a fixture of each failure written, then each slow-start
+# pool's workers (planned and actual, conftest.py) and the time summed by backend with the workers
+# that ran it (and by registry entry, into by-kernel.txt).
 #
 #   tools/numerics_on_gpu.sh [OUT_DIR] [extra pytest arguments...]   (OUT_DIR default ./numerics-run)
 #
@@ -32,6 +33,7 @@ python -m pytest -m numerics -n "$workers" --hypothesis-profile "${PROFILE:-dev}
 status=$?
 echo "pytest exit $status after $(( $(date +%s) - start )) s; $(tail -n 1 "$out/numerics.log")"
 grep -E "^(FAILED|ERROR)" "$out/numerics.log"
+grep -E "^workers per pool" "$out/numerics.log"
 python "$tools/suite_by_backend.py" "$out/junit.xml"
 python "$tools/suite_by_backend.py" --by-kernel "$out/junit.xml" > "$out/by-kernel.txt"
 exit $status

@@ -1,7 +1,9 @@
 """Where a numerics suite run's time went: its junit XML (``pytest -m numerics --junitxml=FILE``)
 summed by backend (the first part of each hunt's test id), or with ``--by-kernel`` by registry
 entry, with its fastest, median and slowest test: an entry whose fastest test is slow pays a fixed
-cost in every test (a compile, an autotune), whatever the profile's examples.
+cost in every test (a compile, an autotune), whatever the profile's examples. Under xdist, the
+``workers`` column counts the workers that ran the tests (this repository's conftest records each
+test's worker): each of them paid the backend's start once.
 
     python tools/suite_by_backend.py [--by-kernel] run.xml [other.xml ...]
 """
@@ -37,24 +39,30 @@ def summarize(path: str, *, by_kernel: bool = False) -> str:
     except (OSError, ET.ParseError) as exc:
         raise SystemExit(f"{path}: not a readable junit XML file ({exc})") from None
     times: dict[str, list[float]] = defaultdict(list)
+    workers: dict[str, set[str]] = defaultdict(set)
     skipped = failed = 0
     for case in root.iter("testcase"):
         if case.find("skipped") is not None:
             skipped += 1
             continue
         failed += case.find("failure") is not None or case.find("error") is not None
-        times[_group(case.get("name") or "", by_kernel=by_kernel)].append(float(case.get("time") or 0))
+        group = _group(case.get("name") or "", by_kernel=by_kernel)
+        times[group].append(float(case.get("time") or 0))
+        workers[group].update(p.get("value") for p in case.iter("property")
+                              if p.get("name") == "xdist_worker")
     ran = sum(len(v) for v in times.values())
     total = sum(sum(v) for v in times.values())
     lines = [f"{path}: {ran} tests run ({failed} failed), {skipped} skipped, {total:.0f} test-seconds"]
     width = max(14, *(len(name) for name in times)) if times else 14
     head = f"  {'kernel' if by_kernel else 'backend':{width}s} {'tests':>5s} {'seconds':>8s} {'mean':>6s}"
-    lines.append(head + (f" {'min':>6s} {'median':>6s}" if by_kernel else "") + f" {'max':>6s}")
+    recorded = any(workers.values())  # a run without xdist, or without the conftest, records none
+    lines.append(head + (f" {'min':>6s} {'median':>6s}" if by_kernel else "") + f" {'max':>6s}"
+                 + (f" {'workers':>7s}" if recorded else ""))
     for name, v in sorted(times.items(), key=lambda kv: -sum(kv[1])):
         row = f"  {name:{width}s} {len(v):5d} {sum(v):8.0f} {sum(v) / len(v):6.2f}"
         if by_kernel:
             row += f" {min(v):6.1f} {statistics.median(v):6.1f}"
-        lines.append(row + f" {max(v):6.1f}")
+        lines.append(row + f" {max(v):6.1f}" + (f" {len(workers[name]):7d}" if recorded else ""))
     return "\n".join(lines)
 
 
