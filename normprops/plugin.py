@@ -159,9 +159,22 @@ def _share_options(options: PluginOptions) -> None:
                                          when_spent=spent))
 
 
+def _uses_normprops(module: object) -> bool:
+    """Whether a test module's globals hold normprops or one of its names."""
+    for value in vars(module).values() if module is not None else ():
+        name = value.__name__ if isinstance(value, type(sys)) else getattr(value, "__module__", None)
+        if isinstance(name, str) and (name == "normprops" or name.startswith("normprops.")):
+            return True
+    return False
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """The time budget starts with the first test, not with collection (which imports the
-    frameworks the tests use)."""
+    frameworks the tests use). Where a collected test module uses normprops, its API is imported
+    here, before any test runs: a timeout's alarm (pytest-timeout's signal method) that fired inside
+    a first, lazy import would leave Hypothesis half-imported for every later test."""
+    if any(_uses_normprops(getattr(item, "module", None)) for item in session.items):
+        import normprops.api  # noqa: F401
     _register_profiles_where_hypothesis_is_used(session.config)
     options = session.config.stash[OPTIONS_KEY]
     if options.time_budget is not None:
