@@ -39,7 +39,7 @@ from normprops.hunt import HuntConfig, HuntResult, check_drawable, hunt
 from normprops.information import hunt_information
 from normprops.jsonio import output_dir_problem
 from normprops.launch import VARIANCE_OPS, Target, target_from_callable
-from normprops.ops import get_op, is_backward
+from normprops.ops import USER_ROW_REDUCTION, get_op, is_backward
 from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
 from normprops.report import Report, format_finding
@@ -227,7 +227,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = 60.0, time_budget: float | None = None,
-                row_reduction: str = "blocks", mask: str = "bool",
+                row_reduction: str | None = None, mask: str = "bool",
                 mask_fill: float | str | None = None, variance: str = "two_pass") -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
@@ -266,9 +266,11 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       found (``report.cut_short``, each result's ``examples`` says how far it got). Under pytest,
       ``--normprops-time-budget`` bounds it too, and ``--normprops-policy`` and
       ``--normprops-oracle`` set how it is judged.
-    - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta: "blocks"
-      (per-block partials over ``threads`` blocks joined in a tree, the default), "sequential" (one
-      running sum over the rows) or "tree" (pairwise).
+    - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta, the depth
+      of their bounds: "sequential" (one running sum over the rows, the default: it bounds every
+      order, ``np.sum(axis=0)``'s, ``torch.sum(dim=0)``'s and ``jnp.sum(axis=0)``'s among them),
+      "blocks" (per-block partials over ``threads`` blocks joined in a tree, a sharper bound) or
+      "tree" (pairwise). Other ops take none.
     - ``mask`` (masked_softmax only): ``"bool"`` hands ``fn`` a boolean mask (True: the entry
       takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
       ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
@@ -454,7 +456,7 @@ def replay_flags(target: dict[str, Any], *, policy: str = "default") -> str:
              ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
              ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
              ("--row-reduction", target.get("row_reduction")
-              if target.get("row_reduction", "blocks") != "blocks" else None),
+              if target.get("row_reduction", USER_ROW_REDUCTION) != USER_ROW_REDUCTION else None),
              ("--variance", target.get("variance")
               if target.get("variance", "two_pass") != "two_pass" else None)]
     if target.get("mask") == "additive":

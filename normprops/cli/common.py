@@ -356,7 +356,7 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--ignore", bool(args.ignore)), ("--ftz", args.ftz), ("--check", bool(args.check)),
              ("--reduction", args.reduction != "sequential"),
              ("--arithmetic", args.arithmetic != "float32"),
-             ("--row-reduction", args.row_reduction != "blocks"),
+             ("--row-reduction", args.row_reduction is not None),
              ("--variance", args.variance != "two_pass"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),

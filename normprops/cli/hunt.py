@@ -35,7 +35,7 @@ from normprops.hunt import HuntResult, check_drawable
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.merge import Carried, ReportError, carried_cells, load_report, resume_problems
-from normprops.ops import OPS, get_op
+from normprops.ops import OPS, get_op, is_backward
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.regressions import list_fixtures
 from normprops.report import (
@@ -156,6 +156,8 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ignored += f"; computes in {target.error_model.arithmetic}"
         if target.error_model.variance == "one_pass":
             ignored += "; variance as E[x^2] - E[x]^2 (--variance one_pass)"
+        if is_backward(target.op) and OPS[target.op].has_gamma:
+            ignored += f"; rows summed: {target.row_reduction} (--row-reduction)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
               f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "

@@ -66,11 +66,12 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--reduction", choices=REDUCTIONS, default="sequential",
                    help="how its sums run: each of T threads adds its share in turn, then they "
                         "meet in a tree (sequential, the default), or a pairwise tree over the row")
-    g.add_argument("--row-reduction", choices=ROW_REDUCTIONS, default="blocks",
+    g.add_argument("--row-reduction", choices=ROW_REDUCTIONS, default=None,
                    help="gradient ops: how it combines rows into dgamma and dbeta, the depth of "
-                        "their bound: per-block partials over --threads blocks joined in a tree "
-                        "(blocks, the default), one running sum over the rows (sequential), or a "
-                        "pairwise tree (tree)")
+                        "their bound: one running sum over the rows (sequential, the default: it "
+                        "bounds every order, np.sum(axis=0)'s, torch.sum(dim=0)'s and "
+                        "jnp.sum(axis=0)'s among them), per-block partials over --threads blocks "
+                        "joined in a tree (blocks, a sharper bound), or a pairwise tree (tree)")
     g.add_argument("--arithmetic", choices=("float32", "bfloat16"), default="float32",
                    help="the type it computes in (default float32); bfloat16 when every operation "
                         "rounds to bfloat16 (bounds 65536 times wider; needs --dtype bfloat16: "
