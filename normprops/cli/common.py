@@ -365,11 +365,19 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _fixtures_dir(directory: Path) -> Path:
-    if not directory.is_dir():
-        raise UsageError(f"--fixtures-dir {directory}: "
-                         f"{'not a directory' if directory.exists() else 'no such directory'} "
-                         f"(the directory a hunt saved its fixtures into)")
+    """``--fixtures-dir`` of replay and the fixtures commands: a directory, or a path that does not
+    exist yet (no fixture saved there: git keeps no empty folder), which they answer with exit 5,
+    nothing to do (:func:`_no_fixtures_dir`); a file there is a usage error."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--fixtures-dir {directory}: not a directory (the directory a hunt saved "
+                         f"its fixtures into)")
     return directory
+
+
+def _no_fixtures_dir(directory: Path) -> str:
+    """What replay, ``fixtures list`` and ``fixtures prune`` add where ``directory`` does not exist."""
+    return (f" ({directory} does not exist: a hunt creates it when it saves its first fixture; "
+            f"check --fixtures-dir)" if not directory.exists() else "")
 
 
 def _as_found(target: Target, fn: Callable[..., Any], impl: str) -> Target:

@@ -116,7 +116,8 @@ def _parser() -> argparse.ArgumentParser:
                             f"report merge: the reports are not one whole; "
                             f"{EXIT_INTERNAL} internal error or an output not written; "
                             f"{EXIT_NOTHING} hunt, report merge: the time budget was spent before "
-                            f"the first example, replay: nothing to replay; "
+                            f"the first example, replay: nothing to replay; replay, fixtures "
+                            f"list and prune: no --fixtures-dir folder (no fixture saved yet); "
                             f"{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_TERMINATED} terminated "
                             f"(SIGTERM). " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
@@ -194,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
     fx_sub = fx.add_subparsers(dest="fixtures_command", required=True, parser_class=_Parser)
     ls = fx_sub.add_parser("list", help="one line per fixture: kernel, op, storage type, family, "
                                         "property, rows x cols, when saved, path (exit 3 if some "
-                                        "cannot be read)")
+                                        "cannot be read, 5 if the folder does not exist)")
     ls.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
     ls.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures")
@@ -207,7 +208,7 @@ def _parser() -> argparse.ArgumentParser:
                     "removed only when --kernel names it. Exit 0 "
                     "when done, 1 when the function stopped the replay (what passed before it "
                     "is removed, the rest kept), 3 when some fixtures cannot be read (kept), 5 "
-                    "when no fixture matched.")
+                    "when no fixture matched (or the folder does not exist).")
     pr.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
     pr.add_argument("--kernel", metavar="NAME",
