@@ -83,7 +83,7 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
     if fixtures_dir is not None:
         target = with_saved_examples(target, fixtures_dir)
     contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
-    for family in families:
+    for position, family in enumerate(families, start=1):
         result = hunt_information(target, hunt(target, family=family, config=config), config=config)
         repeat = None
         contract = next((f for f in result.findings if f.property == "contract"), None)
@@ -97,8 +97,9 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
         note = None
         if repeat is not None and stop_on_repeated_contract:
             note = f"the same contract failure as in {repeat}"
-            run.stopped = (f"{repeat} and {family} failed the calling contract the same way; the "
-                           f"remaining families were not hunted: fix that first")
+            if position < len(families):  # families are left, which would fail it again
+                run.stopped = (f"{repeat} and {family} failed the calling contract the same way: "
+                               f"fix that first")
         elif result.fatal:
             run.stopped = "the target cannot be called again in this process"
         elif result.interrupted:

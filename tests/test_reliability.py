@@ -402,6 +402,22 @@ def test_one_contract_failure_stops_the_hunt_with_one_message(user_module: str, 
     doc = json.loads(report.read_text())
     assert len(doc["results"]) == 2 and any("stopped" in n for n in doc["notes"])
     assert len(list((tmp_path / "fx" / "softmax").glob("*.json"))) == 1
+    (stopped,) = [line for line in out.splitlines() if line.startswith("  stopped:")]
+    assert stopped == (f"  stopped: ordinary and overflow_logits failed the calling contract the "
+                       f"same way: fix that first; {len(doc['not_reached'])} of "
+                       f"{len(doc['not_reached']) + 2} families not hunted."), stopped
+
+
+def test_a_repeated_contract_failure_in_the_last_family_stops_nothing(user_module: str) -> None:
+    """--families naming only the failing ones: each is hunted, nothing is left to stop, and no
+    line says that families were not hunted."""
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_float64_out",
+                       "--families", "ordinary,overflow_logits", "--max-examples", "10", "--seed",
+                       "0", "--no-fixtures")
+    assert code == 1
+    assert "the same contract failure as in ordinary" in out
+    assert "stopped" not in out and "not hunted" not in out, out
+    assert out.splitlines()[-1] == "2 of 2 families failed (2 findings).", out
 
 
 def _ignore_sigint() -> None:
