@@ -64,9 +64,11 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
     if words:
         status += f" ({words})"
-    examples = "example " if result.examples == 1 else "examples"
+    examples = "example" if result.examples == 1 else "examples"
     if result.findings:  # each finding was shrunk, and the family hunted again for the others
         examples += " (incl. shrinking)"
+    elif result.examples == 1:
+        examples += " "  # in line with "examples"
     if result.examples:
         judged = f"worst err/tol {result.worst_ratio:.3g}"
     else:  # cut short before its first example: no ratio, not even 0
