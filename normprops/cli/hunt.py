@@ -161,8 +161,10 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         if is_backward(target.op) and OPS[target.op].has_gamma:
             ignored += f"; rows summed: {target.row_reduction} (--row-reduction)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
+        shard = ("" if args.shard is None else
+                 f" (shard {args.shard[0]}/{args.shard[1]} of the {len(chosen)} asked for)")
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
-              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "
+              f"{_count(len(families), 'family', 'families')}{shard}, {config.max_examples} examples each "
               f"(more where a family fails: its shrinking, and a round per further property); widths: "
               f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
         unreadable = [] if fixtures is None else list_fixtures(fixtures, op=target.op).unreadable
