@@ -231,6 +231,24 @@ def test_bad_output_paths_are_usage_errors_before_hunting(user_module: str, tmp_
     assert out == "" and time.perf_counter() - start < 5  # nothing was hunted
 
 
+@pytest.mark.parametrize("argv, named, fix", [
+    (["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--json", ""], "argument --json",
+     "e.g. report.json, or leave the flag out"),
+    (["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--fixtures-dir", ""],
+     "argument --fixtures-dir", "e.g. normprops-fixtures, or leave the flag out"),
+    (["replay", "--op", "softmax", "--impl", "{module}:softmax_good", "--json", ""],
+     "argument --json", "e.g. report.json, or leave the flag out"),
+    (["report", "merge", ""], "argument REPORT.json", "e.g. shard1.json"),
+    (["bench", "--csv", ""], "argument --csv", "e.g. bench.csv, or leave the flag out"),
+], ids=["hunt-json", "hunt-fixtures", "replay-json", "merge-report", "bench-csv"])
+def test_an_empty_path_is_a_usage_error_that_names_it(user_module: str, argv: list[str], named: str,
+                                                      fix: str) -> None:
+    """``--json ''`` is read as "." by Path: it said ". is a directory"; it names the empty path."""
+    code, out, err = run(*(a.format(module=user_module) for a in argv))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, out + err
+    assert f"{named}: the path is empty (''): name one, {fix}" in err, err
+
+
 NO_NEW_FILES = Path("/proc")  # os.access says it is writable (to root), yet no file can be made in it
 
 

@@ -74,6 +74,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _path(example: str, *, flag: bool = True) -> Callable[[str], Path]:
+    """An argparse type for a path: ``Path(text)``, where an empty one (``--json ''``, which Path
+    reads as ".") is refused with the fix, ``example`` a path of the kind the argument takes
+    (``flag``: an option, which may also be left out)."""
+
+    def path(text: str) -> Path:
+        if not text:
+            raise argparse.ArgumentTypeError(f"the path is empty (''): name one, e.g. {example}"
+                                             + (", or leave the flag out" if flag else ""))
+        return Path(text)
+
+    return path
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
