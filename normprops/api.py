@@ -40,7 +40,7 @@ from normprops.hunt import HuntConfig, HuntResult, check_drawable, hunt
 from normprops.information import hunt_information
 from normprops.jsonio import output_dir_problem
 from normprops.launch import VARIANCE_OPS, Target, target_from_callable
-from normprops.ops import get_op, is_backward
+from normprops.ops import USER_ROW_REDUCTION, get_op, is_backward
 from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
 from normprops.report import Report, format_finding
@@ -84,7 +84,7 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
     if fixtures_dir is not None:
         target = with_saved_examples(target, fixtures_dir)
     contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
-    for family in families:
+    for position, family in enumerate(families, start=1):
         result = hunt_information(target, hunt(target, family=family, config=config), config=config)
         repeat = None
         contract = next((f for f in result.findings if f.property == "contract"), None)
@@ -98,8 +98,9 @@ def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig
         note = None
         if repeat is not None and stop_on_repeated_contract:
             note = f"the same contract failure as in {repeat}"
-            run.stopped = (f"{repeat} and {family} failed the calling contract the same way; the "
-                           f"remaining families were not hunted: fix that first")
+            if position < len(families):  # families are left, which would fail it again
+                run.stopped = (f"{repeat} and {family} failed the calling contract the same way: "
+                               f"fix that first")
         elif result.fatal:
             run.stopped = "the target cannot be called again in this process"
         elif result.interrupted:
@@ -204,7 +205,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 ftz: bool = False, threads: int | None = None, reduction: str = "sequential",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = 60.0, time_budget: float | None = None,
-                row_reduction: str = "blocks", mask: str = "bool",
+                row_reduction: str | None = None, mask: str = "bool",
                 mask_fill: float | str | None = None, variance: str = "two_pass") -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
@@ -244,9 +245,11 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       found (``report.cut_short``, each result's ``examples`` says how far it got). Under pytest,
       ``--normprops-time-budget`` bounds it too, and ``--normprops-policy`` and
       ``--normprops-oracle`` set how it is judged.
-    - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta: "blocks"
-      (per-block partials over ``threads`` blocks joined in a tree, the default), "sequential" (one
-      running sum over the rows) or "tree" (pairwise).
+    - ``row_reduction``: gradient ops, how ``fn`` combines rows into dgamma and dbeta, the depth
+      of their bounds: "sequential" (one running sum over the rows, the default: it bounds every
+      order, ``np.sum(axis=0)``'s, ``torch.sum(dim=0)``'s and ``jnp.sum(axis=0)``'s among them),
+      "blocks" (per-block partials over ``threads`` blocks joined in a tree, a sharper bound) or
+      "tree" (pairwise). Other ops take none.
     - ``mask`` (masked_softmax only): ``"bool"`` hands ``fn`` a boolean mask (True: the entry
       takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
       ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
@@ -432,7 +435,7 @@ def replay_flags(target: dict[str, Any], *, policy: str = "default") -> str:
              ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
              ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
              ("--row-reduction", target.get("row_reduction")
-              if target.get("row_reduction", "blocks") != "blocks" else None),
+              if target.get("row_reduction", USER_ROW_REDUCTION) != USER_ROW_REDUCTION else None),
              ("--variance", target.get("variance")
               if target.get("variance", "two_pass") != "two_pass" else None)]
     if target.get("mask") == "additive":

@@ -32,6 +32,7 @@ from normprops.ops import (
     OPTIONAL,
     PROPERTIES,
     ROW_REDUCTIONS,
+    USER_ROW_REDUCTION,
     OpSpec,
     check_ignore,
     check_opt_in,
@@ -307,7 +308,7 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                          threads: int | None = None, ftz: bool = False,
                          reduction: str = "sequential", arithmetic: str = "float32",
                          opt_in: frozenset[str] | tuple[str, ...] = (),
-                         timeout_s: float | None = None, row_reduction: str = "blocks",
+                         timeout_s: float | None = None, row_reduction: str | None = None,
                          mask: str = "bool", mask_fill: float | str | None = None,
                          variance: str = "two_pass") -> Target:
     """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
@@ -327,8 +328,10 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
     "range_safety", the rows where the declared arithmetic must overflow, otherwise hunted for
     information only; "row_order" for a
     gradient whose dgamma and dbeta do not depend on the order of the rows). ``row_reduction``: how a
-    gradient kernel combines rows into dgamma and dbeta (``ops.ROW_REDUCTIONS``; default "blocks",
-    per-block partials over ``threads`` blocks joined in a tree). ``variance``: how a layer norm
+    gradient kernel combines rows into dgamma and dbeta (``ops.ROW_REDUCTIONS``; None, the default:
+    ``ops.USER_ROW_REDUCTION``, "sequential", which bounds every order of the rows, np.sum(axis=0)'s
+    and torch's sum(dim=0)'s among them; "blocks" for per-block partials over ``threads`` blocks
+    joined in a tree, a sharper bound). ``variance``: how a layer norm
     (or its gradient) forms the variance: "two_pass" (around the mean, or Welford's) or
     "one_pass" (``E[x^2] - E[x]^2``, judged with a bound that grows like ``kappa^2``).
     Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
@@ -345,13 +348,16 @@ def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None
                                   or not timeout_s > 0):
         raise UsageError(f"call timeout (--call-timeout, call_timeout=) must be a positive number of "
                          f"seconds but was {timeout_s!r}")
-    if row_reduction not in ROW_REDUCTIONS:
+    if row_reduction is not None and row_reduction not in ROW_REDUCTIONS:
         raise UsageError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
                          f"{row_reduction!r}")
     if spec.forward is None:  # the row sums below exist in the gradient ops only
-        if row_reduction != "blocks":
+        if row_reduction is not None:
             raise UsageError(f"--row-reduction (row_reduction=) applies to the gradient ops only; op "
-                             f"{op} sums no rows into dgamma or dbeta")
+                             f"{op} sums no rows into dgamma or dbeta: drop it")
+        row_reduction = "blocks"  # unread: a forward target sums no rows
+    elif row_reduction is None:
+        row_reduction = USER_ROW_REDUCTION
     adapter = get_adapter(framework, dtype=dtype, device=device)
     fill = _mask_fill(op, mask, mask_fill, dtype)
     _check_variance(variance, op)

@@ -10,7 +10,7 @@ import numpy as np
 
 __all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE",
            "check_ignore", "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in",
-           "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "APPLICABLE"]
+           "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "USER_ROW_REDUCTION", "APPLICABLE"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
 FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
@@ -140,9 +140,16 @@ OPS.update({
 
 
 #: How a gradient kernel combines its rows into dgamma and dbeta (docs/tolerances.md, "Gradients"):
-#: ``blocks`` (the default) per-block partials over ``threads`` blocks, each adding its rows in turn,
-#: then a tree; ``sequential`` one running sum over the rows; ``tree`` a pairwise sum.
+#: ``blocks`` per-block partials over ``threads`` blocks, each adding its rows in turn, then a tree;
+#: ``sequential`` one running sum over the rows; ``tree`` a pairwise sum.
 ROW_REDUCTIONS = ("blocks", "sequential", "tree")
+
+#: The row reduction a user's gradient kernel is judged under unless it declares another. A sum of
+#: R rows in any order passes each term through at most R - 1 additions, so ``sequential`` bounds
+#: every order: numpy's ``np.sum(axis=0)`` (one running sum down the rows of a C-contiguous array of
+#: two or more columns), torch's ``sum(dim=0)`` on the CPU (a cascade) and XLA's. ``blocks`` is a
+#: sharper bound a kernel may declare; registry entries declare their own (``KernelSpec``).
+USER_ROW_REDUCTION = "sequential"
 
 
 def is_backward(op: str) -> bool:

@@ -681,6 +681,7 @@ def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
 
 
 @pytest.mark.parametrize("flags, named", [(("--row-reduction", "sequential"), "--row-reduction"),
+                                          (("--row-reduction", "blocks"), "--row-reduction"),
                                           (("--check", "row_order"), "--check row_order")])
 def test_a_gradient_declaration_for_a_forward_op_is_a_usage_error(flags: tuple[str, ...],
                                                                   named: str) -> None:

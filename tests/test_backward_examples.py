@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import inspect
 
+import numpy as np
 import pytest
 
+import normprops
 from normprops.examples import backward_correct, backward_planted
 from normprops.examples.backward_correct import CORRECT, GradImpl
 from normprops.examples.backward_planted import PLANTED, GradPlanted
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_callable
+from normprops.ops import USER_ROW_REDUCTION
 from normprops.strategies import families_for
 
 pytestmark = pytest.mark.numerics
@@ -52,6 +55,41 @@ def test_the_bfloat16_planted_bug_has_a_clean_twin() -> None:
                                   dtype="bfloat16")
     result = hunt(target, family="tall", config=CI)
     assert result.passed, result.failure.message()
+
+
+def test_numpys_column_sum_adds_the_rows_in_turn() -> None:
+    """What the default row reduction rests on: on a C-contiguous float32 array of two or more
+    columns, np.sum(axis=0) is one running sum down the rows (depth R - 1), bit for bit."""
+    rng = np.random.default_rng(0)
+    for rows, cols in ((64, 2), (137, 46), (1024, 64)):
+        a = (rng.standard_normal((rows, cols)) * rng.uniform(0.5, 2.0, cols)).astype(np.float32)
+        assert np.array_equal(np.sum(a, axis=0), backward_correct._running_sum(a)), (rows, cols)
+
+
+def test_the_numpy_column_sum_passes_tall_by_default() -> None:
+    """np.sum(axis=0)'s dbeta, a running sum of 137 positive rows, errs past the ``blocks`` bound
+    (err/tol 1.003 at seed 2) and within the default's, which bounds every order of the rows."""
+    fn = backward_correct.layernorm_backward_numpy
+    report = normprops.hunt_kernel(fn, op="layernorm_backward", families=["tall"], seed=2,
+                                   max_examples=100)
+    assert report.passed, "\n".join(f.message for f in report.failures)
+    assert report.targets[0]["row_reduction"] == USER_ROW_REDUCTION == "sequential"
+    blocks = normprops.hunt_kernel(fn, op="layernorm_backward", families=["tall"], seed=2,
+                                   max_examples=100, row_reduction="blocks")
+    assert [(f.family, f.property) for f in blocks.failures] == [("tall", "accuracy")]
+    assert "dbeta" in blocks.failures[0].message
+
+
+def test_the_bfloat16_dgamma_sum_is_caught_by_default() -> None:
+    """The default row reduction's wider dgamma bound still catches dgamma summed in bfloat16: the
+    bfloat16 roundings of the running sum exceed it several times over."""
+    fn = backward_planted.rmsnorm_backward_bf16_dgamma
+    for seed in (0, 1, 2):
+        report = normprops.hunt_kernel(fn, op="rmsnorm_backward", dtype="bfloat16",
+                                       families=["tall"], seed=seed, max_examples=100)
+        assert report.targets[0]["row_reduction"] == "sequential"
+        assert [(f.family, f.property) for f in report.failures] == [("tall", "accuracy")], seed
+        assert "dgamma" in report.failures[0].message, seed
 
 
 def _clean(impl: GradImpl, family: str, config: HuntConfig) -> None:

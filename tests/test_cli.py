@@ -357,6 +357,8 @@ def test_hanging_impl_is_stopped_and_reported(user_module: str, tmp_path: Path) 
                        "--json", str(report))
     assert code == 1
     assert "did not return within 0.5 s" in out and "stopped" in out
+    (line,) = [x for x in out.splitlines() if x.startswith(f"  {families_for('softmax')[0]} ")]
+    assert " 1 example (incl. shrinking)  worst" in line, line  # one space after "example"
     doc = json.loads(report.read_text())
     (failure,) = doc["failures"]
     assert failure["property"] == "contract"
@@ -419,3 +421,4 @@ def test_a_hunt_without_a_seed_is_repeatable_where_hypothesis_derandomizes(user_
     request.getfixturevalue("dev_profile")
     seeds = {run(*argv)[1].splitlines()[0].rpartition("; seed ")[2] for _ in range(3)}
     assert len(seeds) == 3 and "0" not in seeds
+

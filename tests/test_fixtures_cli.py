@@ -254,7 +254,6 @@ def test_fixtures_list_names_an_unreadable_fixture_and_exits_3(fixtures: Path) -
     (line,) = [x for x in out.splitlines() if f"x{name}" in x]
     assert line.startswith("unreadable ") and "'saved' is 'yesterday', not an ISO 8601 time" in line
     assert "6 fixtures under normprops-fixtures/rmsnorm, 3 of them unreadable" in out
-    assert run("fixtures", "list", "--fixtures-dir", "nowhere")[0] == 2
     # A fixture outside an op's folder is never replayed: listed as such, not as a fixture.
     (fixtures / "junk").mkdir()
     (fixtures / "junk" / name).write_text(json.dumps(doc))
@@ -304,6 +303,28 @@ def test_a_fixture_too_big_to_be_one_is_one_whole_line(fixtures: Path) -> None:
     assert line == (f"unreadable normprops-fixtures/rmsnorm/{name}: minimal.x: shape [100000, 100000] "
                     "holds 10000000000 elements, more than the 67108864 elements a fixture may hold; "
                     "the file is damaged or was not written by normprops"), line
+
+
+_FOLDER_COMMANDS = [pytest.param(["replay", "--op", "rmsnorm", "--impl", f"{MODULE}:rms_off_by_scale"],
+                                 "no rmsnorm fixtures under nowhere/rmsnorm", id="replay"),
+                    pytest.param(["fixtures", "list"], "no fixtures under nowhere", id="list"),
+                    pytest.param(["fixtures", "prune", "--kernel", "rms_off_by_scale"],
+                                 "no fixture of kernel rms_off_by_scale under nowhere", id="prune")]
+
+
+@pytest.mark.parametrize("argv, said", _FOLDER_COMMANDS)
+def test_a_missing_fixtures_folder_is_nothing_to_do_for_every_command(fixtures: Path, argv: list[str],
+                                                                       said: str) -> None:
+    """No folder is no fixture saved yet (a hunt creates it with its first): exit 5 and one line
+    saying the folder does not exist, alike in replay, list and prune; a file there is a usage
+    error (2) in all three."""
+    code, out, err = run(*argv, "--fixtures-dir", "nowhere")
+    assert (code, err) == (5, ""), out + err
+    assert out == (f"{said} (nowhere does not exist: a hunt creates it when it saves its first "
+                   f"fixture; check --fixtures-dir)\n"), out
+    Path("afile").write_text("")
+    code, out, err = run(*argv, "--fixtures-dir", "afile")
+    assert code == 2 and out == "" and "--fixtures-dir afile: not a directory" in err, out + err
 
 
 def test_fixtures_prune_removes_a_kernels_fixtures(fixtures: Path) -> None:

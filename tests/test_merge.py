@@ -232,8 +232,11 @@ def test_impl_shards_record_their_shard_and_only_all_of_them_merge(user_module: 
                                                                    tmp_path: Path) -> None:
     common = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_good", "--families",
               "ordinary,ragged,tiny", "--max-examples", "5", "--seed", "0", "--no-fixtures"]
-    for k in (1, 2):
-        assert run(*common, "--shard", f"{k}/2", "--json", f"s{k}.json")[0] == 0
+    for k, hunted in ((1, "2 families"), (2, "1 family")):
+        code, out, _ = run(*common, "--shard", f"{k}/2", "--json", f"s{k}.json")
+        assert code == 0, out
+        header = out.splitlines()[0]  # says which shard it is
+        assert f", {hunted} (shard {k}/2 of the 3 asked for), 5 examples each" in header, header
     docs = [json.loads(Path(f"s{k}.json").read_text()) for k in (1, 2)]
     assert [d["shard"] for d in docs] == ["1/2", "2/2"]
     assert all(d["families"] == ["ordinary", "ragged", "tiny"] for d in docs)  # asked for, not hunted

@@ -231,6 +231,24 @@ def test_bad_output_paths_are_usage_errors_before_hunting(user_module: str, tmp_
     assert out == "" and time.perf_counter() - start < 5  # nothing was hunted
 
 
+@pytest.mark.parametrize("argv, named, fix", [
+    (["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--json", ""], "argument --json",
+     "e.g. report.json, or leave the flag out"),
+    (["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--fixtures-dir", ""],
+     "argument --fixtures-dir", "e.g. normprops-fixtures, or leave the flag out"),
+    (["replay", "--op", "softmax", "--impl", "{module}:softmax_good", "--json", ""],
+     "argument --json", "e.g. report.json, or leave the flag out"),
+    (["report", "merge", ""], "argument REPORT.json", "e.g. shard1.json"),
+    (["bench", "--csv", ""], "argument --csv", "e.g. bench.csv, or leave the flag out"),
+], ids=["hunt-json", "hunt-fixtures", "replay-json", "merge-report", "bench-csv"])
+def test_an_empty_path_is_a_usage_error_that_names_it(user_module: str, argv: list[str], named: str,
+                                                      fix: str) -> None:
+    """``--json ''`` is read as "." by Path: it said ". is a directory"; it names the empty path."""
+    code, out, err = run(*(a.format(module=user_module) for a in argv))
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, out + err
+    assert f"{named}: the path is empty (''): name one, {fix}" in err, err
+
+
 NO_NEW_FILES = Path("/proc")  # os.access says it is writable (to root), yet no file can be made in it
 
 
@@ -402,6 +420,22 @@ def test_one_contract_failure_stops_the_hunt_with_one_message(user_module: str, 
     doc = json.loads(report.read_text())
     assert len(doc["results"]) == 2 and any("stopped" in n for n in doc["notes"])
     assert len(list((tmp_path / "fx" / "softmax").glob("*.json"))) == 1
+    (stopped,) = [line for line in out.splitlines() if line.startswith("  stopped:")]
+    assert stopped == (f"  stopped: ordinary and overflow_logits failed the calling contract the "
+                       f"same way: fix that first; {len(doc['not_reached'])} of "
+                       f"{len(doc['not_reached']) + 2} families not hunted."), stopped
+
+
+def test_a_repeated_contract_failure_in_the_last_family_stops_nothing(user_module: str) -> None:
+    """--families naming only the failing ones: each is hunted, nothing is left to stop, and no
+    line says that families were not hunted."""
+    code, out, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_float64_out",
+                       "--families", "ordinary,overflow_logits", "--max-examples", "10", "--seed",
+                       "0", "--no-fixtures")
+    assert code == 1
+    assert "the same contract failure as in ordinary" in out
+    assert "stopped" not in out and "not hunted" not in out, out
+    assert out.splitlines()[-1] == "2 of 2 families failed (2 findings).", out
 
 
 def _ignore_sigint() -> None:

@@ -74,6 +74,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _path(example: str, *, flag: bool = True) -> Callable[[str], Path]:
+    """An argparse type for a path: ``Path(text)``, where an empty one (``--json ''``, which Path
+    reads as ".") is refused with the fix, ``example`` a path of the kind the argument takes
+    (``flag``: an option, which may also be left out)."""
+
+    def path(text: str) -> Path:
+        if not text:
+            raise argparse.ArgumentTypeError(f"the path is empty (''): name one, e.g. {example}"
+                                             + (", or leave the flag out" if flag else ""))
+        return Path(text)
+
+    return path
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
@@ -356,7 +370,7 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--ignore", bool(args.ignore)), ("--ftz", args.ftz), ("--check", bool(args.check)),
              ("--reduction", args.reduction != "sequential"),
              ("--arithmetic", args.arithmetic != "float32"),
-             ("--row-reduction", args.row_reduction != "blocks"),
+             ("--row-reduction", args.row_reduction is not None),
              ("--variance", args.variance != "two_pass"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
@@ -365,11 +379,19 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
 
 
 def _fixtures_dir(directory: Path) -> Path:
-    if not directory.is_dir():
-        raise UsageError(f"--fixtures-dir {directory}: "
-                         f"{'not a directory' if directory.exists() else 'no such directory'} "
-                         f"(the directory a hunt saved its fixtures into)")
+    """``--fixtures-dir`` of replay and the fixtures commands: a directory, or a path that does not
+    exist yet (no fixture saved there: git keeps no empty folder), which they answer with exit 5,
+    nothing to do (:func:`_no_fixtures_dir`); a file there is a usage error."""
+    if directory.exists() and not directory.is_dir():
+        raise UsageError(f"--fixtures-dir {directory}: not a directory (the directory a hunt saved "
+                         f"its fixtures into)")
     return directory
+
+
+def _no_fixtures_dir(directory: Path) -> str:
+    """What replay, ``fixtures list`` and ``fixtures prune`` add where ``directory`` does not exist."""
+    return (f" ({directory} does not exist: a hunt creates it when it saves its first fixture; "
+            f"check --fixtures-dir)" if not directory.exists() else "")
 
 
 def _as_found(target: Target, fn: Callable[..., Any], impl: str) -> Target:

@@ -21,6 +21,7 @@ from normprops.cli.common import (
     _count,
     _fixtures_dir,
     _guarded,
+    _no_fixtures_dir,
     _ReplayTargets,
     _Run,
     _user_only_flags,
@@ -64,9 +65,7 @@ def _not_judged(prop: str) -> str:
 def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     _check_output_file(args.json, "--json")
     _check_all_dtypes(args)
-    # A folder that does not exist yet holds no fixtures (git keeps no empty folder): nothing to
-    # replay, exit 5, as for a kernel without fixtures; one that is a file is a usage error.
-    directory = args.fixtures_dir if not args.fixtures_dir.exists() else _fixtures_dir(args.fixtures_dir)
+    directory = _fixtures_dir(args.fixtures_dir)
     targets = _ReplayTargets(args, resolve_impl(args.impl))
     dtype = args.dtype or "float32"
     targets(dtype)  # a bad --framework or --device is a usage error now
@@ -149,8 +148,7 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             here = sorted(p.name for p in directory.glob("*.json"))
             hint = (f"; {directory} itself holds {len(here)} .json file(s): pass the directory "
                     f"above it (fixtures live in DIR/{args.op}/)" if here else
-                    f" ({directory} does not exist: a hunt creates it when it saves a fixture)"
-                    if not directory.exists() else "")
+                    _no_fixtures_dir(directory))
             print(f"no {args.op} fixtures under {directory}/{args.op}{hint}", file=out)
             report.error = "nothing to replay"
             return EXIT_NOTHING
@@ -182,8 +180,8 @@ def _fixtures_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     listing = list_fixtures(directory, op=args.op)
     where = f"{directory}/{args.op}" if args.op else str(directory)
     if not listing.paths:
-        print(f"no fixtures under {where}", file=out)
-        return EXIT_OK
+        print(f"no fixtures under {where}{_no_fixtures_dir(directory)}", file=out)
+        return EXIT_OK if directory.exists() else EXIT_NOTHING
     table = [("kernel", "op", "dtype", "family", "property", "rows x cols", "saved (UTC)", "path")]
     guessed = False
     for f in listing.fixtures:
@@ -268,7 +266,7 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                               for f in listing.fixtures})
             own = targets(dtype) if args.kernel is None and targets is not None else None
             what = args.kernel if own is None else own.kernel
-            print(f"no fixture of kernel {what} under {where}"
+            print(f"no fixture of kernel {what} under {where}{_no_fixtures_dir(directory)}"
                   + (f" (kernels there: {', '.join(kernels)})" if kernels else "")
                   + ("; to remove another kernel's fixtures this function passes (one fixed under "
                      "a new name), name it with --kernel NAME" if own is not None and kernels else ""),

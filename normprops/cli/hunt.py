@@ -35,7 +35,7 @@ from normprops.hunt import HuntResult, check_drawable
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.merge import Carried, ReportError, carried_cells, load_report, resume_problems
-from normprops.ops import OPS, get_op
+from normprops.ops import OPS, get_op, is_backward
 from normprops.registry_hunt import caught, hunt_registry, plan_cells, registry_cell_text
 from normprops.regressions import list_fixtures
 from normprops.report import (
@@ -64,9 +64,11 @@ def _family_line(result: HuntResult, note: str | None) -> str:
     words = ", ".join(dict.fromkeys(WORDS[f.property] for f in information_of(result)))
     if words:
         status += f" ({words})"
-    examples = "example " if result.examples == 1 else "examples"
+    examples = "example" if result.examples == 1 else "examples"
     if result.findings:  # each finding was shrunk, and the family hunted again for the others
         examples += " (incl. shrinking)"
+    elif result.examples == 1:
+        examples += " "  # in line with "examples"
     if result.examples:
         judged = f"worst err/tol {result.worst_ratio:.3g}"
     else:  # cut short before its first example: no ratio, not even 0
@@ -156,9 +158,13 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
             ignored += f"; computes in {target.error_model.arithmetic}"
         if target.error_model.variance == "one_pass":
             ignored += "; variance as E[x^2] - E[x]^2 (--variance one_pass)"
+        if is_backward(target.op) and OPS[target.op].has_gamma:
+            ignored += f"; rows summed: {target.row_reduction} (--row-reduction)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
+        shard = ("" if args.shard is None else
+                 f" (shard {args.shard[0]}/{args.shard[1]} of the {len(chosen)} asked for)")
         print(f"normprops hunt: {target.label} from {source} ({adapter.description}), "
-              f"{_count(len(families), 'family', 'families')}, {config.max_examples} examples each "
+              f"{_count(len(families), 'family', 'families')}{shard}, {config.max_examples} examples each "
               f"(more where a family fails: its shrinking, and a round per further property); widths: "
               f"{target.constraints.describe()}; {arithmetic}{ignored}; seed {config.seed}", file=out)
         unreadable = [] if fixtures is None else list_fixtures(fixtures, op=target.op).unreadable

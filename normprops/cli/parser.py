@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from normprops import __version__
 from normprops.cli.common import (
@@ -20,6 +19,7 @@ from normprops.cli.common import (
     _ignore_list,
     _opt_in_list,
     _Parser,
+    _path,
     _positive_int,
     _positive_seconds,
     _shard,
@@ -30,6 +30,8 @@ from normprops.frameworks import FRAMEWORKS
 from normprops.masking import MASK_KINDS
 from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS
 from normprops.oracles import ORACLES, POLICIES
+
+_FIXTURES_DIR = _path(str(DEFAULT_FIXTURES))
 
 
 def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> None:
@@ -66,11 +68,12 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--reduction", choices=REDUCTIONS, default="sequential",
                    help="how its sums run: each of T threads adds its share in turn, then they "
                         "meet in a tree (sequential, the default), or a pairwise tree over the row")
-    g.add_argument("--row-reduction", choices=ROW_REDUCTIONS, default="blocks",
+    g.add_argument("--row-reduction", choices=ROW_REDUCTIONS, default=None,
                    help="gradient ops: how it combines rows into dgamma and dbeta, the depth of "
-                        "their bound: per-block partials over --threads blocks joined in a tree "
-                        "(blocks, the default), one running sum over the rows (sequential), or a "
-                        "pairwise tree (tree)")
+                        "their bound: one running sum over the rows (sequential, the default: it "
+                        "bounds every order, np.sum(axis=0)'s, torch.sum(dim=0)'s and "
+                        "jnp.sum(axis=0)'s among them), per-block partials over --threads blocks "
+                        "joined in a tree (blocks, a sharper bound), or a pairwise tree (tree)")
     g.add_argument("--arithmetic", choices=("float32", "bfloat16"), default="float32",
                    help="the type it computes in (default float32); bfloat16 when every operation "
                         "rounds to bfloat16 (bounds 65536 times wider; needs --dtype bfloat16: "
@@ -116,7 +119,8 @@ def _parser() -> argparse.ArgumentParser:
                             f"report merge: the reports are not one whole; "
                             f"{EXIT_INTERNAL} internal error or an output not written; "
                             f"{EXIT_NOTHING} hunt, report merge: the time budget was spent before "
-                            f"the first example, replay: nothing to replay; "
+                            f"the first example, replay: nothing to replay; replay, fixtures "
+                            f"list and prune: no --fixtures-dir folder (no fixture saved yet); "
                             f"{EXIT_INTERRUPTED} interrupted (Ctrl-C); {EXIT_TERMINATED} terminated "
                             f"(SIGTERM). " + _OUTPUT_FILES)
     parser.add_argument("--version", action="version", version=f"normprops {__version__}")
@@ -131,7 +135,7 @@ def _parser() -> argparse.ArgumentParser:
                            "eps); gradients: softmax_backward fn(dy, y) -> dx, rmsnorm_backward fn(dy, x, "
                            "gamma, eps) -> (dx, dgamma), layernorm_backward fn(dy, x, gamma, beta, eps) "
                            "-> (dx, dgamma, dbeta)")
-    what.add_argument("--cuda-source", type=Path, metavar="FILE",
+    what.add_argument("--cuda-source", type=_path("kernels.cu"), metavar="FILE",
                       help="a CUDA file holding an extern \"C\" kernel with the standard signature "
                            "(softmax (const float* in, float* out, size_t cols); layernorm adds "
                            "const float* gamma, const float* beta before cols and float eps after; "
@@ -145,11 +149,11 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--seed", type=int, metavar="N",
                    help="Hypothesis seed, for a repeatable hunt (default: a fresh one, shown in the header; "
                         "0 on a CI service, where Hypothesis derandomizes)")
-    h.add_argument("--json", type=Path, metavar="PATH",
+    h.add_argument("--json", type=_path("report.json"), metavar="PATH",
                    help="write a JSON report here (written on every exit but a usage error, Ctrl-C "
                         "included; a registry hunt rewrites it after every cell)")
     fx = h.add_mutually_exclusive_group()
-    fx.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+    fx.add_argument("--fixtures-dir", type=_FIXTURES_DIR, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"where findings are saved, as DIR/<op>/*.json (default ./{DEFAULT_FIXTURES})")
     fx.add_argument("--no-fixtures", action="store_true", help="do not save findings")
     h.add_argument("--policy", choices=POLICIES, default="default",
@@ -163,7 +167,7 @@ def _parser() -> argparse.ArgumentParser:
                         "each cell says how many examples it reached, the report is marked cut "
                         "short; the exit status still says whether anything was found (5: the budget was "
                         "spent before the first example was judged)")
-    h.add_argument("--resume", type=Path, metavar="REPORT",
+    h.add_argument("--resume", type=_path("report.json"), metavar="REPORT",
                    help="registry hunts: take over the cells this earlier --json report of the same "
                         "hunt finished (same settings and --seed; only --time-budget may differ) and "
                         "hunt the rest; the new report holds both, so a hunt cut short by its time "
@@ -181,12 +185,12 @@ def _parser() -> argparse.ArgumentParser:
                                    "are counted as skipped.")
     r.add_argument("--op", choices=sorted(OPS), required=True)
     r.add_argument("--impl", metavar="MODULE:FUNC", required=True)
-    r.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+    r.add_argument("--fixtures-dir", type=_FIXTURES_DIR, default=DEFAULT_FIXTURES, metavar="DIR",
                    help=f"the directory the hunt saved into (default ./{DEFAULT_FIXTURES})")
     r.add_argument("--all-dtypes", action="store_true",
                    help="replay the fixtures of every storage type, each in its own (not with --dtype)")
     r.add_argument("--policy", choices=POLICIES, default="default")
-    r.add_argument("--json", type=Path, metavar="PATH", help="write a JSON report here")
+    r.add_argument("--json", type=_path("report.json"), metavar="PATH", help="write a JSON report here")
     _add_kernel_flags(r, replay=True)
     _add_width_flags(r, replay=True)
 
@@ -194,8 +198,8 @@ def _parser() -> argparse.ArgumentParser:
     fx_sub = fx.add_subparsers(dest="fixtures_command", required=True, parser_class=_Parser)
     ls = fx_sub.add_parser("list", help="one line per fixture: kernel, op, storage type, family, "
                                         "property, rows x cols, when saved, path (exit 3 if some "
-                                        "cannot be read)")
-    ls.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                                        "cannot be read, 5 if the folder does not exist)")
+    ls.add_argument("--fixtures-dir", type=_FIXTURES_DIR, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
     ls.add_argument("--op", choices=sorted(OPS), help="only this op's fixtures")
     pr = fx_sub.add_parser(
@@ -207,8 +211,8 @@ def _parser() -> argparse.ArgumentParser:
                     "removed only when --kernel names it. Exit 0 "
                     "when done, 1 when the function stopped the replay (what passed before it "
                     "is removed, the rest kept), 3 when some fixtures cannot be read (kept), 5 "
-                    "when no fixture matched.")
-    pr.add_argument("--fixtures-dir", type=Path, default=DEFAULT_FIXTURES, metavar="DIR",
+                    "when no fixture matched (or the folder does not exist).")
+    pr.add_argument("--fixtures-dir", type=_FIXTURES_DIR, default=DEFAULT_FIXTURES, metavar="DIR",
                     help=f"the directory the hunts saved into (default ./{DEFAULT_FIXTURES})")
     pr.add_argument("--kernel", metavar="NAME",
                     help="the fixtures of this kernel: its name, backend:name as fixtures list shows it, "
@@ -245,10 +249,10 @@ def _parser() -> argparse.ArgumentParser:
                     f"{EXIT_NOTHING} where nothing was judged), and the merged report says "
                     "\"complete\": false and why. A hunt cut short by its --time-budget finished: "
                     "it merges, and the merged report says \"cut_short\": true and names it.")
-    m.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json")
-    m.add_argument("--json", type=Path, metavar="PATH",
+    m.add_argument("reports", nargs="+", type=_path("shard1.json", flag=False), metavar="REPORT.json")
+    m.add_argument("--json", type=_path("merged.json"), metavar="PATH",
                    help="write the merged report here (into a directory that exists)")
-    m.add_argument("--png", type=Path, metavar="PATH", help="draw the matrix (needs [plot])")
+    m.add_argument("--png", type=_path("matrix.png"), metavar="PATH", help="draw the matrix (needs [plot])")
     m.add_argument("--allow-incomplete", action="store_true",
                    help="merge even when shards are missing or differ, or a run did not finish; "
                         "the merged report is marked \"complete\": false, with the reasons")
@@ -275,13 +279,14 @@ def _parser() -> argparse.ArgumentParser:
                         "replays (the launch-cost notes under the lead table)")
     b.add_argument("--rounds", type=_positive_int, default=7, help="interleaved rounds (median)")
     b.add_argument("--reps", type=_positive_int, default=10, help="launches per timed round")
-    b.add_argument("--json", type=Path, metavar="PATH")
-    b.add_argument("--csv", type=Path, metavar="PATH")
-    b.add_argument("--png", type=Path, metavar="PATH", help="bar chart of %% of memcpy (needs [plot])")
-    b.add_argument("--lead-csv", type=Path, metavar="PATH",
+    b.add_argument("--json", type=_path("bench.json"), metavar="PATH")
+    b.add_argument("--csv", type=_path("bench.csv"), metavar="PATH")
+    b.add_argument("--png", type=_path("bench.png"), metavar="PATH",
+                   help="bar chart of %% of memcpy (needs [plot])")
+    b.add_argument("--lead-csv", type=_path("lead.csv"), metavar="PATH",
                    help="the lead table: per case and op, ours against the fastest peer, with the targets' "
                         "verdicts")
-    b.add_argument("--lead-png", type=Path, metavar="PATH",
+    b.add_argument("--lead-png", type=_path("lead.png"), metavar="PATH",
                    help="chart of the lead table: peer time / ours per case, one panel per op (needs [plot])")
 
     for writer in (h, r, m, b):

@@ -14,8 +14,9 @@ computes in float32 (the ``*_f64`` ones in float64), rounds once to the storage 
 The float32 designs differ where real kernels do: row sums over 32 lanes (a warp per row, the
 hunt's default ``threads=32``); the statistics recomputed two-pass, or the forward's mean and
 rstd reused (computed in float32 beforehand, as PyTorch saves them); dgamma and dbeta as partials
-of 32 blocks of rows joined in a tree (the default ``row_reduction="blocks"``), or one running sum
-over the rows (``row_reduction="sequential"``). :data:`CORRECT` lists each with what it declares.
+of 32 blocks of rows joined in a tree (declaring the sharper ``row_reduction="blocks"``), or one
+running sum over the rows, as ``np.sum(axis=0)`` adds them (the default ``row_reduction``,
+"sequential"). :data:`CORRECT` lists each with what it declares.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "GradImpl",
     "layernorm_backward_f32",
     "layernorm_backward_f64",
+    "layernorm_backward_numpy",
     "layernorm_backward_saved_stats",
     "layernorm_saved_stats",
     "rmsnorm_backward_f32",
@@ -48,8 +50,8 @@ LANES = 32  # threads per row, and blocks of rows for dgamma and dbeta
 @dataclass(frozen=True)
 class GradImpl:
     """One example: ``normprops hunt --op OP --impl MODULE:FUNC`` with ``declared`` as keywords of
-    :func:`normprops.hunt_kernel` (``row_reduction="sequential"`` becomes ``--row-reduction
-    sequential``)."""
+    :func:`normprops.hunt_kernel` (``row_reduction="blocks"`` becomes ``--row-reduction
+    blocks``)."""
 
     op: str
     func: str
@@ -157,7 +159,7 @@ def rmsnorm_backward_f32(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray,
 def rmsnorm_backward_saved_rstd(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray,
                                 eps: float) -> tuple[np.ndarray, np.ndarray]:
     """float32 with the forward's saved rstd (:func:`rmsnorm_saved_rstd`); dgamma one running sum
-    over the rows (declares ``row_reduction="sequential"``)."""
+    over the rows (the default ``row_reduction``, "sequential")."""
     d, v, g = _f32(dy), _f32(x), _f32(gamma)
     r = rmsnorm_saved_rstd(x, eps)
     with np.errstate(all="ignore"):
@@ -222,7 +224,7 @@ def layernorm_backward_saved_stats(dy: np.ndarray, x: np.ndarray, gamma: np.ndar
                                    beta: np.ndarray,
                                    eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """float32 with the forward's saved mean and rstd (:func:`layernorm_saved_stats`); dgamma and
-    dbeta one running sum over the rows (declares ``row_reduction="sequential"``)."""
+    dbeta one running sum over the rows (the default ``row_reduction``, "sequential")."""
     d, v, g = _f32(dy), _f32(x), _f32(gamma)
     mean, r = layernorm_saved_stats(x, eps)
     with np.errstate(all="ignore"):
@@ -231,7 +233,23 @@ def layernorm_backward_saved_stats(dy: np.ndarray, x: np.ndarray, gamma: np.ndar
                 _running_sum(d).astype(beta.dtype))
 
 
-_SEQUENTIAL = {"row_reduction": "sequential"}
+def layernorm_backward_numpy(dy: np.ndarray, x: np.ndarray, gamma: np.ndarray, beta: np.ndarray,
+                             eps: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """float32 as numpy writes it: pairwise row means, dgamma and dbeta ``np.sum(axis=0)``, which
+    on these C-contiguous arrays adds the rows in turn (the default ``row_reduction``)."""
+    d, v, g = _f32(dy), _f32(x), _f32(gamma)
+    with np.errstate(all="ignore"):
+        c = v - v.mean(axis=1, keepdims=True)
+        r = _F32(1) / np.sqrt((c * c).mean(axis=1, keepdims=True) + _F32(eps))
+        xhat = c * r
+        gd = d * g
+        dx = r * (gd - gd.mean(axis=1, keepdims=True)
+                  - xhat * (gd * xhat).mean(axis=1, keepdims=True))
+        return (dx.astype(dy.dtype), np.sum(d * xhat, axis=0).astype(gamma.dtype),
+                np.sum(d, axis=0).astype(beta.dtype))
+
+
+_BLOCKS = {"row_reduction": "blocks"}
 
 CORRECT: tuple[GradImpl, ...] = (
     GradImpl("softmax_backward", "softmax_backward_f64", "float64, rounded once"),
@@ -240,14 +258,16 @@ CORRECT: tuple[GradImpl, ...] = (
              "float32 dy*y - y*s, pairwise dot product", {"reduction": "tree"}),
     GradImpl("rmsnorm_backward", "rmsnorm_backward_f64", "float64, rounded once"),
     GradImpl("rmsnorm_backward", "rmsnorm_backward_f32",
-             "float32, mean square recomputed over 32 lanes, dgamma over 32 blocks of rows"),
+             "float32, mean square recomputed over 32 lanes, dgamma over 32 blocks of rows", _BLOCKS),
     GradImpl("rmsnorm_backward", "rmsnorm_backward_saved_rstd",
-             "float32, the forward's saved rstd, dgamma a running sum over the rows", _SEQUENTIAL),
+             "float32, the forward's saved rstd, dgamma a running sum over the rows"),
     GradImpl("layernorm_backward", "layernorm_backward_f64", "float64, rounded once"),
     GradImpl("layernorm_backward", "layernorm_backward_f32",
              "float32, two-pass statistics recomputed over 32 lanes, dgamma and dbeta over 32 "
-             "blocks of rows"),
+             "blocks of rows", _BLOCKS),
     GradImpl("layernorm_backward", "layernorm_backward_saved_stats",
              "float32, the forward's saved mean and rstd, dgamma and dbeta running sums over the "
-             "rows", _SEQUENTIAL),
+             "rows"),
+    GradImpl("layernorm_backward", "layernorm_backward_numpy",
+             "float32 as numpy writes it: pairwise row means, dgamma and dbeta np.sum(axis=0)"),
 )
