@@ -103,6 +103,16 @@ def test_the_plan_is_fixed_and_shards_partition_it(standin: KernelSpec) -> None:
     assert sorted(f for shard in shards for _, f in shard) == sorted(f for _, f in cells)
 
 
+def test_without_families_each_entry_is_hunted_in_its_first_hunt_families(standin: KernelSpec) -> None:
+    narrowed = replace(standin, name="narrowed", default_families=frozenset({"ragged", "ordinary"}))
+    planned = plan_cells([standin, narrowed], families=None)
+    assert [f for s, f in planned if s is standin] == list(families_for("softmax"))
+    assert [f for s, f in planned if s is narrowed] == ["ordinary", "ragged"]
+    named = plan_cells([standin, narrowed], families=("huge", "ragged"))
+    assert [(s.name, f) for s, f in named] == [("standin.softmax", "huge"), ("standin.softmax", "ragged"),
+                                              ("narrowed", "huge"), ("narrowed", "ragged")]
+
+
 def test_a_time_budget_cuts_a_registry_hunt_short_and_says_so(standin: KernelSpec, tmp_path: Path) -> None:
     code, out, err = run("hunt", "--backend", "numpy", "--kernel", "standin.softmax", "--seed", "0",
                          "--max-examples", "100000", "--no-fixtures", "--time-budget", "1.5",
