@@ -69,6 +69,11 @@ class KernelSpec:
     # sets the depth of their bounds; where its order is not known for every batch size,
     # "sequential" (R - 1 additions deep), which bounds every order of a sum of R rows.
     row_reduction: str = "blocks"
+    # The families a registry hunt runs when it is not given --families (None: every family of its
+    # op). An entry names fewer where hunting them all would slow the first `normprops hunt` for
+    # little news: the numpy backend's example pairs, a correct kernel beside a planted one, each
+    # hunted where the planted bug shows. `--families` (`all`: every one) hunts the others.
+    default_families: frozenset[str] | None = None
 
     @property
     def bug_constraints(self) -> ShapeConstraints:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.resources
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 from normprops.api import hunt_families
 from normprops.case import Case
@@ -81,11 +81,18 @@ def registry_cell_text(spec: KernelSpec, result: HuntResult) -> str:
                      bug_property=None if bug is None else bug.property)
 
 
-def plan_cells(specs: Sequence[KernelSpec], *, families: Sequence[str],
+def plan_cells(specs: Sequence[KernelSpec], *, families: Sequence[str] | None,
                shard: tuple[int, int] | None = None) -> list[tuple[KernelSpec, str]]:
     """Every (kernel, family) cell of ``specs`` in a fixed order (kernels as given, families in the
-    op's order, those in ``families`` only); ``shard=(k, n)`` keeps every n-th from the k-th."""
-    cells = [(spec, f) for spec in specs for f in families_for(spec.op) if f in families]
+    op's order, those in ``families`` only; None: each entry's ``default_families``, every family
+    of its op where it names none); ``shard=(k, n)`` keeps every n-th from the k-th."""
+
+    def wanted(spec: KernelSpec) -> Collection[str]:
+        if families is not None:
+            return families
+        return families_for(spec.op) if spec.default_families is None else spec.default_families
+
+    cells = [(spec, f) for spec in specs for f in families_for(spec.op) if f in wanted(spec)]
     if shard is not None:
         k, n = shard
         cells = cells[k - 1::n]

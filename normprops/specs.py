@@ -1,6 +1,6 @@
 """The registry: every kernel normprops knows how to hunt, joined from the entries each backend
-declares beside its code (:mod:`normprops.cuda.entries`, :mod:`normprops.backends.torch_entries`,
-:mod:`normprops.backends.ecosystem_entries`).
+declares beside its code (:mod:`normprops.cuda.entries`, :mod:`normprops.backends.numpy_entries`,
+:mod:`normprops.backends.torch_entries`, :mod:`normprops.backends.ecosystem_entries`).
 
 Tests, the CLI and the benchmark iterate over ``KERNELS``; nothing else keeps a list of kernels. An
 entry (:class:`normprops.kernelspec.KernelSpec`) says what a kernel computes, where it runs, how its
@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from normprops.backends.ecosystem_entries import ECOSYSTEM_GRAD_KERNELS, ECOSYSTEM_KERNELS
+from normprops.backends.numpy_entries import NUMPY_EXAMPLE_KERNELS
 from normprops.backends.torch_entries import TORCH_GRAD_KERNELS, TORCH_KERNELS
 from normprops.cuda.entries import CUDA_ONLY_KERNELS, PROD_KERNELS, TEXTBOOK_KERNELS
 from normprops.kernelspec import BACKEND_MODULES, KernelSpec, for_backend
@@ -20,6 +21,7 @@ __all__ = ["KERNELS", "backend_status"]
 
 KERNELS: tuple[KernelSpec, ...] = (
     *(for_backend("numpy", k) for k in TEXTBOOK_KERNELS),
+    *NUMPY_EXAMPLE_KERNELS,
     *(for_backend("cuda", k) for k in TEXTBOOK_KERNELS),
     *CUDA_ONLY_KERNELS,
     *PROD_KERNELS,

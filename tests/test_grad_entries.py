@@ -1,6 +1,6 @@
 """The registry's gradient entries (PyTorch's autograd on CUDA and the CPU, ``torch.compile``'s and
-Liger-Kernel's backward): what each declares, and that the declaration reaches the hunt. The hunts
-themselves are ``pytest -m numerics`` (tests/test_numerics.py), where torch is installed."""
+Liger-Kernel's backward, the numpy examples): what each declares, and that the declaration reaches
+the hunt. The hunts themselves are ``pytest -m numerics`` (tests/test_numerics.py)."""
 
 from __future__ import annotations
 
@@ -40,9 +40,14 @@ def test_a_gradient_entry_claims_families_of_its_op(spec: KernelSpec) -> None:
     assert spec.claims <= families, sorted(spec.claims - families)
     assert all(bug.family in families for bug in spec.bugs)
     assert "huge" not in spec.claims  # none of these norms scales its rows
+    assert callable(spec.load())
+    if spec.backend == "numpy":
+        # The examples (normprops.examples): numpy arrays, dgamma and dbeta summed over 32 blocks of
+        # rows joined in a tree, as their declaration says.
+        assert spec.framework == "numpy" and spec.device is None and spec.row_reduction == "blocks"
+        return
     # Torch tensors in and out, on the backend's device; imported only when called.
     assert spec.framework == "torch" and spec.device == ("cpu" if spec.backend == "torch-cpu" else "cuda")
-    assert callable(spec.load())
     # dgamma and dbeta sum the rows in an order no entry fixes for every batch size: the general
     # declaration. softmax's gradient sums no rows.
     assert spec.row_reduction == ("sequential" if get_op(spec.op).has_gamma else "blocks")

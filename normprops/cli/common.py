@@ -200,14 +200,14 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
 
 
 def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    """--families A,B,...: every name must be in ``allowed``; None means all of them."""
-    if text is None:
+    """--families A,B,...: every name must be in ``allowed``; None and ``all`` mean all of them."""
+    if text is None or text.strip() == "all":
         return allowed
     chosen = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))  # each once
     unknown = [f for f in chosen if f not in allowed]
     if unknown or not chosen:
         raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not {what}; choose from "
-                         f"{', '.join(allowed)}")
+                         f"{', '.join(allowed)}, or all alone")
     return chosen
 
 

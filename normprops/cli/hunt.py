@@ -326,7 +326,9 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                          f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
     every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
     chosen = _parse_families(args.families, allowed=every_family, what="a family")
-    cells_planned = plan_cells(specs, families=chosen, shard=args.shard)
+    # Without --families, each entry's own first-hunt families (KernelSpec.default_families).
+    cells_planned = plan_cells(specs, families=None if args.families is None else chosen,
+                               shard=args.shard)
     total = len(cells_planned)
     fixtures = None if args.no_fixtures else args.fixtures_dir
     report = Report("hunt", settings={"backend": backend, "op": args.op, "kernel": args.kernel,
@@ -525,6 +527,9 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
 def _kernel_details(k: KernelSpec) -> list[str]:
     """What ``normprops kernels --wide`` says under a kernel's row, one entry a paragraph."""
     parts = ["claims: " + (", ".join(f for f in families_for(k.op) if f in k.claims) or "nothing")]
+    if k.default_families is not None:
+        parts.append("first hunt: " + ", ".join(f for f in families_for(k.op) if f in k.default_families)
+                     + " (the others with --families)")
     if k.exempt:
         parts.append("not promised: " + ", ".join(sorted(k.exempt)))
     if not k.constraints.unconstrained:

@@ -143,7 +143,10 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--kernel", metavar="NAME",
                    help="with --cuda-source: the kernel's name in the file; without: hunt only "
                         "the registered kernel(s) of this name")
-    h.add_argument("--families", metavar="A,B,...", help="comma-separated families (default: all)")
+    h.add_argument("--families", metavar="A,B,...",
+                   help="comma-separated families, or all (default: all; a registry hunt: the "
+                        "families each entry names for a first hunt, every family for most, as "
+                        "'normprops kernels --wide' shows)")
     h.add_argument("--max-examples", type=_positive_int, default=100, metavar="N",
                    help="examples per family and property (default 100)")
     h.add_argument("--seed", type=int, metavar="N",

@@ -1,0 +1,80 @@
+"""The numpy registry's entries for the ops the textbook kernels do not compute: the masked softmax
+and the three gradients, each as a pair of the examples in :mod:`normprops.examples`, one correct
+and one with a planted bug, so that a hunt on a machine without a GPU reaches every op.
+
+Each entry is the example as ``normprops hunt --impl`` hunts it (the T = 32 error model, float32
+arithmetic), and takes what the example's catalog says of it: the description of a correct one,
+the family, property, storage type and summary of a planted one's bug. A pair's first-hunt family
+(``KernelSpec.default_families``) is the one that shows the planted bug, so a hunt without
+``--families`` sees the correct kernel pass where the planted one is caught.
+"""
+
+from __future__ import annotations
+
+from normprops.errormodel import FOREIGN_ERROR_MODEL
+from normprops.examples.backward_correct import CORRECT as GRAD_CORRECT
+from normprops.examples.backward_planted import PLANTED as GRAD_PLANTED
+from normprops.examples.correct import CORRECT
+from normprops.examples.planted_catalog import PLANTED
+from normprops.kernelspec import SOFTMAX_FAMILIES, KernelSpec, KnownBug
+from normprops.ops import get_op
+
+__all__ = ["NUMPY_EXAMPLE_KERNELS"]
+
+#: Where an example that the registry calls through :func:`~normprops.backends.numpy_examples.
+#: in_storage_type` is found (one whose planted bug lives in a 16-bit storage type).
+_WRAPPED = "normprops.backends.numpy_examples"
+# Row touches (reads and writes of a row, re-reads counted): each example reads its rows twice and
+# writes once. No example is benched (bench=False): the number is descriptive only.
+_TOUCHES = 3
+
+# (op, correct example, planted example, narrowest rows that show the planted bug). The masked
+# softmax's bug needs a whole leading chunk of 1024 columns masked and one column kept after it.
+_PAIRS = (
+    ("masked_softmax", "masked_softmax_online", "masked_softmax_leading_chunk_nan", 1025),
+    ("softmax_backward", "softmax_backward_f32", "softmax_backward_fp16_dot", 1),
+    ("rmsnorm_backward", "rmsnorm_backward_f32", "rmsnorm_backward_bf16_dgamma", 1),
+    ("layernorm_backward", "layernorm_backward_f32", "layernorm_backward_one_pass", 1),
+)
+
+# What the correct examples claim: the masked softmax scales x - max, never x, so it is range-safe
+# and claims what a correct softmax claims (SOFTMAX_FAMILIES); the gradients scale no rows, so they
+# claim all but 'huge' (range safety), as PyTorch's do.
+_CORRECT_CLAIMS = {
+    "masked_softmax": SOFTMAX_FAMILIES,
+    **{op: frozenset(get_op(op).families or ()) - {"huge"}
+       for op in ("softmax_backward", "rmsnorm_backward", "layernorm_backward")},
+}
+# What the planted ones claim. The masked softmax's bug needs a leading chunk that keeps nothing:
+# the families other than 'masked' keep every entry, and only 'nonfinite' can fill a chunk with
+# -inf. A planted gradient's bug is in arithmetic that every family exercises: it claims nothing.
+_PLANTED_CLAIMS = {"masked_softmax": SOFTMAX_FAMILIES - {"masked", "nonfinite"}}
+
+
+def _correct(op: str, func: str, family: str) -> KernelSpec:
+    impl = next(i for i in (*CORRECT, *GRAD_CORRECT) if (i.op, i.func) == (op, func))
+    module = "correct" if get_op(op).forward is None else "backward_correct"
+    return KernelSpec(func, op, "numpy", f"normprops.examples.{module}:{func}", _TOUCHES,
+                      FOREIGN_ERROR_MODEL,
+                      _CORRECT_CLAIMS[op], impl.description, bench=False,
+                      default_families=frozenset({family}))
+
+
+def _planted(op: str, func: str, shows_from_cols: int) -> KernelSpec:
+    bug = next(p for p in (*PLANTED, *GRAD_PLANTED) if (p.op, p.func) == (op, func))
+    dtype = getattr(bug, "dtype", "float32")  # the forward catalog's are all float32
+    module = "planted" if get_op(op).forward is None else "backward_planted"
+    entry = f"normprops.examples.{module}:{func}" if dtype == "float32" else f"{_WRAPPED}:{func}"
+    return KernelSpec(func, op, "numpy", entry, _TOUCHES, FOREIGN_ERROR_MODEL,
+                      _PLANTED_CLAIMS.get(op, frozenset()), f"planted: {bug.bug}", bench=False,
+                      dtype=dtype, default_families=frozenset({bug.family}),
+                      bugs=(KnownBug(bug.family, bug.bug, property=bug.property,
+                                     shows_from_cols=shows_from_cols),))
+
+
+def _pair(op: str, correct: str, planted: str, shows_from_cols: int) -> tuple[KernelSpec, KernelSpec]:
+    bad = _planted(op, planted, shows_from_cols)
+    return _correct(op, correct, bad.bug.family), bad
+
+
+NUMPY_EXAMPLE_KERNELS: tuple[KernelSpec, ...] = tuple(spec for pair in _PAIRS for spec in _pair(*pair))
