@@ -25,7 +25,8 @@ class KnownBug:
     summary: str
     property: str | None = None
     # "hunt": a hunt of the family catches it within the ci profile's 100 examples, whatever the
-    # seed (docs/known-bugs.md measures it; ``example`` makes sure of it where draws need luck);
+    # seed (docs/registry.md, "Examples to catch", measures it; ``example`` makes sure of it where
+    # draws need luck);
     # "racecheck": a race the hunt may never see on a given GPU, caught by compute-sanitizer
     # --tool racecheck (tests/test_gpu.py).
     detector: str = "hunt"

@@ -143,9 +143,16 @@ def test_example_counts_say_that_a_failing_family_counts_its_shrinking(user_modu
 
 
 def test_no_fixtures_flag(user_module: str, tmp_path: Path) -> None:
-    code, _, _ = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
-                     "--families", "overflow_logits", "--max-examples", "20", "--no-fixtures")
-    assert code == 1 and not (tmp_path / "tests").exists()
+    """The same failing hunt writes its fixture into the default folder (the working directory's
+    normprops-fixtures/) without the flag, and nothing anywhere with it."""
+    hunt = ("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
+            "--families", "overflow_logits", "--max-examples", "20", "--seed", "0")
+    before = set(tmp_path.rglob("*"))
+    code, _, _ = run(*hunt, "--no-fixtures")
+    assert code == 1
+    assert {p for p in set(tmp_path.rglob("*")) - before if "__pycache__" not in p.parts} == set()
+    code, _, _ = run(*hunt)
+    assert code == 1 and list((tmp_path / "normprops-fixtures").rglob("overflow_logits-*.json"))
 
 
 @pytest.mark.parametrize("func, reason", [
