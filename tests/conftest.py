@@ -1,4 +1,7 @@
-"""Fixtures shared by the CLI tests (``run()``, the CLI as they call it, is in ``cli_harness.py``)."""
+"""Fixtures shared by the CLI tests (``run()``, the CLI as they call it, is in ``cli_harness.py``).
+
+They reach the subfolders too (``tests/catches/``), and so does ``from cli_harness import run``:
+pytest's default import mode puts this file's folder on ``sys.path`` when it loads it."""
 
 from __future__ import annotations
 

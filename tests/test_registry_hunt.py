@@ -681,7 +681,7 @@ def test_the_suite_timing_names_an_entry_whose_every_test_pays_a_fixed_cost(
     xml.write_text("<testsuites><testsuite>" + "".join(
         f'<testcase classname="tests.test_numerics" name="test_claimed_family_is_clean[{name}]" '
         f'time="{t}">{body}</testcase>' for name, t, body in cases)
-        + '<testcase classname="tests.test_planted" name="test_something" time="2.0"/>'
+        + '<testcase classname="tests.catches.test_planted" name="test_something" time="2.0"/>'
         + "</testsuite></testsuites>")
     path = Path(__file__).resolve().parents[1] / "tools" / "suite_by_backend.py"
     spec = importlib.util.spec_from_file_location("suite_by_backend", path)

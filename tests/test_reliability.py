@@ -70,6 +70,12 @@ USER_MODULE = textwrap.dedent('''
         time.sleep(0.05)
         return _softmax64(x)
 
+    def softmax_logs_calls(x):
+        # A line in calls.log (in the working directory) for each call: a test reads whether it ran.
+        with open("calls.log", "a") as log:
+            print("called", file=log)
+        return _softmax64(x)
+
     _calls = [0]
 
     def softmax_swallows_ctrl_c(x):
@@ -142,12 +148,15 @@ def _fixture(user_module: str, tmp_path: Path) -> Path:
 
 
 def test_replay_stops_a_hanging_kernel(user_module: str, tmp_path: Path) -> None:
+    """The first fixture's call is stopped at its timeout, and the replay stops there: a kernel
+    that hung is not called again."""
     _fixture(user_module, tmp_path)
-    start = time.perf_counter()
+    fixtures = len(list((tmp_path / "fx" / "softmax").glob("*.json")))
     code, out, err = run("replay", "--op", "softmax", "--impl", f"{user_module}:softmax_hangs",
                          "--fixtures-dir", str(tmp_path / "fx"), "--call-timeout", "0.5")
-    assert time.perf_counter() - start < 30
-    assert code == 1 and "did not return within 0.5 s" in out and err == ""
+    assert code == 1 and out.count("did not return within 0.5 s") == 1 and err == "", out + err
+    assert (f"{fixtures} fixtures: 0 passed, 1 failed, {fixtures - 1} not run (the kernel cannot be "
+            f"called again)") in out, out
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbled", "key_missing", "bad_values", "not_json_object"])
@@ -220,15 +229,15 @@ def test_bad_output_paths_are_usage_errors_before_hunting(user_module: str, tmp_
                                                           make, message: str) -> None:
     target = tmp_path / "thing"
     make(target)
-    argv = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_slow", "--max-examples", "50"]
+    argv = ["hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_logs_calls", "--max-examples",
+            "50"]
     if flag == "--json-parent-is-a-file":
         argv += ["--json", str(target / "report.json")]
     else:
         argv += [flag, str(target)]
-    start = time.perf_counter()
     code, out, err = run(*argv)
     assert code == 2 and message in err and len(err.splitlines()) == 1
-    assert out == "" and time.perf_counter() - start < 5  # nothing was hunted
+    assert out == "" and not (tmp_path / "calls.log").exists()  # nothing was hunted
 
 
 @pytest.mark.parametrize("argv, named, fix", [
@@ -254,19 +263,19 @@ NO_NEW_FILES = Path("/proc")  # os.access says it is writable (to root), yet no 
 
 @pytest.mark.skipif(not (NO_NEW_FILES / "self").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("argv", [
-    ["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--json", "/proc/r.json"],
-    ["hunt", "--op", "softmax", "--impl", "{module}:softmax_slow", "--fixtures-dir", "/proc/fx"],
+    ["hunt", "--op", "softmax", "--impl", "{module}:softmax_logs_calls", "--json", "/proc/r.json"],
+    ["hunt", "--op", "softmax", "--impl", "{module}:softmax_logs_calls", "--fixtures-dir", "/proc/fx"],
     ["replay", "--op", "softmax", "--impl", "{module}:softmax_good", "--json", "/proc/r.json"],
     ["report", "merge", "r.json", "--png", "/proc/m.png"],
     ["bench", "--csv", "/proc/b.csv"],
     ["bench", "--lead-png", "/proc/lead.png"],
 ], ids=["hunt-json", "hunt-fixtures", "replay-json", "merge-png", "bench-csv", "bench-lead-png"])
-def test_an_output_where_no_file_can_be_created_is_a_usage_error(user_module: str, argv: list[str]) -> None:
-    start = time.perf_counter()
+def test_an_output_where_no_file_can_be_created_is_a_usage_error(user_module: str, tmp_path: Path,
+                                                                  argv: list[str]) -> None:
     code, out, err = run(*(a.format(module=user_module) for a in argv))
     assert code == 2 and len(err.splitlines()) == 1, out + err
     assert "cannot create a file in /proc" in err
-    assert out == "" and time.perf_counter() - start < 5
+    assert out == "" and not (tmp_path / "calls.log").exists()  # nothing was hunted
 
 
 def test_json_into_a_missing_directory_is_refused_not_created(user_module: str, tmp_path: Path,
@@ -482,13 +491,12 @@ def test_a_stopped_hunt_prints_what_was_found_writes_the_report_and_exits_with_i
 def test_a_ctrl_c_that_something_swallows_still_stops_the_hunt(user_module: str,
                                                               tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    start = time.perf_counter()
     code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_swallows_ctrl_c",
                          "--max-examples", "200", "--no-fixtures", "--json", str(report))
     assert code == 130 and "interrupted" in out, out + err
-    assert time.perf_counter() - start < 30  # stopped at the next example, not after 10 families
     doc = json.loads(report.read_text())
-    assert doc["error"] == "interrupted" and doc["results"][0]["examples"] <= 3
+    # Stopped at the next example of the first family, not after 200 examples of each family.
+    assert doc["error"] == "interrupted" and len(doc["results"]) == 1 and doc["results"][0]["examples"] <= 3
     # The families it never reached are named, as a time budget names them.
     assert doc["not_reached"] and "ordinary" not in doc["not_reached"]
     assert f"not hunted: {', '.join(doc['not_reached'])}" in out
