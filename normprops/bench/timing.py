@@ -249,8 +249,9 @@ def _on_stream(stream: Any) -> Iterator[None]:
     Triton's (it launches on torch's current stream) and QuACK's (TVM FFI takes torch's current
     stream) kernels launch on, so one capture sees them all."""
     with stream:
-        if "torch" in sys.modules:
-            torch = sys.modules["torch"]
+        torch = sys.modules.get("torch")
+        # A CPU build of torch (or one that sees no GPU) has no stream to set.
+        if torch is not None and torch.cuda.is_available():
             with torch.cuda.stream(torch.cuda.ExternalStream(stream.ptr)):
                 yield
         else:
