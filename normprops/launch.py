@@ -28,7 +28,6 @@ from normprops.masking import MASK_KINDS, mask_fill_value
 from normprops.ops import (
     APPLICABLE,
     INFORMATIVE,
-    JUDGED_BY_DEFAULT,
     OPTIONAL,
     PROPERTIES,
     ROW_REDUCTIONS,
@@ -120,15 +119,14 @@ class Target:
 
     @property
     def unjudged(self) -> frozenset[str]:
-        """Properties not judged: those it does not promise, and the optional ones neither asked
-        for nor judged by default for its op."""
-        asked = self.opt_in | JUDGED_BY_DEFAULT.get(self.op, frozenset())
-        return self.ignore | (OPTIONAL - asked)
+        """Properties not judged: those it does not promise, and the optional ones it did not ask
+        for."""
+        return self.ignore | (OPTIONAL - self.opt_in)
 
     @property
     def information(self) -> frozenset[str]:
         """Properties hunted though not judged, their findings shown as information (range safety
-        for a norm that does not ask for it); never those it declines with ``ignore``."""
+        for a kernel that does not ask for it); never those it declines with ``ignore``."""
         return (INFORMATIVE & self.unjudged) - self.ignore
 
     def run(self, case: Case, *, check_inputs: bool = True) -> np.ndarray | tuple[np.ndarray, ...]:

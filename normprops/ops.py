@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE",
-           "check_ignore", "OPTIONAL", "JUDGED_BY_DEFAULT", "INFORMATIVE", "check_opt_in",
+           "check_ignore", "OPTIONAL", "INFORMATIVE", "check_opt_in",
            "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "USER_ROW_REDUCTION", "APPLICABLE"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
@@ -199,10 +199,6 @@ PROPERTIES: dict[str, str] = {
 #: not), a masked softmax's ``scale * x`` past FLT_MAX unless it subtracts the max first (PyTorch's
 #: does not). Every other row is judged by every property, in every family.
 OPTIONAL = frozenset({"exact_constant", "range_safety", "row_order"})
-
-#: Optional properties an op judges whether asked or not. None today: a plain softmax has no row
-#: outside its accuracy domain, so range safety asks nothing of it either way.
-JUDGED_BY_DEFAULT: dict[str, frozenset[str]] = {}
 
 #: Optional properties hunted all the same when not judged, their findings shown as information
 #: ("not range-safe"), never as failures: whether a kernel is range-safe is worth knowing either way.
