@@ -8,9 +8,13 @@ from typing import Any
 import numpy as np
 
 from normprops.masking import describe_fill, mask_argument
-from normprops.ops import get_op
 
-__all__ = ["WIDEST_COLS", "Case", "ShapeConstraints"]
+__all__ = ["WIDEST_COLS", "Case", "ShapeConstraints", "SIGNATURES"]
+
+#: Each op's user signature (its argument names, in order), filled by
+#: :func:`normprops.ops.register`: what :meth:`Case.args` hands a kernel, without this module
+#: depending on the ops (which build on it).
+SIGNATURES: dict[str, tuple[str, ...]] = {}
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,12 +52,16 @@ class Case:
 
     def args(self) -> tuple[Any, ...]:
         """The positional arguments of the op's user signature."""
-        op = get_op(self.op)
+        try:
+            params = SIGNATURES[self.op]
+        except KeyError:
+            raise ValueError(f"op {self.op!r} is not registered (normprops.ops registers the "
+                             f"built-in ones; normprops.ops.register an op of your own)") from None
         values = {"x": self.x, "y": self.x, "dy": self.dy, "gamma": self.gamma, "beta": self.beta,
                   "eps": self.eps, "scale": self.scale}
-        if op.has_mask:
+        if "mask" in params:
             values["mask"] = mask_argument(self.mask, self.mask_fill)
-        return tuple(values[p] for p in op.params)
+        return tuple(values[p] for p in params)
 
     def replace(self, **changes: Any) -> Case:
         fields = {"op": self.op, "family": self.family, "x": self.x, "gamma": self.gamma,

@@ -13,6 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from normprops.case import WIDEST_COLS, Case
+from normprops.ops import get_op
 
 F32 = np.float32
 FLT_MAX = float(np.finfo(F32).max)
@@ -231,7 +232,7 @@ def _eps_scale_params(op: str) -> st.SearchStrategy[dict[str, Any]]:
 
 
 def _eps_scale_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, Any]) -> np.ndarray:
-    rows, cols, eps, centred = shape.rows, shape.cols, shape.eps, shape.op == "layernorm"
+    rows, cols, eps, centred = shape.rows, shape.cols, shape.eps, get_op(shape.op).centred
     z = rng.standard_normal((rows, cols))
     if centred:
         z = z - z.mean(axis=1, keepdims=True) if cols > 1 else z
@@ -245,8 +246,9 @@ def _eps_scale_build(rng: np.random.Generator, shape: CaseShape, p: dict[str, An
 
 def _eps_scale_promise(case: Case) -> bool:
     x = case.x.astype(np.float64)
-    stat = x.var(axis=1) if case.op == "layernorm" else np.mean(x**2, axis=1)
-    if case.op == "layernorm" and case.cols == 1:
+    centred = get_op(case.op).centred
+    stat = x.var(axis=1) if centred else np.mean(x**2, axis=1)
+    if centred and case.cols == 1:
         return True
     return bool(np.all((stat >= 2e-4 * case.eps) & (stat <= 5e3 * case.eps)))
 

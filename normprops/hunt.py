@@ -24,15 +24,13 @@ from hypothesis import target as hypothesis_target
 from hypothesis.errors import Flaky
 
 from normprops import interrupt
-from normprops.backward_properties import quoting_exact
-from normprops.backward_strategies import grad_cases
 from normprops.case import Case
 from normprops.errors import FatalTargetError, is_test_outcome
 from normprops.judge import Verdict
 from normprops.launch import Target
 from normprops.ops import PROPERTIES, is_backward
 from normprops.oracles import ORACLES, POLICIES
-from normprops.properties import evaluate
+from normprops.properties import evaluate, quoting_exact
 from normprops.strategies import FAMILIES, cases, families_for, widest_cols
 
 __all__ = ["HuntConfig", "HuntResult", "Finding", "hunt", "with_fixtures", "Counterexample",
@@ -238,8 +236,6 @@ def case_strategy(target: Target, *, family: str,
         widths = dict(op=target.op, family=family, min_rows=config.min_rows, max_rows=config.max_rows,
                       min_cols=min_cols, max_cols=widest, cols_multiple_of=c.cols_multiple_of,
                       dtype=target.dtype)
-        if is_backward(target.op):
-            return grad_cases(**widths)
         return cases(**widths, mask_fill=target.mask_fill)
 
     try:
@@ -421,9 +417,9 @@ def hunt(target: Target, *, family: str, config: HuntConfig = HuntConfig()) -> H
             if not (seen.fatal is not None or seen.interrupted or seen.cut_short):
                 _fewer_rows(target, family, config, seen)
             (minimal, verdict), (worst, worst_verdict) = seen.last, seen.worst
-            if is_backward(target.op):
-                verdict = quoting_exact(minimal, verdict, oracle=config.oracle)
-                worst_verdict = quoting_exact(worst, worst_verdict, oracle=config.oracle)
+            # A verdict on an output by name quotes its element at 200 bits (the others as judged).
+            verdict = quoting_exact(minimal, verdict, oracle=config.oracle)
+            worst_verdict = quoting_exact(worst, worst_verdict, oracle=config.oracle)
             findings.append(Finding(target.label, family, verdict.property, verdict, minimal, worst,
                                     worst_verdict, flaky=seen.flaky))
             skip = skip | {verdict.property}

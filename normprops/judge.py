@@ -8,14 +8,23 @@ fails outright, naming row and column.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from normprops.case import Case
-from normprops.ops import PROPERTIES, SOFTMAX_OPS
-from normprops.oracles import Reference, Tolerance
+from normprops.dtypes import get_dtype
+from normprops.ops import PROPERTIES, get_op
+from normprops.ops.common import GradReference, GradTolerance, Reference, Tolerance
+from normprops.ops.softmax import RatioFit, ratio_fit, softmax_ratios
+from normprops.verdict import (
+    Verdict,
+    Verdicts,
+    bits_equal,
+    nonfinite_reason,
+    range_rows,
+    worst,
+)
 
 __all__ = [
     "Verdict",
@@ -29,144 +38,11 @@ __all__ = [
     "ratio_fit",
     "softmax_ratios",
     "RatioFit",
+    "judge",
+    "judge_grads",
+    "judge_grads_bitwise",
+    "with_exact",
 ]
-
-
-def _num(value: float | None, digits: int = 5) -> str:
-    if value is None:
-        return "-"
-    if value == 0 or not math.isfinite(value):
-        return repr(float(value))
-    return f"{value:.{digits}g}"
-
-
-def _distinct(got: float | None, expected: float | None) -> tuple[str, str]:
-    """``got`` and ``expected`` with the fewest significant digits (at least 5) that tell them
-    apart: ``got 0.99999988 expected 1``, never ``got 1 expected 1``."""
-    digits = 5
-    while (digits < 17 and got is not None and expected is not None and got != expected
-           and _num(got, digits) == _num(expected, digits)):
-        digits += 1
-    return _num(got, digits), _num(expected, digits)
-
-
-def _compact(value: float) -> str:
-    """3.9e4 rather than 3.9e+04: the ratio in a verdict line. A ratio just past 1 keeps the digits
-    that show it past 1 (1.004, not 1)."""
-    digits = 2
-    text = f"{value:.{digits}g}"
-    while value > 1 and float(text) <= 1 and digits < 9:
-        digits += 1
-        text = f"{value:.{digits}g}"
-    mantissa, sep, exponent = text.partition("e")
-    return f"{mantissa}e{int(exponent)}" if sep else text
-
-
-def nonfinite_reason(got: float, exact: float) -> str:
-    """A non-finite output, and what it is, where the exact result is finite: "non-finite output
-    nan where the exact result is 1"."""
-    return f"non-finite output {float(got)} where the exact result is {float(exact):.5g}"
-
-
-#: Properties judged by comparing the kernel's output on a transformed copy of the case with its
-#: output on the case (judge_close).
-_AGAINST_ITSELF = frozenset({"shift_invariance", "scale_invariance"})
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One failed property on one example, located at its worst element."""
-
-    label: str  # op[impl]
-    property: str
-    family: str
-    row: int | None
-    col: int | None
-    got: float | None
-    expected: float | None
-    error: float | None
-    tolerance: float | None
-    ratio: float  # error / tolerance; inf for outright failures
-    reason: str
-    # When the failing output came from another input than the case itself (the case's rows tiled
-    # into a stress batch, reversed, alone): that input, in words. ``row`` is still the case's row
-    # whose copy failed, so the case describes the values.
-    batch: str | None = None
-    # Gradient ops: the output the verdict is about ("dx", "dgamma", "dbeta"); dgamma and dbeta
-    # have no row.
-    output: str | None = None
-
-    @classmethod
-    def contract(cls, label: str, family: str, reason: str) -> Verdict:
-        """The kernel broke its calling contract (raised, returned the wrong thing, hung)."""
-        return cls(label, "contract", family, None, None, None, None, None, None, math.inf, reason)
-
-    def message(self) -> str:
-        head = f"{self.label} {self.family} {self.property}"
-        where = ("" if self.row is None
-                 else f" row {self.row}" + ("" if self.col is None else f" col {self.col}"))
-        if self.output is not None:
-            parts = [f"{name} {value}" for name, value in (("row", self.row), ("col", self.col))
-                     if value is not None]
-            where = f" {self.output}[{' '.join(parts)}]:" if parts else f" {self.output}:"
-        if self.error is not None and self.tolerance is not None:
-            ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
-            got, expected = _distinct(self.got, self.expected)
-            # A metamorphic property compares the kernel with itself: no value is "expected".
-            names = ("copy", "original") if self.property in _AGAINST_ITSELF else ("got", "expected")
-            error, tolerance = _distinct(self.error, self.tolerance)
-            detail = (f" {names[0]} {got} {names[1]} {expected} "
-                      f"|err| {error} > tol {tolerance}{ratio}")
-            return f"{head}:{where}{detail}" + (f"; {self.reason}" if self.reason else "")
-        return f"{head}:{where} {self.reason}"
-
-    def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
-        for key in ("got", "expected", "error", "tolerance", "ratio"):
-            v = out[key]
-            out[key] = None if v is None else (v if math.isfinite(v) else repr(float(v)))
-        out["message"] = self.message()
-        return out
-
-
-def bits_equal(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Elementwise bitwise equality of float32 arrays, any NaN equal to any NaN."""
-    return (a.view(np.uint32) == b.view(np.uint32)) | (np.isnan(a) & np.isnan(b))
-
-
-def _worst(score: np.ndarray, mask: np.ndarray) -> tuple[int, int]:
-    masked = np.where(mask, score, -np.inf)
-    r, c = np.unravel_index(int(np.argmax(masked)), masked.shape)
-    return int(r), int(c)
-
-
-class _Verdicts:
-    """Collects at most one verdict per property: the worst element of the first failure."""
-
-    def __init__(self, label: str, family: str) -> None:
-        self.label = label
-        self.family = family
-        self.found: dict[str, Verdict] = {}
-
-    def add(self, prop: str, *, row: int | None = None, col: int | None = None,
-            got: float | None = None, expected: float | None = None, error: float | None = None,
-            tolerance: float | None = None, ratio: float = math.inf, reason: str = "") -> None:
-        if prop in self.found:
-            return
-        self.found[prop] = Verdict(self.label, prop, self.family, row, col,
-                                   None if got is None else float(got),
-                                   None if expected is None else float(expected),
-                                   None if error is None else float(error),
-                                   None if tolerance is None else float(tolerance),
-                                   float(ratio), reason)
-
-
-def range_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
-    """Per row: judged by ``range_safety`` rather than ``accuracy`` / ``finite``: the rows outside
-    the accuracy domain, where the arithmetic the kernel declares must overflow
-    (:func:`normprops.oracles.declared_out_of_domain`). Which family drew a row does not matter:
-    an in-domain row of ``huge`` is judged as any other."""
-    return ~ref.in_domain if tol.ranged is None else tol.ranged
 
 
 def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
@@ -174,7 +50,7 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
     """Judge one output against its reference. Returns the failures and the worst err/tol ratio
     over judged elements (the quantity ``hypothesis.target`` maximizes), leaving out the elements
     of a property in ``skip``: a hunt neither reports nor steers toward what it does not judge."""
-    v = _Verdicts(label, case.family)
+    v = Verdicts(label, case.family)
     got = out.astype(np.float64)
     with np.errstate(all="ignore"):
         err = np.abs(got - ref.z)
@@ -189,7 +65,7 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
     got_finite = np.isfinite(got)
     bad = judged & ~got_finite
     if bad.any():
-        r, c = _worst(np.ones_like(err), bad)
+        r, c = worst(np.ones_like(err), bad)
         prop = "range_safety" if range_row[r, 0] else finite_prop
         v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c],
               reason=nonfinite_reason(got[r, c], ref.z[r, c]))
@@ -200,7 +76,7 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
         for prop, rows_mask in (("range_safety", range_row), ("accuracy", ~range_row)):
             sel = failing & rows_mask
             if sel.any():
-                r, c = _worst(ratio, sel)
+                r, c = worst(ratio, sel)
                 v.add(prop, row=r, col=c, got=got[r, c], expected=ref.z[r, c], error=err[r, c],
                       tolerance=tol.tol[r, c], ratio=ratio[r, c])
     counted = check
@@ -209,8 +85,9 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
     if "accuracy" in skip:
         counted = counted & range_row
     worst_ratio = float(np.max(np.where(counted, ratio, 0.0))) if counted.any() else 0.0
-    if tol.ratio_tol is not None:
-        _judge_ratios(got, ref, tol.ratio_tol, range_row[:, 0], v)
+    check = get_op(case.op).check_output
+    if check is not None:  # the op's own properties (a softmax's ratios, bounds, sum, argmax)
+        check(case, got, ref, tol, v)
 
     # Rows with NaN/inf input: NaN, or the IEEE limit where one exists.
     if ref.nonfinite_rows.any():
@@ -218,7 +95,7 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
         allowed = np.isnan(got) | (~np.isnan(ref.limit) & (got == ref.limit))
         bad = nf & ~allowed
         if bad.any():
-            r, c = _worst(np.ones_like(err), bad)
+            r, c = worst(np.ones_like(err), bad)
             expected = "NaN" if np.isnan(ref.limit[r, c]) else f"NaN or {ref.limit[r, c]:.5g}"
             v.add("nan_propagation", row=r, col=c, got=got[r, c],
                   reason=f"got {got[r, c]:.5g} in a row with a non-finite input; expected {expected}")
@@ -231,198 +108,28 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
                 v.add("masked_rows", row=int(r), col=c, got=row[c],
                       reason="a fully masked row must be all NaN or all zeros, not a mixture")
                 break
-
-    if case.op in SOFTMAX_OPS:
-        _judge_softmax_shape(case, got, ref, tol, v)
     return list(v.found.values()), worst_ratio
 
 
-def _dinkelbach(a_hi: np.ndarray, t_hi: np.ndarray, a_lo: np.ndarray,
-                t_lo: np.ndarray) -> tuple[float, int, int]:
-    """``max (a_hi[j] - a_lo[i]) / (t_hi[j] + t_lo[i])`` over all j, i, and the pair: Newton's
-    method on the convex piecewise-linear ``max(a_hi - rho t_hi) - min(a_lo + rho t_lo)``, exact
-    after a few steps."""
-    rho, j, i = 0.0, int(np.argmax(a_hi)), int(np.argmin(a_lo))
-    with np.errstate(all="ignore"):
-        for _ in range(64):
-            value = (a_hi[j] - a_lo[i]) / (t_hi[j] + t_lo[i])
-            if math.isnan(value):  # -inf - -inf: two zeros where the exact values are normal
-                value = math.inf
-            if not value > rho * (1 + 1e-12):
-                break
-            rho, best = value, (j, i)
-            if not math.isfinite(rho):
-                break
-            j = int(np.argmax(a_hi - rho * t_hi))
-            i = int(np.argmin(a_lo + rho * t_lo))
-        else:
-            best = (j, i)
-    if rho == 0.0:
-        best = (j, i)
-    return rho, best[0], best[1]
-
-
-def ratio_fit(a: np.ndarray, t: np.ndarray, judged: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Per row, the smallest ``rho`` for which one value ``L`` has ``|a_j - L| <= rho t_j`` at every
-    judged ``j``, and the pair of columns that sets it: ``rho = max (a_hi - a_lo) / (t_hi + t_lo)``
-    over pairs. Rows with fewer than two judged elements get 0.
-
-    A row passes (``rho <= 1``) exactly when ``max(a - t) <= min(a + t)``: one pass. For such a row
-    the optimal pair lies among the few elements with ``a_j - rho1 t_j >= max(a - t)`` (high side)
-    and ``a_i + rho1 t_i <= min(a + t)`` (low side), ``rho1 <= rho`` being the first pair's value,
-    so the exact ``rho`` (for ``hypothesis.target``) costs little more than the check.
-    """
-    rows = a.shape[0]
-    rho = np.zeros(rows)
-    hi = np.zeros(rows, dtype=int)
-    lo = np.zeros(rows, dtype=int)
-    with np.errstate(all="ignore"):
-        up = np.where(judged, a, -np.inf)
-        down = np.where(judged, a, np.inf)
-        top = np.max(up - t, axis=1)  # max(a - t) over judged elements
-        bottom = np.min(down + t, axis=1)  # min(a + t)
-        j0, i0 = np.argmax(up, axis=1), np.argmin(down, axis=1)
-        idx = np.arange(rows)
-        rho1 = np.nan_to_num((a[idx, j0] - a[idx, i0]) / (t[idx, j0] + t[idx, i0]), nan=0.0)
-        for r in np.nonzero(judged.sum(axis=1) >= 2)[0]:
-            cols = judged[r]
-            if top[r] <= bottom[r]:
-                slack = 1e-9 * float(np.max(t[r, cols]))
-                high = np.nonzero(cols & (a[r] - rho1[r] * t[r] >= top[r] - slack))[0]
-                low = np.nonzero(cols & (a[r] + rho1[r] * t[r] <= bottom[r] + slack))[0]
-            else:
-                high = low = np.nonzero(cols)[0]
-            value, j, i = _dinkelbach(a[r, high], t[r, high], a[r, low], t[r, low])
-            rho[r], hi[r], lo[r] = value, high[j], low[i]
-    return rho, hi, lo
-
-
-@dataclass(frozen=True)
-class RatioFit:
-    """The ``ratios`` property on one output: per row the excess ``rho`` (fails above 1) and the
-    pair of columns that sets it; ``t`` the per-element bound in log form."""
-
-    rho: np.ndarray
-    hi: np.ndarray
-    lo: np.ndarray
-    t: np.ndarray
-
-
-def softmax_ratios(got: np.ndarray, ref: Reference, ratio_tol: np.ndarray) -> RatioFit:
-    """How far a softmax output is from being the exact one times a single factor per row, in units
-    of the per-element bound ``ratio_tol`` (docs/tolerances.md, "Softmax ratios")."""
-    judged = np.isfinite(ratio_tol) & np.isfinite(got)
-    judged &= judged.sum(axis=1, keepdims=True) >= 2
-    with np.errstate(all="ignore"):
-        a = np.where(judged, np.where(got > 0, np.log(got / ref.y), -np.inf), 0.0)
-        # The bound in log form: -ln(1 - t) <= t (1 + t) for t <= 1/2.
-        t = np.where(judged, ratio_tol * (1 + ratio_tol), 1.0)
-    if not judged.any():
-        zeros = np.zeros(got.shape[0], dtype=int)
-        return RatioFit(np.zeros(got.shape[0]), zeros, zeros, t)
-    return RatioFit(*ratio_fit(a, t, judged), t)
-
-
-def _judge_ratios(got: np.ndarray, ref: Reference, ratio_tol: np.ndarray, range_rows: np.ndarray,
-                  v: _Verdicts) -> None:
-    """Softmax's width-independent property: the outputs of a row must be the exact ones times a
-    single factor, up to ``ratio_tol`` per element.
-
-    Its excess is not part of the hunt's ``hypothesis.target`` score: a bound that does not grow
-    with the row makes the largest excess grow with the row, and steering by it drove every hunt to
-    the widest rows (2.5 times slower, docs/tolerances.md); the property is judged on every example
-    all the same."""
-    fit = softmax_ratios(got, ref, ratio_tol)
-    failing = fit.rho > 1
-    for prop, rows_mask in (("range_safety", range_rows), ("ratios", ~range_rows)):
-        sel = failing & rows_mask
-        if sel.any():
-            r = int(np.argmax(np.where(sel, fit.rho, -np.inf)))
-            j, i = int(fit.hi[r]), int(fit.lo[r])
-            if j == i:  # one element no scale fits at all (a 0, whose log is -inf): no pair to show
-                v.add(prop, row=r, col=j, got=got[r, j], expected=ref.y[r, j], ratio=fit.rho[r],
-                      reason=f"y[{j}] = {float(got[r, j]):.5g} where the exact result is "
-                             f"{float(ref.y[r, j]):.5g}: no single scale of the row fits it")
-                continue
-            with np.errstate(all="ignore"):
-                measured = got[r, j] / got[r, i]
-                exact = ref.y[r, j] / ref.y[r, i]
-                bound = exact * math.expm1(fit.t[r, j] + fit.t[r, i])
-            v.add(prop, row=r, col=j, got=measured, expected=exact, error=abs(measured - exact),
-                  tolerance=bound, ratio=fit.rho[r],
-                  reason=f"y[{j}] / y[{i}] against exp(x[{j}] - x[{i}]): no single scale of the "
-                         f"row fits both (their bounds do not grow with the row length)")
-
-
 def judge_exact_constant(case: Case, out: np.ndarray, *, label: str) -> Verdict | None:
-    """The opt-in ``exact_constant`` property: every exactly constant finite row of a layer norm
-    gives ``beta`` exactly (``x - mean`` is exactly 0 when the mean is), every all-zero row of an
-    RMS norm gives exactly 0. A constant nonzero RMS norm row has no exact answer
-    (``sign(c) gamma |c| / sqrt(c^2 + eps)`` is rounded), and softmax has no such row; both pass."""
-    x = case.x
-    if case.op == "layernorm":
-        rows = np.isfinite(x).all(axis=1) & (x == x[:, :1]).all(axis=1)
-        want = np.broadcast_to(case.beta[None, :], x.shape)
-        what = "an exactly constant row must give beta exactly (x - mean is exactly 0)"
-    elif case.op == "rmsnorm":
-        rows = (x == 0).all(axis=1)
-        want = np.zeros_like(x)
-        what = "an all-zero row must give exactly 0"
-    else:
+    """The opt-in ``exact_constant`` property: the rows the op names (``OpSpec.exact_constant``)
+    give their exact output bitwise: every exactly constant finite row of a layer norm gives
+    ``beta`` (``x - mean`` is exactly 0 when the mean is), every all-zero row of an RMS norm gives 0.
+    An op without such rows (softmax) passes."""
+    exact = get_op(case.op).exact_constant
+    if exact is None:
         return None
+    rows, want, what = exact(case)
     with np.errstate(all="ignore"):
         bad = rows[:, None] & ~(out == want)
     if not bad.any():
         return None
     r, c = np.unravel_index(int(np.argmax(bad)), bad.shape)
-    v = _Verdicts(label, case.family)
+    v = Verdicts(label, case.family)
     v.add("exact_constant", row=int(r), col=int(c), got=out[r, c], expected=want[r, c],
           reason=f"{what}; got {float(out[r, c])!r}, expected {float(want[r, c])!r} "
                  f"({int(bad[r].sum())} of {case.cols} columns differ)")
     return v.found["exact_constant"]
-
-
-def _judge_softmax_shape(case: Case, got: np.ndarray, ref: Reference, tol: Tolerance,
-                         v: _Verdicts) -> None:
-    # A row outside the accuracy domain is judged element by element, under range safety alone.
-    rows = ref.judged_rows & ~range_rows(ref, tol) & np.isfinite(got).all(axis=1)
-    if not rows.any():
-        return
-    with np.errstate(all="ignore"):
-        # exp is never negative, so neither is a right output: 0 is a hard floor. The ceiling is 1
-        # plus the element's accuracy bound: the largest logit's output is e * (1/S) with S >= e,
-        # and a reciprocal or a division that is not correctly rounded (rcp.approx, div.full: 1
-        # and 2 ulp) gives 1 + 2^-23 for a row one logit dominates (docs/tolerances.md).
-        out_of_range = rows[:, None] & ((got < 0) | (got > 1 + tol.tol))
-        if out_of_range.any():
-            r, c = _worst(np.abs(got - 0.5), out_of_range)
-            above = bool(got[r, c] > 1)
-            v.add("bounds", row=r, col=c, got=got[r, c], expected=ref.z[r, c],
-                  error=got[r, c] - 1 if above else None,
-                  tolerance=tol.tol[r, c] if above else None,
-                  ratio=(got[r, c] - 1) / tol.tol[r, c] if above else math.inf,
-                  reason="softmax output above 1 by more than its rounding" if above
-                  else "negative softmax output")
-        if tol.sum_tol is not None:
-            dev = np.abs(np.sum(got, axis=1) - 1.0)
-            bad = rows & ~(dev <= tol.sum_tol)
-            if bad.any():
-                r = int(np.argmax(np.where(bad, dev, -1)))
-                v.add("sum_to_one", row=r, got=float(np.sum(got[r])), expected=1.0,
-                      error=dev[r], tolerance=tol.sum_tol, ratio=dev[r] / tol.sum_tol,
-                      reason="row sum")
-        # The input's argmax must hold the largest output, up to that element's tolerance.
-        top = np.argmax(ref.logits, axis=1)
-        idx = np.arange(case.rows)
-        held = got[idx, top]
-        best = np.max(got, axis=1)
-        bad = rows & (held < best - tol.tol[idx, top])
-        if bad.any():
-            r = int(np.argmax(bad))
-            v.add("argmax", row=r, col=int(top[r]), got=held[r], expected=best[r],
-                  reason=f"the largest logit (col {int(top[r])}) does not get the largest "
-                         f"probability: {held[r]:.5g} < {best[r]:.5g} "
-                         f"(col {int(np.argmax(got[r]))})")
 
 
 def judge_bitwise(prop: str, first: np.ndarray, second: np.ndarray, *, case: Case, label: str,
@@ -441,7 +148,7 @@ def judge_bitwise(prop: str, first: np.ndarray, second: np.ndarray, *, case: Cas
     r, c = np.unravel_index(int(np.argmax(~same)), same.shape)
     mapping = origin if origin is not None else rows
     src = int(r) if mapping is None else int(mapping[r])
-    v = _Verdicts(label, case.family)
+    v = Verdicts(label, case.family)
     diff = abs(float(second[r, c]) - float(expected[r, c]))
     v.add(prop, row=src, col=int(c), got=second[r, c], expected=expected[r, c],
           reason=f"{what}: {float(second[r, c])!r} vs {float(expected[r, c])!r} "
@@ -465,8 +172,161 @@ def judge_close(prop: str, base: np.ndarray, other: np.ndarray, tol: np.ndarray,
         return None
     with np.errstate(all="ignore"):
         ratio = np.where(np.isfinite(err), err / tol, np.inf)
-    r, c = _worst(ratio, sel)
-    v = _Verdicts(label, case.family)
+    r, c = worst(ratio, sel)
+    v = Verdicts(label, case.family)
     v.add(prop, row=r, col=c, got=b[r, c], expected=a[r, c], error=err[r, c],
           tolerance=tol[r, c], ratio=ratio[r, c], reason=what)
     return v.found[prop]
+
+
+# --- outputs by name: the gradient ops -----------------------------------------------------------
+# The checks above applied to each named output: a non-finite value where the exact one is finite
+# fails ``finite`` outright; an element past its bound fails ``accuracy``; rows outside the accuracy
+# domain (where the declared arithmetic must overflow) are judged under ``range_safety`` instead. A
+# row of x (softmax: of y) holding a NaN or an infinity must give a non-finite dx everywhere
+# (``nan_propagation``); the other rows are judged as usual. Every verdict names its output:
+# ``dx[row 1 col 3]``, ``dgamma[col 17]``.
+
+
+def _as_rows(a: np.ndarray) -> np.ndarray:
+    return a if a.ndim == 2 else a[None, :]
+
+
+def _verdict(label: str, case: Case, prop: str, output: str, row: int | None, col: int,
+             got: float, expected: float | None = None, error: float | None = None,
+             tolerance: float | None = None, ratio: float = math.inf, reason: str = "") -> Verdict:
+    return Verdict(label, prop, case.family, row, col, float(got),
+                   None if expected is None else float(expected),
+                   None if error is None else float(error),
+                   None if tolerance is None else float(tolerance), float(ratio), reason,
+                   output=output)
+
+
+def _past_range(z: float, dtype: str) -> str:
+    return f"expected {'-' if z < 0 else ''}inf: the exact result {z:.5g} is past {dtype}'s range"
+
+
+def with_exact(verdict: Verdict, exact: float, *, dtype: str) -> Verdict:
+    """``verdict`` quoting ``exact`` (a sharper oracle's value of its element) as the exact result,
+    with its error and err/tol from it. The verdict stands as judged: where the sharper value would
+    clear the element (it cannot, while float64's error stays far inside the bound), or is not
+    finite, the verdict is returned as it was."""
+    if verdict.expected is None or not math.isfinite(exact) or exact == verdict.expected:
+        return verdict
+    # The reasons judge_grads wrote with the float64 value, written again with the sharper one.
+    if verdict.reason == nonfinite_reason(verdict.got, verdict.expected):
+        return replace(verdict, expected=exact, reason=nonfinite_reason(verdict.got, exact))
+    if verdict.reason == _past_range(verdict.expected, dtype):
+        return replace(verdict, expected=exact, reason=_past_range(exact, dtype))
+    if verdict.error is None or not verdict.tolerance:
+        return verdict
+    error = abs(verdict.got - exact)
+    if not error > verdict.tolerance:
+        return verdict
+    return replace(verdict, expected=exact, error=error, ratio=error / verdict.tolerance)
+
+
+def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol: GradTolerance, *,
+                label: str, skip: frozenset[str] = frozenset()) -> tuple[list[Verdict], float]:
+    """Judge every output of one call. Returns the failures (per property the worst over outputs,
+    dx first on ties) and the worst err/tol over the judged elements of the properties not in
+    ``skip`` (what the hunt steers by)."""
+    found: dict[str, Verdict] = {}
+
+    def add(verdict: Verdict) -> None:
+        held = found.get(verdict.property)
+        if held is None or verdict.ratio > held.ratio:
+            found[verdict.property] = verdict
+
+    # An exact value past the storage type's largest finite one by half an ulp or more rounds to an
+    # infinity (a gradient can: dy of 1e29 times rstd 1e6): that infinity, or the largest finite
+    # value, of the same sign, is the right output whatever the bound.
+    kind = get_dtype(case.dtype)
+    rounds_to_inf = kind.max * (1 + 2.0 ** -(kind.bits + 1))
+    worst_ratio = 0.0
+    for name, out in outs.items():
+        got = _as_rows(out).astype(np.float64)
+        z, t = ref.z[name], tol.tol[name]
+        per_row = name == "dx"
+        if per_row:
+            judged = (~ref.poisoned)[:, None] & np.isfinite(z)
+            ranged = np.broadcast_to((~ref.in_domain)[:, None], z.shape)
+            accurate = judged & (~tol.finite_only)[:, None]
+        else:
+            # A NaN bound is not judged (dgamma beside a poisoned row); an infinite one asks for a
+            # finite sum only.
+            judged = ~np.isnan(t) & np.isfinite(z)
+            summed = ~ref.poisoned if name == "dgamma" else np.ones(case.rows, bool)
+            out_of_domain = bool((summed & ~ref.in_domain).any())
+            ranged = np.full(z.shape, out_of_domain)
+            accurate = judged
+        beyond = judged & (np.abs(z) >= rounds_to_inf)
+        judged = judged & ~beyond
+        accurate = accurate & ~beyond
+        with np.errstate(all="ignore"):
+            err = np.abs(got - z)
+            ratio = err / t
+        row = (lambda r: r) if per_row else (lambda r: None)
+        bad = beyond & ~((np.sign(got) == np.sign(z)) & (np.abs(got) >= kind.max))
+        if bad.any():
+            r, c = worst(np.ones_like(err), bad)
+            add(_verdict(label, case, "range_safety" if ranged[r, c] else "accuracy", name, row(r),
+                         c, got[r, c], z[r, c],
+                         reason=_past_range(z[r, c], case.dtype)))
+        bad = judged & ~np.isfinite(got)
+        if bad.any():
+            r, c = worst(np.ones_like(err), bad)
+            add(_verdict(label, case, "range_safety" if ranged[r, c] else "finite", name, row(r), c,
+                         got[r, c], z[r, c],
+                         reason=nonfinite_reason(got[r, c], z[r, c])))
+        failing = accurate & np.isfinite(got) & ~(err <= t)
+        for prop, mask in (("range_safety", ranged), ("accuracy", ~ranged)):
+            sel = failing & mask
+            if sel.any():
+                r, c = worst(ratio, sel)
+                add(_verdict(label, case, prop, name, row(r), c, got[r, c], z[r, c], err[r, c],
+                             t[r, c], ratio[r, c]))
+        counted = accurate & np.isfinite(got)
+        if "range_safety" in skip:
+            counted = counted & ~ranged
+        if "accuracy" in skip:
+            counted = counted & ranged
+        if counted.any():
+            worst_ratio = max(worst_ratio, float(np.max(np.where(counted, ratio, 0.0))))
+        if per_row and ref.poisoned.any():
+            bad = ref.poisoned[:, None] & np.isfinite(got)
+            if bad.any():
+                r, c = worst(np.ones_like(err), bad)
+                add(_verdict(label, case, "nan_propagation", name, r, c, got[r, c],
+                             reason=f"got {got[r, c]:.5g} in a row with a non-finite input; "
+                                    f"expected NaN or an infinity"))
+    return list(found.values()), worst_ratio
+
+
+def judge_grads_bitwise(prop: str, first: dict[str, np.ndarray], second: dict[str, np.ndarray], *,
+                        case: Case, label: str, what: str, rows: np.ndarray | None = None,
+                        batch: str | None = None) -> Verdict | None:
+    """Bitwise equality of the outputs ``second`` holds against ``first``: dx rows ``rows`` of
+    ``first`` (all when None) against ``second``'s dx, and dgamma, dbeta whole where ``second``
+    has them."""
+    for name, other in second.items():
+        mine = _as_rows(first[name])
+        picked = rows if name == "dx" else None
+        found = judge_bitwise(prop, mine, _as_rows(other), case=case, label=label, rows=picked,
+                              batch=batch if name == "dx" else None, what=f"{name}: {what}")
+        if found is not None:
+            return replace(found, output=name, row=found.row if name == "dx" else None)
+    return None
+
+
+def judge(case: Case, outs: dict[str, np.ndarray], ref: Reference | GradReference,
+          tol: Tolerance | GradTolerance, *, label: str,
+          skip: frozenset[str] = frozenset()) -> tuple[list[Verdict], float]:
+    """Judge every named output of one call (``OpSpec.outputs``) against its exact value and bound.
+    Returns the failures and the worst err/tol over the judged elements of the properties not in
+    ``skip`` (what a hunt steers by). An op of one output (``y``) is judged by row and column
+    (:func:`judge_output`); an op of several, each output by name (:func:`judge_grads`)."""
+    if isinstance(ref, GradReference):
+        return judge_grads(case, outs, ref, tol, label=label, skip=skip)
+    (out,) = outs.values()
+    return judge_output(case, out, ref, tol, label=label, skip=skip)

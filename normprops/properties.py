@@ -15,23 +15,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from normprops.backward_properties import evaluate_grad
 from normprops.case import Case
-from normprops.dtypes import get_dtype, to_dtype
 from normprops.errors import ContractError, FatalTargetError, describe_exit, is_test_outcome
 from normprops.judge import (
     Verdict,
+    judge,
     judge_bitwise,
     judge_close,
     judge_exact_constant,
-    judge_output,
+    judge_grads_bitwise,
     range_rows,
+    with_exact,
 )
 from normprops.launch import Target
-from normprops.ops import PROPERTIES, check_opt_in, is_backward
-from normprops.oracles import FLT_MAX, Reference, Tolerance, reference, tolerance
+from normprops.ops import PROPERTIES, check_opt_in, get_op
+from normprops.ops.transforms import exact_scale, exact_shift
+from normprops.oracles import (
+    GradReference,
+    Reference,
+    Tolerance,
+    exact_element,
+    reference,
+    tolerance,
+)
 
-__all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale", "stress_order"]
+__all__ = ["Evaluation", "evaluate", "exact_shift", "exact_scale", "stress_order", "named_outputs",
+           "quoting_exact"]
 
 _ORDER = {name: i for i, name in enumerate(PROPERTIES)}
 _ALL_BUT_CONTRACT = frozenset(PROPERTIES) - {"contract"}
@@ -94,62 +103,6 @@ def _where(exc: BaseException) -> str:
     own = [f for f in frames if not os.path.abspath(f.filename).startswith(libraries)]
     last = (own or frames or [None])[-1]
     return "" if last is None else f" at {last.filename}:{last.lineno} in {last.name}"
-
-
-def _is_float32(values: np.ndarray, dtype: str = "float32") -> bool:
-    """Every value finite and exactly representable in ``dtype`` (float32 or a narrower type)."""
-    with np.errstate(all="ignore"):
-        as32 = values.astype(np.float32)
-    if not (np.all(np.isfinite(as32)) and np.all(as32 == values)):
-        return False
-    return dtype == "float32" or bool(np.all(to_dtype(as32, dtype) == as32))
-
-
-#: Entries a shift is tried on before all of them.
-_HEAD = 64
-
-
-def exact_shift(x: np.ndarray, dtype: str = "float32") -> float | None:
-    """A power of two ``c`` such that ``x + c`` is exact in ``dtype`` for every finite entry, chosen
-    near the row magnitude so the shift is not trivial; None when no such ``c`` is found."""
-    finite = x[np.isfinite(x)].astype(np.float64)
-    if finite.size == 0:
-        return None
-    top = float(np.max(np.abs(finite)))
-    exponent = math.floor(math.log2(top)) if top > 0 else 0
-    head = finite[:_HEAD]
-    for e in range(exponent, exponent - 12, -1):
-        c = 2.0**e
-        if c < 2.0**-149:
-            break
-        # The first few entries reject most shifts (x + c is seldom exact) before the whole row is
-        # tried: the same answer, for a fraction of the work.
-        if _shifts_exactly(head, c, dtype) and _shifts_exactly(finite, c, dtype):
-            return c
-    return None
-
-
-def _shifts_exactly(finite: np.ndarray, c: float, dtype: str) -> bool:
-    """``finite + c`` exact in float64 (undoing the shift gives ``finite`` back) and representable
-    in ``dtype``."""
-    shifted = finite + c
-    return bool(np.all(shifted - c == finite)) and _is_float32(shifted, dtype)
-
-
-def exact_scale(case: Case) -> int | None:
-    """A power ``k`` such that ``2^k x`` is exact and normal-range in the case's dtype and
-    ``4^k eps`` in float32."""
-    finite = case.x[np.isfinite(case.x)].astype(np.float64)
-    normal = get_dtype(case.dtype).min_normal
-    for k in (3, -3, 1, -1):
-        eps = case.eps * 4.0**k
-        if not (2.0**-126 <= eps <= FLT_MAX) or not _is_float32(np.array([eps])):
-            continue
-        scaled = finite * 2.0**k
-        if _is_float32(scaled, case.dtype) and (
-                scaled.size == 0 or np.all((scaled == 0) | (np.abs(scaled) >= normal))):
-            return k
-    return None
 
 
 def _comparable_rows(ref: Reference, tol: Tolerance) -> np.ndarray:
@@ -253,18 +206,12 @@ def _metamorphic(target: Target, case: Case, out: np.ndarray, ref: Reference, to
             return found
 
     transformed: list[tuple[str, Case, str]] = []
-    if case.op in ("softmax", "masked_softmax", "layernorm") and "shift_invariance" not in skip:
-        c = exact_shift(case.x, case.dtype)
-        if c is not None:
-            with np.errstate(all="ignore"):
-                shifted = (case.x.astype(np.float64) + c).astype(np.float32)
-            transformed.append(("shift_invariance", case.replace(x=shifted), f"x + {c:g} (exact)"))
-    if case.op in ("layernorm", "rmsnorm") and "scale_invariance" not in skip:
-        k = exact_scale(case)
-        if k is not None:
-            scaled = (case.x.astype(np.float64) * 2.0**k).astype(np.float32)
-            transformed.append(("scale_invariance", case.replace(x=scaled, eps=case.eps * 4.0**k),
-                                f"x * 2^{k}, eps * 4^{k}"))
+    for transform in get_op(case.op).transforms:
+        if transform.property in skip:
+            continue
+        copy = transform.apply(case)
+        if copy is not None:
+            transformed.append((transform.property, *copy))
     # Range safety not judged is not judged through a copy either: a copy is compared only on rows
     # that are no range-safety rows, in the original and in the copy (a row of huge scaled by 8
     # overflows the squares of a norm that is right on the row itself).
@@ -297,27 +244,105 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
     the output itself passed."""
     check_opt_in(target.opt_in)
     skip = frozenset(skip) | target.unjudged
-    if is_backward(target.op):
-        failures, worst = evaluate_grad(target, case, call=_call, policy=policy, oracle=oracle,
-                                        metamorphic=metamorphic, skip=skip)
-        failures.sort(key=lambda v: _ORDER[v.property])
-        return Evaluation(tuple(failures), worst)
+    op = get_op(target.op)
     out = _call(target, case)
     if isinstance(out, Verdict):  # a contract failure: nothing else can be judged
         return Evaluation(() if out.property in skip else (out,), math.inf)
-    if skip >= _ALL_BUT_CONTRACT:  # only the call was asked about (a width hint's probe): no oracle
-        return Evaluation((), 0.0)
+    if op.forward is None and skip >= _ALL_BUT_CONTRACT:
+        return Evaluation((), 0.0)  # only the call was asked about (a width hint's probe): no oracle
+    outs = named_outputs(target.op, out)
     ref = reference(case, oracle=oracle)
-    tol = tolerance(case, ref, model=target.error_model, policy=policy)
-    failures, worst = judge_output(case, out, ref, tol, label=target.label, skip=skip)
-    if "exact_constant" not in skip:
+    tol = tolerance(case, ref, model=target.error_model, policy=policy,
+                    row_reduction=target.row_reduction)
+    failures, worst = judge(case, outs, ref, tol, label=target.label, skip=skip)
+    if "exact_constant" not in skip and op.exact_constant is not None:
         found = judge_exact_constant(case, out, label=target.label)
         if found:
             failures.append(found)
     failures = [v for v in failures if v.property not in skip]
     if not failures and metamorphic:
-        found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle, skip=skip)
+        if isinstance(ref, GradReference):
+            found = _metamorphic_by_name(target, case, outs, skip=skip)
+        else:
+            found = _metamorphic(target, case, out, ref, tol, policy=policy, oracle=oracle,
+                                 skip=skip)
         if found and found.property not in skip:
             failures = [found]
     failures.sort(key=lambda v: _ORDER[v.property])
     return Evaluation(tuple(failures), worst)
+
+
+# --- outputs by name: the gradient ops ----------------------------------------------------------
+
+
+def named_outputs(op: str, out: np.ndarray | tuple[np.ndarray, ...]) -> dict[str, np.ndarray]:
+    """A target's outputs by name (``OpSpec.outputs``): a forward op's one ``y``, a gradient's
+    ``dx`` and, where it has them, ``dgamma`` and ``dbeta``."""
+    names = get_op(op).outputs
+    return dict(zip(names, out if isinstance(out, tuple) else (out,)))
+
+
+def _grad_rows(case: Case, order: np.ndarray) -> Case:
+    return case.replace(x=np.ascontiguousarray(case.x[order]),
+                        dy=np.ascontiguousarray(case.dy[order]))
+
+
+def _metamorphic_by_name(target: Target, case: Case, outs: dict[str, np.ndarray], *,
+                         skip: frozenset[str]) -> Verdict | None:
+    """Further calls on an op of outputs by name (the gradients): ``determinism`` (every output
+    bitwise the same on a second call), ``batch_invariance`` (a row's dx bitwise the same alone and
+    in a reordered batch of another size; dgamma and dbeta sum the batch, so they are not compared)
+    and, for a kernel that promises it (``row_order``, opt-in), dgamma and dbeta bitwise the same
+    with the rows reversed."""
+    call = _call
+    label = target.label
+    if "determinism" not in skip:
+        again = call(target, case)
+        if isinstance(again, Verdict):
+            return again
+        found = judge_grads_bitwise("determinism", outs, named_outputs(case.op, again), case=case,
+                                    label=label, what="second call on the same input")
+        if found:
+            return found
+    if "batch_invariance" not in skip:
+        r = case.rows // 2
+        for order, batch in (
+                (np.array([r]), f"row {r} alone (a batch of 1 row)"),
+                (np.concatenate([np.arange(case.rows)[::-1], [r]]),
+                 f"the case's rows reversed, plus row {r} again ({case.rows + 1} rows)")):
+            other = call(target, _grad_rows(case, order))
+            if isinstance(other, Verdict):
+                return other
+            dx = named_outputs(case.op, other)["dx"]
+            found = judge_grads_bitwise("batch_invariance", outs, {"dx": dx}, case=case,
+                                        label=label, rows=order, batch=batch,
+                                        what=f"rows {'alone' if len(order) == 1 else 'reordered'}")
+            if found:
+                return found
+    if "row_order" not in skip and case.rows > 1 and len(outs) > 1:
+        reversed_rows = np.arange(case.rows)[::-1]
+        other = call(target, _grad_rows(case, reversed_rows))
+        if isinstance(other, Verdict):
+            return other
+        sums = {name: a for name, a in named_outputs(case.op, other).items() if name != "dx"}
+        found = judge_grads_bitwise("row_order", outs, sums, case=case, label=label,
+                                    what="the rows summed in reverse order")
+        if found:
+            return found
+    return None
+
+
+# The properties whose verdicts compare an output with its exact value (the metamorphic ones
+# compare two outputs of the kernel, and their "expected" is the other output).
+_AGAINST_EXACT = frozenset({"accuracy", "range_safety", "finite"})
+
+
+def quoting_exact(case: Case, verdict: Verdict, *, oracle: str) -> Verdict:
+    """``verdict`` on the gradient ``case`` as a report quotes it: judged against float64, it
+    quotes its element's value at 200 bits as the exact result (:func:`exact_element`). Called
+    once per finding, not per example: the hunt judges by float64, which its bounds allow for."""
+    if (oracle != "float64" or verdict.property not in _AGAINST_EXACT or verdict.expected is None
+            or verdict.output is None or verdict.col is None or case.dy is None):
+        return verdict
+    exact = exact_element(case, output=verdict.output, row=verdict.row, col=verdict.col)
+    return with_exact(verdict, exact, dtype=case.dtype)

@@ -22,8 +22,10 @@ from hypothesis import strategies as st
 
 from normprops.case import Case
 from normprops.dtypes import get_dtype, to_dtype
+from normprops.dy_kinds import DY_KINDS, DY_PARAMS, GRAD_FAMILIES, draw_dy
 from normprops.family_rows import (
     F32,
+    FLT_MAX,
     LONG_COLS,
     LONG_EDGE_COLS,
     CaseShape,
@@ -66,7 +68,7 @@ from normprops.mask_layouts import (
     _masked_promise,
 )
 from normprops.masking import SCALES
-from normprops.ops import FLOAT32_EPS, get_op
+from normprops.ops import FLOAT32_EPS, OPS, get_op
 
 __all__ = [
     "Family",
@@ -78,6 +80,8 @@ __all__ = [
     "widest_cols",
     "cases",
     "make_case",
+    "grad_cases",
+    "make_grad_case",
 ]
 
 MAX_COLS = 16385
@@ -99,7 +103,6 @@ class Family:
 
     name: str
     summary: str
-    ops: frozenset[str]
     params: Callable[[str], st.SearchStrategy[dict[str, Any]]]
     build: Callable[[np.random.Generator, CaseShape, dict[str, Any]], np.ndarray]
     promise: Callable[[Case], bool]
@@ -121,39 +124,41 @@ class Family:
     layout: Callable[[np.random.Generator, CaseShape, dict[str, Any]],
                      tuple[np.ndarray, np.ndarray]] | None = None
 
+    @property
+    def ops(self) -> frozenset[str]:
+        """The forward ops hunted on this family (each op declares its families)."""
+        return frozenset(name for name, op in OPS.items()
+                         if op.forward is None and self.name in op.families)
 
-_ALL = frozenset({"softmax", "layernorm", "rmsnorm", "masked_softmax"})
-_NORMS = frozenset({"layernorm", "rmsnorm"})
-_SOFTMAX = frozenset({"softmax", "masked_softmax"})
 
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("ordinary", "activations as models produce them", _ALL, _ordinary_params,
-               _ordinary_build, _all_finite_moderate),
+        Family("ordinary", "activations as models produce them", _ordinary_params, _ordinary_build,
+               _all_finite_moderate),
         Family("overflow_logits", "row max above 88.7 (expf overflows), anywhere in the row",
-               _SOFTMAX, _overflow_params, _overflow_build,
+               _overflow_params, _overflow_build,
                lambda c: bool(np.all(np.max(c.x, axis=1) > 88.7))),
-        Family("wide_span", "spreads of 100 to 1e4 inside a row", _ALL, _wide_span_params,
+        Family("wide_span", "spreads of 100 to 1e4 inside a row", _wide_span_params,
                _wide_span_build, _wide_span_promise),
-        Family("large_mean", "|mean|/std from 1e2 to 1e7 (variance cancellation)", _ALL,
+        Family("large_mean", "|mean|/std from 1e2 to 1e7 (variance cancellation)",
                _large_mean_params, _large_mean_build, _large_mean_promise),
-        Family("huge", "magnitudes up to float32 max (squares and sums overflow)", _ALL,
+        Family("huge", "magnitudes up to float32 max (squares and sums overflow)",
                _huge_params, _huge_build, _huge_promise),
-        Family("tiny", "magnitudes down to subnormals (squares underflow)", _ALL, _tiny_params,
+        Family("tiny", "magnitudes down to subnormals (squares underflow)", _tiny_params,
                _tiny_build, _tiny_promise),
-        Family("eps_scale", "mean square or variance near eps", _NORMS, _eps_scale_params,
+        Family("eps_scale", "mean square or variance near eps", _eps_scale_params,
                _eps_scale_build, _eps_scale_promise),
-        Family("constant", "zero-variance rows, one-hot rows, single spikes", _ALL,
+        Family("constant", "zero-variance rows, one-hot rows, single spikes",
                _constant_params, _constant_build, _constant_promise),
-        Family("ragged", "shape edge cases with ordinary values", _ALL, _ragged_params,
+        Family("ragged", "shape edge cases with ordinary values", _ragged_params,
                _ragged_build, lambda c: c.cols in EDGE_COLS, edge_cols_only=True),
         Family("masked", "-inf entries: attention masks, thread shares, fully masked rows",
-               _SOFTMAX, _masked_params, _masked_build, _masked_promise, min_rows=2,
+               _masked_params, _masked_build, _masked_promise, min_rows=2,
                describe=_masked_describe, row_params=("masks",), layout=_masked_layout),
-        Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)", _ALL,
+        Family("nonfinite", "NaN and +-inf in some rows (propagation and row isolation)",
                _nonfinite_params, _nonfinite_build, _nonfinite_promise, min_rows=2),
-        Family("long_rows", "1 or 2 rows of 2^15 - 1 to 2^18 + 1 columns, ordinary values", _ALL,
+        Family("long_rows", "1 or 2 rows of 2^15 - 1 to 2^18 + 1 columns, ordinary values",
                _ordinary_params, _ordinary_build, _long_rows_promise, cols=LONG_COLS,
                edges=LONG_EDGE_COLS, max_rows=2),
     )
@@ -170,10 +175,8 @@ def get_family(name: str) -> Family:
 
 
 def families_for(op: str) -> tuple[str, ...]:
-    spec = get_op(op)
-    if spec.families is not None:  # a gradient op: normprops.backward_strategies draws them
-        return spec.families
-    return tuple(name for name, f in FAMILIES.items() if op in f.ops)
+    """The families ``op`` is hunted on, in report order (``OpSpec.families``)."""
+    return get_op(op).families
 
 
 GAMMA_KINDS = ("ones", "random", "negative", "zero", "large")
@@ -210,13 +213,13 @@ def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: 
     spec = get_op(op)
     kind = get_dtype(dtype)
     fam = get_family(family)
-    if op not in fam.ops:
+    if family not in spec.families or spec.forward is not None:
         raise ValueError(f"family {family!r} does not apply to op {op!r}; it applies to "
                          f"{sorted(fam.ops)}")
     if rows < 1 or cols < 1:
         raise ValueError(f"rows and cols must be at least 1 but were rows={rows}, cols={cols}")
     eps_value = None
-    if "eps" in spec.params:
+    if spec.has_eps:
         eps_value = float(F32(spec.default_eps if eps is None else eps))
         if not eps_value > 0:
             raise ValueError(f"eps must be a positive float32 but was {eps!r}")
@@ -323,9 +326,14 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     says (None: booleans).
     """
     spec = get_op(op)
+    if spec.forward is not None:
+        # A gradient's case is a forward family's x with a dy (``mask_fill``: no mask to hand over).
+        return grad_cases(op=op, family=family, min_rows=min_rows, max_rows=max_rows,
+                          min_cols=min_cols, max_cols=max_cols, cols_multiple_of=cols_multiple_of,
+                          dtype=dtype)
     get_dtype(dtype)
     fam = get_family(family)
-    if op not in fam.ops:
+    if family not in spec.families:
         raise ValueError(f"family {family!r} does not apply to op {op!r}; families for {op}: "
                          f"{', '.join(families_for(op))}")
     _check_positive("min_rows", min_rows)
@@ -361,7 +369,7 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
     else:
         cols_strategy = st.one_of(st.sampled_from(edges), anywhere) if edges else anywhere
     eps_strategy = st.none()
-    if "eps" in spec.params:
+    if spec.has_eps:
         eps_strategy = st.sampled_from((spec.default_eps,) + EPS_CHOICES)
     # Built once: constructing and validating strategies on every draw cost more than judging.
     high_rows = max_rows if fam.max_rows is None else max(low_rows, min(max_rows, fam.max_rows))
@@ -388,5 +396,108 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
             scale=draw(scale_strategy, label="scale") if spec.has_mask else 1.0,
             mask_fill=mask_fill,
         )
+
+    return draw_case()
+
+
+# --- the gradient ops: a forward family's x with an upstream gradient dy ------------------------
+# Every gradient family (``ops.BACKWARD_FAMILIES``, drawn as normprops.dy_kinds.GRAD_FAMILIES says)
+# pairs some of the forward families (the x of the norms; for ``softmax_backward`` the logits, whose
+# exact softmax rounded to the storage type is the y the kernel receives) with some kinds of dy. As
+# for the forward families, only parameters are drawn and numpy builds the rows.
+
+
+def make_grad_case(*, op: str, family: str, rows: int, cols: int, seed: int, x_family: str,
+                   x_params: dict[str, Any], dy_kind: str, dy_params: dict[str, Any],
+                   gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None,
+                   dtype: str = "float32") -> Case:
+    """A gradient case, built deterministically from drawn parameters: the forward family's case
+    (:func:`make_case`), the op's inputs from it (``OpSpec.gradient_inputs``: softmax's y from its
+    logits), and dy of ``dy_kind`` (:mod:`normprops.dy_kinds`); every array exact in ``dtype``."""
+    spec = get_op(op)
+    if spec.forward is None:
+        raise ValueError(f"op must be a gradient op but was {op!r}")
+    if family not in GRAD_FAMILIES or family not in spec.families:
+        raise ValueError(f"family must be one of {', '.join(spec.families)} but was {family!r}")
+    if dy_kind not in DY_KINDS:
+        raise ValueError(f"dy_kind must be one of {', '.join(DY_KINDS)} but was {dy_kind!r}")
+    forward = make_case(op=spec.forward, family=x_family, rows=rows, cols=cols, seed=seed,
+                        params=x_params, gamma_kind=gamma_kind, beta_kind=beta_kind,
+                        eps=eps if spec.default_eps is not None else None, dtype=dtype)
+    x, direction = spec.gradient_inputs(forward)
+    rng = np.random.default_rng([seed, 1])  # its own stream: the forward case stays as drawn
+    dy = draw_dy(rng, dy_kind, dy_params, (rows, cols), direction, forward.gamma,
+                 centred=spec.centred)
+    with np.errstate(all="ignore"):
+        dy = to_dtype(np.clip(dy, -FLT_MAX, FLT_MAX).astype(np.float32), dtype)
+    params = {"x": x_family, **{k: v for k, v in forward.params.items() if k != "dtype"},
+              "dy": dy_kind, **{f"dy_{k}": v for k, v in dy_params.items()}}
+    if dtype != "float32":
+        params["dtype"] = dtype
+    return Case(op=op, family=family, x=x, gamma=forward.gamma, beta=forward.beta, eps=forward.eps,
+                params=params, dtype=dtype, dy=dy)
+
+
+def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
+               max_cols: int | None = None, cols_multiple_of: int = 1,
+               dtype: str = "float32") -> st.SearchStrategy[Case]:
+    """Cases of the gradient ``family`` for ``op``; the widths as :func:`cases`
+    draws them (multiples of ``cols_multiple_of`` in ``[min_cols, max_cols]``, edge widths or
+    anywhere). ``tall`` draws its own 64 to 1024 rows of at most 64 columns (at least ``min_cols``)."""
+    spec = get_op(op)
+    get_dtype(dtype)
+    if spec.forward is None:
+        raise ValueError(f"op must be a gradient op but was {op!r}")
+    if family not in spec.families:
+        raise ValueError(f"family {family!r} does not apply to op {op!r}; families for {op}: "
+                         f"{', '.join(spec.families)}")
+    for name, value in (("min_rows", min_rows), ("max_rows", max_rows), ("min_cols", min_cols),
+                        ("cols_multiple_of", cols_multiple_of)):
+        _check_positive(name, value)
+    fam = GRAD_FAMILIES[family]
+    k = cols_multiple_of
+    high = max_cols if max_cols is not None else widest_cols(None, min_cols=min_cols, cols_multiple_of=k)
+    if fam.max_cols is not None:
+        high = min(high, max(fam.max_cols, -(-min_cols // k) * k))
+    if high // k < -(-min_cols // k):
+        raise ValueError(f"no multiple of cols_multiple_of={k} lies in [min_cols={min_cols}, "
+                         f"max_cols={high}]; widen the range")
+    edges = edge_cols(min_cols=min_cols, max_cols=high, multiple_of=k)
+    anywhere = st.integers(-(-min_cols // k), high // k).map(lambda n: n * k)
+    if fam.edge_cols_only and edges:
+        cols_strategy = st.sampled_from(edges)
+    else:
+        cols_strategy = st.one_of(st.sampled_from(edges), anywhere) if edges else anywhere
+    if max_rows < min_rows:
+        raise ValueError(f"max_rows must be at least min_rows={min_rows} but was {max_rows}")
+    low_rows = max(min_rows, fam.min_rows)
+    low_rows, high_rows = fam.rows if fam.rows is not None else (low_rows, max(low_rows, max_rows))
+    forward_families = set(families_for(spec.forward))
+    x_families = [f for f in fam.x_families if f in forward_families] or ["ordinary"]
+    # Every strategy built once, here: building and validating them on each draw (a flatmap
+    # builds its strategy anew from the value drawn) cost more than judging the case.
+    x_params = {f: st.tuples(st.just(f), get_family(f).params(spec.forward)) for f in x_families}
+    x_strategy = st.sampled_from(x_families).flatmap(lambda f: x_params[f])
+    dy_params = {kind: st.tuples(st.just(kind), DY_PARAMS[kind]) for kind in fam.dy_kinds}
+    dy_strategy = st.sampled_from(fam.dy_kinds).flatmap(lambda kind: dy_params[kind])
+    eps_strategy = (st.sampled_from((spec.default_eps,) + EPS_CHOICES) if spec.has_eps
+                    else st.none())
+    rows_strategy = st.integers(low_rows, high_rows)
+    seed_strategy = st.integers(0, 2**32 - 1)
+    gamma_strategy = st.sampled_from(GAMMA_KINDS)
+    beta_strategy = st.sampled_from(BETA_KINDS)
+    has_gamma, has_beta = spec.has_gamma, spec.has_beta
+
+    @st.composite
+    def draw_case(draw: st.DrawFn) -> Case:
+        x_family, x_drawn = draw(x_strategy, label="x")
+        dy_kind, dy_drawn = draw(dy_strategy, label="dy")
+        return make_grad_case(
+            op=op, family=family, rows=draw(rows_strategy, label="rows"),
+            cols=draw(cols_strategy, label="cols"), seed=draw(seed_strategy, label="seed"),
+            x_family=x_family, x_params=x_drawn, dy_kind=dy_kind, dy_params=dy_drawn,
+            gamma_kind=draw(gamma_strategy, label="gamma") if has_gamma else "ones",
+            beta_kind=draw(beta_strategy, label="beta") if has_beta else "zeros",
+            eps=draw(eps_strategy, label="eps"), dtype=dtype)
 
     return draw_case()

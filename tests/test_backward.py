@@ -16,9 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import normprops
-from normprops.backward import grad_reference, grad_tolerance, row_depth
-from normprops.backward_strategies import GRAD_FAMILIES, grad_cases, make_grad_case
 from normprops.case import Case
+from normprops.dy_kinds import GRAD_FAMILIES
 from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.errors import ContractError, FixtureError, UsageError
 from normprops.examples import backward_correct as correct
@@ -26,10 +25,11 @@ from normprops.hunt import HuntConfig, hunt
 from normprops.judge import Verdict
 from normprops.launch import target_from_callable
 from normprops.ops import BACKWARD_FAMILIES, OPS, is_backward
+from normprops.oracles import grad_reference, grad_tolerance, row_depth
 from normprops.properties import evaluate
 from normprops.regressions import load_fixture, replay, save_fixture
 from normprops.specs import KERNELS
-from normprops.strategies import families_for
+from normprops.strategies import families_for, grad_cases, make_grad_case
 from tests.cli_harness import run
 
 GRADS = [op for op in OPS if is_backward(op)]
@@ -658,7 +658,7 @@ def test_an_exact_gradient_past_float32s_range_asks_for_its_infinity() -> None:
     """dy of 1e29, gamma 6404 and rstd 1e6 (x of 1e-21, eps 1e-12): the exact dx of row 1 is
     -6.28e38, past FLT_MAX, so float32's answer is -inf (PyTorch's CPU gives it). The shrunk case
     of a 1000-example ``tiny`` hunt, which took -inf for a non-finite failure."""
-    from normprops.backward_judge import judge_grads
+    from normprops.judge import judge_grads
 
     case = _case("rmsnorm_backward", rows=2, cols=1).replace(
         x=np.array([[1.2573022122287061e-21], [-1.3210486357190995e-21]], F32),
@@ -798,7 +798,7 @@ def test_a_finding_quotes_the_exact_value_where_float64_cannot_resolve_it() -> N
 
 
 def test_a_quoted_exact_value_restates_the_error_but_never_clears_a_verdict() -> None:
-    from normprops.backward_judge import with_exact
+    from normprops.judge import with_exact
 
     judged = Verdict("rmsnorm_backward[k]", "accuracy", "tall", 0, 0, 10.0, 2.0, 8.0, 4.0, 2.0, "",
                      output="dx")
@@ -807,7 +807,7 @@ def test_a_quoted_exact_value_restates_the_error_but_never_clears_a_verdict() ->
     assert with_exact(judged, 7.0, dtype="float32") == judged  # |10 - 7| < 4: left as judged
     assert with_exact(judged, math.nan, dtype="float32") == judged
     # A metamorphic verdict's "expected" is the kernel's other output, not the exact value.
-    from normprops.backward_properties import quoting_exact
+    from normprops.properties import quoting_exact
     case = _case("rmsnorm_backward")
     other_run = replace(judged, property="determinism", error=None, tolerance=None,
                         reason="second launch: 10.0 vs 2.0")

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 from cli_harness import run
 
-from normprops.backward_strategies import make_grad_case
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.kernelspec import KernelSpec
 from normprops.launch import target_from_spec
@@ -18,7 +17,7 @@ from normprops.ops import ROW_REDUCTIONS, get_op, is_backward
 from normprops.properties import evaluate
 from normprops.registry_hunt import registry_target
 from normprops.specs import KERNELS
-from normprops.strategies import families_for
+from normprops.strategies import families_for, make_grad_case
 
 GRAD_ENTRIES = [k for k in KERNELS if is_backward(k.op)]
 

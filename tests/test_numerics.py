@@ -135,7 +135,7 @@ def is_small(case, bug) -> bool:
     """Shrunk: at most four rows (a masked row's pattern is picked by its position; a family that
     draws more, as the gradients' ``tall`` does, its fewest), and no wider than 64 columns or twice
     the narrowest width that shows ``bug``."""
-    from normprops.backward_strategies import GRAD_FAMILIES
+    from normprops.dy_kinds import GRAD_FAMILIES
 
     family = GRAD_FAMILIES.get(case.family) if is_backward(case.op) else None
     fewest = family.rows[0] if family is not None and family.rows is not None else 4
@@ -161,7 +161,7 @@ def test_the_smallness_check_fails_when_nothing_shrinks() -> None:
 def test_a_tall_gradient_case_is_small_at_its_familys_fewest_rows() -> None:
     """The gradients' ``tall`` family draws 64 rows or more: a counterexample of 64 rows is as
     small as it shrinks; 65 rows, or 64 rows of another family, is not."""
-    from normprops.backward_strategies import make_grad_case
+    from normprops.strategies import make_grad_case
 
     bug = KnownBug("tall", "a stand-in")
 

@@ -16,12 +16,11 @@ from cli_harness import run
 
 import normprops
 from normprops.api import replay_flags
-from normprops.backward import grad_reference, grad_tolerance
 from normprops.case import Case
 from normprops.errormodel import FOREIGN_ERROR_MODEL, ErrorModel
 from normprops.errors import UsageError
 from normprops.launch import target_from_callable
-from normprops.oracles import reference, tolerance
+from normprops.oracles import grad_reference, grad_tolerance, reference, tolerance
 from normprops.specs import KERNELS
 
 F32 = np.float32

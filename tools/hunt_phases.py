@@ -6,8 +6,8 @@ cases). Run it as the suite would hunt, e.g. on a GPU host beside a loaded suite
     python tools/hunt_phases.py --backend torch-cuda --kernel F.rms_norm.backward \\
         --families tall,dy_scale --max-examples 300 --seed 0
 
-It wraps the hunt's internal calls (normprops.properties and normprops.backward_properties) for
-the time of the run; the verdicts are the hunt's own."""
+It wraps the hunt's internal calls (normprops.properties) for the time of the run; the verdicts
+are the hunt's own."""
 
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ import time
 from collections import defaultdict
 from typing import Any, Callable
 
-import normprops.backward_properties as grad_props
 import normprops.hunt as hunt_module
 import normprops.properties as props
 from normprops.hunt import HuntConfig, hunt
@@ -70,11 +69,8 @@ def install(clock: Clock) -> None:
 
     props._call = timed_call
     hunt_module.evaluate = timed_evaluate
-    for module, names in ((props, ("reference", "tolerance", "judge_output")),
-                          (grad_props, ("grad_reference", "grad_tolerance", "judge_grads"))):
-        for name in names:
-            phase = "oracle" if "reference" in name else "bound" if "tolerance" in name else "judge"
-            setattr(module, name, clock.timed(phase, getattr(module, name)))
+    for name, phase in (("reference", "oracle"), ("tolerance", "bound"), ("judge", "judge")):
+        setattr(props, name, clock.timed(phase, getattr(props, name)))
 
 
 def main() -> int:

@@ -1,6 +1,6 @@
 """Judge registry kernels on one gradient case and keep what fails as fixtures: the way a case met
 by a suite run becomes a known bug's example. The case is given by the parameters the run printed
-(``drawn with ...``), as a JSON object of :func:`normprops.backward_strategies.make_grad_case`'s
+(``drawn with ...``), as a JSON object of :func:`normprops.strategies.make_grad_case`'s
 arguments. Usage on the machine that runs the kernels:
 
     python tools/keep_case.py --case CASE.json --kernel torch-cuda:F.rms_norm.backward \\
@@ -21,12 +21,12 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from normprops.backward_strategies import make_grad_case
 from normprops.errors import UsageError
 from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_spec
 from normprops.regressions import save_fixture
 from normprops.specs import KERNELS
+from normprops.strategies import make_grad_case
 
 KNOWN = Path(__file__).resolve().parents[1] / "normprops" / "known"
 

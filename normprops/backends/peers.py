@@ -239,19 +239,25 @@ def peer_status(library: str) -> tuple[bool, str]:
     return True, f"{lib.distribution} {version}, {lib.implementation}, torch {torch.__version__}"
 
 
-def _liger(op: str) -> Callable[..., Any]:
-    if op == "softmax":
-        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+def _liger_softmax() -> Callable[..., Any]:
+    from liger_kernel.ops.softmax import LigerSoftmaxFunction
 
-        return lambda x: LigerSoftmaxFunction.apply(x)
-    if op == "layernorm":
-        from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+    return lambda x: LigerSoftmaxFunction.apply(x)
 
-        return lambda x, gamma, beta, eps: LigerLayerNormFunction.apply(x, gamma, beta, eps)
-    if op == "rmsnorm":
-        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
-        return lambda x, gamma, eps: LigerRMSNormFunction.apply(x, gamma, eps, 0.0, LIGER_CASTING_MODE)
+def _liger_layernorm() -> Callable[..., Any]:
+    from liger_kernel.ops.layer_norm import LigerLayerNormFunction
+
+    return lambda x, gamma, beta, eps: LigerLayerNormFunction.apply(x, gamma, beta, eps)
+
+
+def _liger_rmsnorm() -> Callable[..., Any]:
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    return lambda x, gamma, eps: LigerRMSNormFunction.apply(x, gamma, eps, 0.0, LIGER_CASTING_MODE)
+
+
+def _liger_addrmsnorm() -> Callable[..., Any]:
     from liger_kernel.ops.fused_add_rms_norm import LigerFusedAddRMSNormFunction
 
     def add_rms_norm(x: Any, residual: Any, gamma: Any, eps: float) -> tuple[Any, Any]:
@@ -262,26 +268,33 @@ def _liger(op: str) -> Callable[..., Any]:
     return add_rms_norm
 
 
-def _quack(op: str) -> Callable[..., Any]:
-    # `from quack.softmax import ...` rather than `import quack.softmax`: the package re-exports the
-    # function softmax under the module's own name.
-    if op == "softmax":
-        from quack.softmax import softmax
+# `from quack.softmax import ...` rather than `import quack.softmax`: the package re-exports the
+# function softmax under the module's own name.
+def _quack_softmax() -> Callable[..., Any]:
+    from quack.softmax import softmax
 
-        return lambda x: softmax(x)
-    if op == "layernorm":
-        import torch
-        from quack.rmsnorm import layernorm_fwd
+    return lambda x: softmax(x)
 
-        def layer_norm(x: Any, gamma: Any, beta: Any, eps: float) -> Any:
-            # QuACK's layer norm takes float32 gamma and beta only; the conversion is exact.
-            return layernorm_fwd(x, gamma.to(torch.float32), beta.to(torch.float32), eps)
 
-        return layer_norm
+def _quack_layernorm() -> Callable[..., Any]:
+    import torch
+    from quack.rmsnorm import layernorm_fwd
+
+    def layer_norm(x: Any, gamma: Any, beta: Any, eps: float) -> Any:
+        # QuACK's layer norm takes float32 gamma and beta only; the conversion is exact.
+        return layernorm_fwd(x, gamma.to(torch.float32), beta.to(torch.float32), eps)
+
+    return layer_norm
+
+
+def _quack_rmsnorm() -> Callable[..., Any]:
     from quack.rmsnorm import rmsnorm
 
-    if op == "rmsnorm":
-        return lambda x, gamma, eps: rmsnorm(x, gamma, eps=eps)
+    return lambda x, gamma, eps: rmsnorm(x, gamma, eps=eps)
+
+
+def _quack_addrmsnorm() -> Callable[..., Any]:
+    from quack.rmsnorm import rmsnorm
 
     def add_rms_norm(x: Any, residual: Any, gamma: Any, eps: float) -> tuple[Any, Any]:
         out, new_residual = rmsnorm(x, gamma, residual=residual, eps=eps, prenorm=True)
@@ -290,7 +303,18 @@ def _quack(op: str) -> Callable[..., Any]:
     return add_rms_norm
 
 
-_FACTORIES: dict[str, Callable[[str], Callable[..., Any]]] = {"liger": _liger, "quack": _quack}
+#: Each library's kernel for each op, built on first use (the library imported then).
+_FACTORIES: dict[str, dict[str, Callable[[], Callable[..., Any]]]] = {
+    "liger": {"softmax": _liger_softmax, "layernorm": _liger_layernorm, "rmsnorm": _liger_rmsnorm,
+              "addrmsnorm": _liger_addrmsnorm},
+    "quack": {"softmax": _quack_softmax, "layernorm": _quack_layernorm, "rmsnorm": _quack_rmsnorm,
+              "addrmsnorm": _quack_addrmsnorm},
+}
+
+#: The arguments each op's kernel takes after x, in order (the op's signature: :data:`SIGNATURES`).
+_OPERANDS: dict[str, tuple[str, ...]] = {"softmax": (), "layernorm": ("gamma", "beta", "eps"),
+                                         "rmsnorm": ("gamma", "eps"),
+                                         "addrmsnorm": ("residual", "gamma", "eps")}
 
 
 @functools.cache
@@ -301,7 +325,7 @@ def adapter(library: str, op: str) -> Callable[..., Any]:
     ok, why = peer_status(library)
     if not ok:
         raise PeerUnavailable(f"{library}: {why}")
-    fn = _FACTORIES[library](op)
+    fn = _FACTORIES[library][op]()
     fn.__name__ = fn.__qualname__ = peer.name.replace(".", "_").replace("+", "_")
     fn.__doc__ = f"{peer.call}: {peer.signature}. {peer.math}."
     return fn
@@ -322,8 +346,7 @@ def bind(peer: PeerOp, *, x: Any, gamma: Any = None, beta: Any = None, residual:
     why = peer.unsupported(dtype=_dtype_name(x), cols=x.shape[1])
     if why is not None:
         raise ValueError(why)
-    needs = {"softmax": (), "layernorm": ("gamma", "beta", "eps"), "rmsnorm": ("gamma", "eps"),
-             "addrmsnorm": ("residual", "gamma", "eps")}[peer.op]
+    needs = _OPERANDS[peer.op]
     given = {"gamma": gamma, "beta": beta, "residual": residual, "eps": eps}
     missing = [n for n in needs if given[n] is None]
     if missing:
@@ -333,10 +356,6 @@ def bind(peer: PeerOp, *, x: Any, gamma: Any = None, beta: Any = None, residual:
         gamma = None if gamma is None else gamma.to(kind)
         beta = None if beta is None else beta.to(kind)
     fn = adapter(peer.library, peer.op)
-    if peer.op == "softmax":
-        return lambda: fn(x)
-    if peer.op == "layernorm":
-        return lambda: fn(x, gamma, beta, eps)
-    if peer.op == "rmsnorm":
-        return lambda: fn(x, gamma, eps)
-    return lambda: fn(x, residual, gamma, eps)
+    operands = {"gamma": gamma, "beta": beta, "residual": residual, "eps": eps}  # converted
+    args = (x, *(operands[n] for n in needs))
+    return lambda: fn(*args)

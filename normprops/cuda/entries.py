@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from normprops.case import ShapeConstraints
-from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
+from normprops.cuda.layout import CLUSTER_OPS, FAST_EXP_OPS, PROD_PER_THREAD, PROD_VARIANTS, prod_layout
 from normprops.cuda.shape import CLUSTER_TREE_DEPTH, CLUSTER_VPT, MAX_ROW_THREADS, PORTABLE_CLUSTER
 from normprops.dtypes import get_dtype
 from normprops.errormodel import ErrorModel
@@ -111,8 +111,8 @@ def _prod(name: str) -> KernelSpec:
         constraints = ShapeConstraints(max_cols=PORTABLE_CLUSTER * MAX_ROW_THREADS * CLUSTER_VPT * width)
     else:
         model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width,
-                        cluster=op == "softmax")
-    if op == "softmax" and dtype != "float32":
+                        cluster=op in CLUSTER_OPS)
+    if op in FAST_EXP_OPS and dtype != "float32":
         # ex2.approx.ftz.f32 (prod.cu's expOf): a fast exp that flushes subnormal results.
         model = replace(model, c_x=FAST_EXP_C_X, ftz=True)
     backend = "cuda-cluster" if path == "cluster" else "cuda-prod"

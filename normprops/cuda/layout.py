@@ -34,3 +34,12 @@ PROD_VARIANTS: dict[str, tuple[str, str, str]] = {
     "softmaxClusterBf16": ("softmax", "bfloat16", "cluster"),
     "rmsNormBf16Acc": ("rmsnormbf16acc", "bfloat16", "auto"),
 }
+
+
+#: The prod.cu ops with a cluster path (a row spread over the registers of several blocks).
+CLUSTER_OPS = frozenset({"softmax"})
+#: The prod.cu ops whose narrow-type entry points take exp as ex2.approx.ftz.f32 (expOf), a fast
+#: exp that flushes subnormal results.
+FAST_EXP_OPS = frozenset({"softmax"})
+#: The prod.cu ops that take an eps (every one but the softmax).
+EPS_OPS = frozenset({"layernorm", "rmsnorm", "rmsnormbf16acc", "addrmsnorm"})

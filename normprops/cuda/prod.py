@@ -25,11 +25,18 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.cuda.build import module
-from normprops.cuda.layout import PROD_PER_THREAD, PROD_VARIANTS, prod_layout
+from normprops.cuda.layout import (
+    CLUSTER_OPS,
+    EPS_OPS,
+    PROD_PER_THREAD,
+    PROD_VARIANTS,
+    prod_layout,
+)
 from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
+from normprops.ops import get_op
 
 __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
            "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "split_on_device",
@@ -315,7 +322,7 @@ class ProdKernel:
         # A thread count the compiled kernel's registers cannot launch goes to the streaming path.
         if shape.vpt and shape.tpr > self._function(shape.vpt).max_threads_per_block:
             shape = Shape(0, 1024, 1)
-        if shape.vpt == 0 and self.op == "softmax" and clusters_supported():
+        if shape.vpt == 0 and self.op in CLUSTER_OPS and clusters_supported():
             shape = self._cluster_shape(cols) or shape
         if shape.vpt == 0 and self.op == "rmsnormbf16acc":  # it has no streaming entry point
             raise ValueError(f"rmsnormbf16acc: {cols} columns do not fit in registers "
@@ -351,7 +358,7 @@ class ProdKernel:
                 what = (f"{type(a).__name__} {getattr(a, 'dtype', '')} of size {getattr(a, 'size', '?')}")
                 raise ValueError(f"{name} must be a C-contiguous CuPy {np.dtype(storage)} array of {size} "
                                  f"elements ({self.dtype} storage) but was {what}")
-        if self.op != "softmax" and (eps is None or not np.isfinite(eps) or eps < 0):
+        if self.op in EPS_OPS and (eps is None or not np.isfinite(eps) or eps < 0):
             raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
 
     def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> Callable[[], None]:
@@ -363,7 +370,7 @@ class ProdKernel:
         shape = self.shape(cols)
         fn = self._function(shape.vpt, shape.cluster)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
-                *(() if self.op == "softmax" else (np.float32(eps),)))
+                *((np.float32(eps),) if self.op in EPS_OPS else ()))
         grid, block = shape.grid(rows), shape.block()
         return lambda: fn(grid, block, args)
 
@@ -376,13 +383,14 @@ def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., n
     """The op's user signature on float32 arrays (fused: hunted as rmsnorm, see the module doc)."""
     kernel = ProdKernel(op, dtype=dtype, path=path)
     user_op = "rmsnorm" if op in ("addrmsnorm", "rmsnormbf16acc") else op
+    spec = get_op(user_op)
 
     def run(x: Any, *args: Any) -> np.ndarray:
-        gamma = args[0] if user_op in ("layernorm", "rmsnorm") else None
-        beta = args[1] if user_op == "layernorm" else None
-        eps = args[-1] if user_op != "softmax" else None
-        if len(args) != {"softmax": 0, "layernorm": 3, "rmsnorm": 2}[user_op]:
+        if len(args) != len(spec.params) - 1:
             raise TypeError(f"{name} takes the {user_op} signature")
+        gamma = args[0] if spec.has_gamma else None
+        beta = args[1] if spec.has_beta else None
+        eps = args[-1] if spec.has_eps else None
         rows, cols = validate(user_op, x, gamma, beta, eps)
         if rows == 0:
             return np.empty((0, cols), dtype=np.float32)

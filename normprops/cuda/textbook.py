@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.cuda.build import BUILDS, compile_source, module
+from normprops.ops import get_op
 
 __all__ = [
     "THREADS",
@@ -84,7 +85,7 @@ def validate(op: str, x: Any, gamma: Any = None, beta: Any = None,
         _check_vector("gamma", gamma, cols)
     if OP_PARAMS[op] == 2:
         _check_vector("beta", beta, cols)
-    if op != "softmax":
+    if get_op(op).has_eps:
         if eps is None or not isinstance(eps, (int, float, np.floating)) or not math.isfinite(eps) or eps < 0:
             raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
     return rows, cols
@@ -104,7 +105,7 @@ def launch(kernel: Any, op: str, x: Any, gamma: Any = None, beta: Any = None,
     # gamma, beta (as many as the op takes), checked by validate, on the device and contiguous
     extra = [cupy.ascontiguousarray(cupy.asarray(v)) for v in (gamma, beta)[: OP_PARAMS[op]]]
     scalars: list[Any] = [np.uint64(cols)]
-    if op != "softmax":
+    if get_op(op).has_eps:
         scalars.append(np.float32(eps))
     try:
         x_dev = cupy.ascontiguousarray(cupy.asarray(x))  # non-contiguous input: a contiguous copy
@@ -116,16 +117,21 @@ def launch(kernel: Any, op: str, x: Any, gamma: Any = None, beta: Any = None,
         raise KernelFault(f"kernel faulted: {exc}") from exc
 
 
+def _operands(op: str, name: str, args: tuple[Any, ...], *, strict: bool = True) -> dict[str, Any]:
+    """The arguments after x by the op's signature (``OpSpec.params``): gamma, beta, eps where the op
+    has them. ``strict``: a wrong count is a TypeError naming the signature."""
+    params = get_op(op).params[1:]
+    if strict and len(args) != len(params):
+        raise TypeError(f"{name}(x{''.join(', ' + p for p in params)}) takes {len(params)} "
+                        f"further arguments but was given {len(args)}")
+    return dict(zip(params, args))
+
+
 def _ours(name: str, op: str) -> Callable[..., Any]:
     def run(x: Any, *args: Any, build: str = "default") -> Any:
-        gamma, beta, eps = None, None, None
-        if op == "layernorm":
-            gamma, beta, eps = args
-        elif op == "rmsnorm":
-            gamma, eps = args
-        elif args:
-            raise TypeError(f"{name}(x) takes no further arguments")
-        return launch(module(build).get_function(name), op, x, gamma, beta, eps)
+        given = _operands(op, name, args)
+        return launch(module(build).get_function(name), op, x, given.get("gamma"), given.get("beta"),
+                      given.get("eps"))
 
     run.__name__ = run.__qualname__ = name
     run.__doc__ = f"Launch ``{name}`` from kernels.cu (one block of {THREADS} threads per row)."
@@ -162,10 +168,9 @@ def user_kernel(path: Path, *, name: str, op: str, threads: int = THREADS) -> Ca
                           f"there: {', '.join(found) or 'none'})") from None
 
     def run(x: Any, *args: Any) -> Any:
-        gamma = args[0] if op in ("layernorm", "rmsnorm") else None
-        beta = args[1] if op == "layernorm" else None
-        eps = args[-1] if op != "softmax" else None
-        return launch(kernel, op, x, gamma, beta, eps, threads=threads)
+        given = _operands(op, name, args, strict=False)
+        return launch(kernel, op, x, given.get("gamma"), given.get("beta"), given.get("eps"),
+                      threads=threads)
 
     run.__name__ = name
     return run

@@ -104,7 +104,7 @@ def test_design_stays_clean_at_depth(impl: Impl, record_property) -> None:
 
 def _worst_ratios_excess(func: str, family: str, examples: int) -> float:
     """The largest ``ratios`` excess a search steered by it reaches on ``func`` (the hunt's own
-    target is the accuracy err/tol; see judge._judge_ratios)."""
+    target is the accuracy err/tol; see normprops.ops.softmax._judge_ratios)."""
     fn = getattr(correct, func)
     worst = [0.0]
 

@@ -1,15 +1,20 @@
-"""The ops and their semantics (PyTorch's), the user signature a kernel of each has, and the
-properties a kernel of them is judged on."""
+"""The generic op type every op module builds (:class:`OpSpec`), the registry of ops, and the
+properties a kernel of them is judged on. :mod:`normprops.ops` re-exports all of it and registers
+the built-in ops."""
 
 from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 
-__all__ = ["OpSpec", "OPS", "SOFTMAX_OPS", "get_op", "FLOAT32_EPS", "PROPERTIES", "IGNORABLE",
-           "check_ignore", "OPTIONAL", "INFORMATIVE", "check_opt_in",
+from normprops.case import SIGNATURES
+from normprops.ops.common import ROW_REDUCTIONS
+
+__all__ = ["OpSpec", "Transform", "OPS", "get_op", "register", "FLOAT32_EPS", "PROPERTIES",
+           "IGNORABLE", "check_ignore", "OPTIONAL", "INFORMATIVE", "check_opt_in", "EVERY_OP",
            "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "USER_ROW_REDUCTION", "APPLICABLE"]
 
 #: ``torch.nn.RMSNorm(eps=None)`` uses the machine epsilon of the compute type: float32's.
@@ -17,19 +22,36 @@ FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
 
 
 @dataclass(frozen=True)
+class Transform:
+    """A copy of a case the op's output must agree with (within both bounds): ``apply`` returns the
+    copy and its description, or None where the case admits no exact copy."""
+
+    property: str
+    apply: Callable[[Any], tuple[Any, str] | None]  # (case) -> (copy, what) or None
+
+
+@dataclass(frozen=True)
 class OpSpec:
-    """What an op computes (PyTorch semantics) and how a user function for it is called."""
+    """Everything the pipeline asks about one op: what it computes (PyTorch semantics), how a user
+    function for it is called and what it returns, its exact reference and its bound, the families it
+    is hunted on, the properties that apply to it, and its own checks and metamorphic copies.
+
+    The pipeline never branches on ``name``: it asks these fields. Each op module
+    (:mod:`normprops.ops.softmax`, ...) builds its ops and :func:`register` s them.
+    """
 
     name: str
-    params: tuple[str, ...]
+    params: tuple[str, ...]  # the user signature's arguments, in order
     default_eps: float | None
     formula: str
-    # A gradient op: the forward op it differentiates, the arrays it returns (in order) and the
-    # families it is hunted on (normprops.backward_strategies draws them). None: a forward op, which
-    # returns one array of x's shape and is hunted on normprops.strategies.FAMILIES.
+    # A gradient op: the forward op it differentiates. None: a forward op.
     forward: str | None = None
+    # The arrays the op returns, in order: forward ops one, ``y``; gradients ``dx`` and, where the
+    # op has them, ``dgamma`` and ``dbeta``.
     outputs: tuple[str, ...] = ("y",)
-    families: tuple[str, ...] | None = None
+    # The families it is hunted on, in report order (forward ops: normprops.strategies.FAMILIES;
+    # gradients: BACKWARD_FAMILIES, built from a forward family's x and a kind of dy).
+    families: tuple[str, ...] = ()
     # The families that draw finite rows outside the accuracy domain, where the arithmetic the op
     # is declared with must leave float32's range on the way (a norm's x*x past 1.8e19, a masked
     # softmax's scale * x past FLT_MAX): range safety is judged there, or shown as information.
@@ -37,6 +59,35 @@ class OpSpec:
     # What overflows on those rows, and how a kernel avoids it: the hint a judged range-safety
     # failure gets.
     range_hint: str | None = None
+    # The properties the judge can fail a kernel of this op on; the others never apply to it.
+    properties: frozenset[str] = frozenset()
+    # Statistics taken about the row mean (layer norm) rather than about zero (RMS norm): what the
+    # eps_scale family and the gradients' cancelling dy aim at.
+    centred: bool = False
+    # The float64 reference of a case: a Reference (forward) or a GradReference (gradient).
+    reference: Callable[..., Any] | None = None
+    # Forward ops: row r of a case exactly, inside mpmath.workprec (None where the row has no
+    # finite exact result), and the rows where float64 is not enough to judge by.
+    exact_row: Callable[[Any, int], list[float] | None] | None = None
+    needs_mpmath: Callable[[Any, Any], np.ndarray] | None = None
+    # Gradients: the outputs at ``prec`` bits (case, rows, reference, prec, columns) -> by name.
+    exact_outputs: Callable[..., dict[str, np.ndarray]] | None = None
+    # The default policy's bound: (case, reference, model, row_reduction) -> Tolerance or
+    # GradTolerance (docs/tolerances.md).
+    bound: Callable[..., Any] | None = None
+    # Rows outside the domain of the arithmetic a kernel declares beyond the op's own
+    # (Reference.in_domain): a one-pass layer norm's x*x.
+    out_of_domain: Callable[[Any, Any, Any], np.ndarray] | None = None
+    # The op's own checks of one output beyond accuracy (softmax's sum_to_one, bounds, argmax,
+    # ratios): (case, got, reference, tolerance, verdicts) -> None, adding to ``verdicts``.
+    check_output: Callable[..., None] | None = None
+    # exact_constant: the rows it applies to, the exact output there, and the promise in words.
+    exact_constant: Callable[[Any], tuple[np.ndarray, np.ndarray, str]] | None = None
+    # Metamorphic copies (shift invariance, scale invariance).
+    transforms: tuple[Transform, ...] = ()
+    # Gradients: the case's x (softmax: y) from the forward case, and the direction dy is taken
+    # against (y, or xhat), both exact in the case's dtype: (forward case) -> (x, direction).
+    gradient_inputs: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
 
     @property
     def signature(self) -> str:
@@ -55,44 +106,56 @@ class OpSpec:
         return "mask" in self.params
 
     @property
-    def is_softmax(self) -> bool:
-        """Judged as a softmax (row sums, bounds, argmax, ratios)."""
-        return self.name in SOFTMAX_OPS
+    def has_eps(self) -> bool:
+        return "eps" in self.params
+
+    @property
+    def is_gradient(self) -> bool:
+        return self.forward is not None
 
 
-_NORM_RANGE_HINT = ("squares overflow float32 past |x| of about 1.8e19 / sqrt(cols), so a norm is "
-                    "range-safe only when it scales each row (by a power of two, say) before squaring")
+#: Every op by name: the built-in ones (this package's modules) and those :func:`register` ed.
+OPS: dict[str, OpSpec] = {}
 
-OPS: dict[str, OpSpec] = {
-    op.name: op
-    for op in (
-        # Every finite softmax row is in its accuracy domain: x - max x never overflows.
-        OpSpec("softmax", ("x",), None, "exp(x - max x) / sum exp(x - max x), over the last axis"),
-        OpSpec(
-            "layernorm",
-            ("x", "gamma", "beta", "eps"),
-            1e-5,
-            "(x - mean) / sqrt(var + eps) * gamma + beta, population variance",
-            range_families=("huge",), range_hint=_NORM_RANGE_HINT,
-        ),
-        OpSpec("rmsnorm", ("x", "gamma", "eps"), FLOAT32_EPS, "x / sqrt(mean(x^2) + eps) * gamma",
-               range_families=("huge",), range_hint=_NORM_RANGE_HINT),
-        # PyTorch's scaled_dot_product_attention convention: a True mask entry takes part.
-        OpSpec("masked_softmax", ("x", "mask", "scale"), None,
-               "softmax(scale * x) over the entries where mask is True, 0 elsewhere, over the last axis",
-               range_families=("overflow_logits", "huge"),
-               range_hint="scale * x overflows float32 past FLT_MAX, so a masked softmax is "
-                          "range-safe only when it subtracts the row max before it scales "
-                          "(scale * (x - max x), the min for a negative scale)"),
-    )
-}
+#: The properties the judge can fail a kernel of each op on (``OpSpec.properties``).
+APPLICABLE: dict[str, frozenset[str]] = {}
 
-#: The ops judged as a softmax.
-SOFTMAX_OPS = frozenset({"softmax", "masked_softmax"})
+
+def register(op: OpSpec, *, replace: bool = False) -> OpSpec:
+    """Make ``op`` known to every part of normprops (hunts, the API, the reports) under ``op.name``.
+    An op of that name already known is an error unless ``replace``."""
+    if not isinstance(op, OpSpec):
+        raise TypeError(f"op must be an OpSpec but was {type(op).__name__}")
+    if op.name in OPS and not replace:
+        raise ValueError(f"an op named {op.name!r} is already registered; pass replace=True")
+    for name in ("reference", "bound"):
+        if getattr(op, name) is None:
+            raise ValueError(f"op {op.name!r} needs a {name}")
+    if op.forward is None and op.exact_row is None:
+        raise ValueError(f"op {op.name!r} needs an exact_row (its mpmath reference)")
+    if not op.families:
+        raise ValueError(f"op {op.name!r} needs at least one family")
+    unknown = sorted(op.properties - set(PROPERTIES))
+    if unknown:
+        raise ValueError(f"op {op.name!r}: {', '.join(unknown)} are not properties")
+    OPS[op.name] = op
+    APPLICABLE[op.name] = op.properties
+    SIGNATURES[op.name] = op.params
+    return op
+
+
+def unregister(name: str) -> OpSpec:
+    """Forget the op ``name`` (one :func:`register` ed, for a test that must leave the registry as
+    it found it); returns it. An unknown name is a ValueError."""
+    op = get_op(name)
+    for table in (OPS, APPLICABLE, SIGNATURES):
+        del table[name]
+    return op
+
 
 #: The families a gradient is hunted on, and what each draws: a forward family's x (for softmax,
 #: the logits whose softmax is the y the kernel receives) with an upstream gradient dy of its own
-#: kind. normprops/backward_strategies.py builds them; docs/tolerances.md, "Gradients".
+#: kind. normprops.strategies builds them (normprops.dy_kinds); docs/tolerances.md, "Gradients".
 BACKWARD_FAMILIES: dict[str, str] = {
     "ordinary": "ordinary x (logits), ordinary dy",
     "large_mean": "x with |mean|/std from 1e2 to 1e7, dy of every kind (recomputed statistics)",
@@ -111,38 +174,6 @@ BACKWARD_FAMILIES: dict[str, str] = {
     "dy_scale": "dy from 1e-38 to 1e30 (products that underflow or grow)",
     "tall": "64 to 1024 rows of 1 to 64 columns (dgamma and dbeta sum many rows)",
 }
-
-_SOFTMAX_BACKWARD_FAMILIES = ("ordinary", "wide_span", "constant", "tiny", "ragged", "nonfinite",
-                              "cancelling_dy", "orthogonal_dy", "one_hot_dy", "dy_scale", "tall")
-_NORM_BACKWARD_FAMILIES = ("ordinary", "large_mean", "wide_span", "constant", "tiny", "eps_scale",
-                           "huge", "ragged", "nonfinite", "cancelling_dy", "orthogonal_dy",
-                           "one_hot_dy", "dy_scale", "tall")
-
-OPS.update({
-    op.name: op
-    for op in (
-        OpSpec("softmax_backward", ("dy", "y"), None,
-               "dx = y * (dy - sum(dy * y)) per row, y the softmax output "
-               "(PyTorch's _softmax_backward_data)",
-               forward="softmax", outputs=("dx",), families=_SOFTMAX_BACKWARD_FAMILIES),
-        OpSpec("rmsnorm_backward", ("dy", "x", "gamma", "eps"), FLOAT32_EPS,
-               "dx = rstd * (g - xhat * mean(g * xhat)), g = dy * gamma, xhat = x * rstd; "
-               "dgamma = sum over rows of dy * xhat",
-               forward="rmsnorm", outputs=("dx", "dgamma"), families=_NORM_BACKWARD_FAMILIES,
-               range_families=("huge",)),
-        OpSpec("layernorm_backward", ("dy", "x", "gamma", "beta", "eps"), 1e-5,
-               "dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, "
-               "xhat = (x - mean) * rstd; dgamma = sum over rows of dy * xhat, dbeta = sum of dy",
-               forward="layernorm", outputs=("dx", "dgamma", "dbeta"),
-               families=_NORM_BACKWARD_FAMILIES, range_families=("huge",)),
-    )
-})
-
-
-#: How a gradient kernel combines its rows into dgamma and dbeta (docs/tolerances.md, "Gradients"):
-#: ``blocks`` per-block partials over ``threads`` blocks, each adding its rows in turn, then a tree;
-#: ``sequential`` one running sum over the rows; ``tree`` a pairwise sum.
-ROW_REDUCTIONS = ("blocks", "sequential", "tree")
 
 #: The row reduction a user's gradient kernel is judged under unless it declares another. A sum of
 #: R rows in any order passes each term through at most R - 1 additions, so ``sequential`` bounds
@@ -210,24 +241,9 @@ INFORMATIVE = frozenset({"range_safety"})
 IGNORABLE = frozenset(PROPERTIES) - {"contract", "finite", "exact_constant", "row_order"}
 
 
-_EVERY_OP = frozenset({"contract", "finite", "nan_propagation", "range_safety", "accuracy",
-                       "determinism", "batch_invariance"})
-# The softmaxes' own (shift invariance a layer norm shares). A softmax row of -inf only is
-# masked: the masked family draws such rows for plain softmax too.
-_SOFTMAX_PROPERTIES = frozenset({"ratios", "sum_to_one", "bounds", "argmax", "shift_invariance",
-                                 "masked_rows"})
-
-#: The properties the judge can fail a kernel of each op on; the others never apply to it (a norm
-#: has no rows that sum to one, only gradients of a gamma have dgamma's row order).
-APPLICABLE: dict[str, frozenset[str]] = {
-    "softmax": _EVERY_OP | _SOFTMAX_PROPERTIES,
-    "masked_softmax": _EVERY_OP | _SOFTMAX_PROPERTIES,
-    "layernorm": _EVERY_OP | {"exact_constant", "shift_invariance", "scale_invariance"},
-    "rmsnorm": _EVERY_OP | {"exact_constant", "scale_invariance"},
-    "softmax_backward": _EVERY_OP,
-    "layernorm_backward": _EVERY_OP | {"row_order"},
-    "rmsnorm_backward": _EVERY_OP | {"row_order"},
-}
+#: The properties every op is judged on; an op module adds its own (``OpSpec.properties``).
+EVERY_OP = frozenset({"contract", "finite", "nan_propagation", "range_safety", "accuracy",
+                      "determinism", "batch_invariance"})
 
 
 def _property_names(value: object, *, allowed: frozenset[str], what: str, wrong: str) -> frozenset[str]:
