@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 from types import ModuleType
 
@@ -186,3 +187,43 @@ def test_every_folder_of_the_package_is_installed_with_its_files() -> None:
         suffixes = {f.suffix for f in path.iterdir() if f.is_file() and f.suffix not in (".py", ".pyc")}
         declared = config.get("package-data", {}).get(folder, [])
         assert suffixes <= {Path(p).suffix for p in declared}, (folder, suffixes, declared)
+
+
+#: The op names whose comparisons the pipeline should not make: it asks the op object instead.
+_OP_NAMES = ("softmax", "masked_softmax", "layernorm", "rmsnorm", "softmax_backward",
+             "rmsnorm_backward", "layernorm_backward")
+_OP_NAME_COMPARISON = re.compile(
+    r'== "(' + "|".join(_OP_NAMES) + r')"|is_softmax|SOFTMAX_OPS|in \("(softmax|layernorm|rmsnorm)')
+
+
+def op_name_comparisons(root: Path = PACKAGE) -> list[str]:
+    """``file:line`` of each comparison of an op's name outside ``normprops/ops`` (where each op
+    declares itself) and ``normprops/examples`` (kernels, which are per op by nature)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root).parts
+        if parts[0] in ("ops", "examples"):
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if _OP_NAME_COMPARISON.search(line):
+                found.append(f"{path.relative_to(root.parent)}:{number}")
+    return found
+
+
+def test_the_pipeline_asks_the_op_rather_than_comparing_its_name() -> None:
+    found = op_name_comparisons()
+    assert len(found) <= 5, f"{len(found)} comparisons of op names (at most 5): {', '.join(found)}"
+
+
+def test_the_op_name_counter_sees_a_comparison(tmp_path: Path) -> None:
+    pkg = tmp_path / "planted"
+    (pkg / "ops").mkdir(parents=True)
+    (pkg / "judge.py").write_text('if case.op == "softmax":\n    pass\n'
+                                  'elif op in ("layernorm", "x"):\n    pass\n')
+    (pkg / "ops" / "softmax.py").write_text('if op == "softmax":\n    pass\n')  # the op's own module
+    assert op_name_comparisons(pkg) == ["planted/judge.py:1", "planted/judge.py:3"]
+
+
+def test_no_gradient_twin_modules() -> None:
+    # The forward ops and their gradients share one pipeline: no backward_* module beside it.
+    assert sorted(p.name for p in PACKAGE.glob("backward*.py")) == []

@@ -1,0 +1,1 @@
+"""Ops defined outside normprops, registered through its public call (``normprops.ops.register``)."""
