@@ -14,7 +14,7 @@ mixture.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import mpmath
@@ -34,6 +34,7 @@ __all__ = [
     "AttentionReference",
     "AttentionTolerance",
     "AttentionVerdict",
+    "attention_case",
     "attention_cases",
     "attention_reference",
     "attention_tolerance",
@@ -225,9 +226,8 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
         for index in zip(*np.nonzero(redo)):
             b, h, i = index
             out[index], lse[index] = _mp_row(qd[b, h, i], ke[b, h], ve[b, h], keep[b, h, i], scale)
-        ref = AttentionReference(**{**ref.__dict__, "out": out, "lse": lse,
-                                    "oracle": "mpmath" if oracle == "mpmath" else "float64+mpmath"})
-    return ref
+        ref = AttentionReference(**{**ref.__dict__, "out": out, "lse": lse, "oracle": "float64+mpmath"})
+    return replace(ref, oracle="mpmath") if oracle == "mpmath" else ref
 
 
 def _mp_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, scale: float,
@@ -619,6 +619,19 @@ _FAMILIES: dict[str, tuple[Callable[[tuple[str, ...]], dict[str, st.SearchStrate
 
 #: The families' names, in the order of docs/tolerances.md, "Attention".
 ATTENTION_FAMILIES: tuple[str, ...] = tuple(_FAMILIES)
+
+
+def attention_case(family: str, **params: Any) -> AttentionCase:
+    """The case a family builds from ``params`` (every parameter its strategy draws, by name, as
+    a counterexample's repr shows them plus the shape)."""
+    if family not in _FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(ATTENTION_FAMILIES)} but was {family!r}")
+    names = set(_FAMILIES[family][0](("float32",)))
+    if set(params) != names:
+        missing, extra = sorted(names - set(params)), sorted(set(params) - names)
+        raise ValueError(f"{family} takes the parameters {sorted(names)}; missing {missing}, "
+                         f"unknown {extra}")
+    return _FAMILIES[family][1](dict(params))
 
 
 def attention_cases(family: str | None = None, *,

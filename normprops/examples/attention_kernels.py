@@ -47,18 +47,20 @@ def _mma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` in float32: each run of ``CHUNK`` products summed exactly and rounded once, the
     partials added in turn."""
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], F32)
-    for start in range(0, a.shape[-1], CHUNK):
-        chunk = slice(start, start + CHUNK)
-        part = a[..., chunk].astype(np.float64) @ b[..., chunk, :].astype(np.float64)
-        acc = acc + part.astype(F32)
+    with np.errstate(all="ignore"):  # inf and NaN propagate as on a GPU
+        for start in range(0, a.shape[-1], CHUNK):
+            chunk = slice(start, start + CHUNK)
+            part = a[..., chunk].astype(np.float64) @ b[..., chunk, :].astype(np.float64)
+            acc = acc + part.astype(F32)
     return acc
 
 
 def _chunk_sum(x: np.ndarray) -> np.ndarray:
     """Sum over the last axis, shaped like :func:`_mma`."""
     acc = np.zeros(x.shape[:-1], F32)
-    for start in range(0, x.shape[-1], CHUNK):
-        acc = acc + x[..., start:start + CHUNK].astype(np.float64).sum(axis=-1).astype(F32)
+    with np.errstate(all="ignore"):
+        for start in range(0, x.shape[-1], CHUNK):
+            acc = acc + x[..., start:start + CHUNK].astype(np.float64).sum(axis=-1).astype(F32)
     return acc
 
 
