@@ -14,7 +14,8 @@ import math
 
 from hypothesis import HealthCheck, Phase, find, given, seed, settings
 
-from normprops.attention import ATTENTION_FAMILIES, attention_cases, check_attention
+from normprops.attention import check_attention
+from normprops.attention_families import ATTENTION_FAMILIES, attention_cases
 from normprops.examples.attention_kernels import CORRECT, PLANTED
 
 

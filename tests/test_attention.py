@@ -13,18 +13,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
 from normprops.attention import (
-    ATTENTION_FAMILIES,
     FOREIGN_ATTENTION,
     SENTINEL,
     AttentionCase,
     AttentionDeclaration,
-    attention_case,
-    attention_cases,
     attention_reference,
     attention_tolerance,
     check_attention,
     judge_attention,
 )
+from normprops.attention_families import ATTENTION_FAMILIES, attention_case, attention_cases
 from normprops.examples.attention_kernels import CORRECT, PLANTED
 
 F32 = np.float32
