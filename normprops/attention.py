@@ -1,0 +1,424 @@
+"""Attention, ``fn(q, k, v, mask, scale) -> out`` or ``-> (out, lse)``: its exact reference, its
+error bound (docs/tolerances.md, "Attention") and its judge; its adversarial families are in
+:mod:`normprops.attention_families`.
+
+The contract. ``q`` is (B, Hq, Lq, D), ``k`` (B, Hkv, Lk, D), ``v`` (B, Hkv, Lk, Dv), all of one
+storage type (float32, bfloat16 or float16); ``Hq`` is a multiple of ``Hkv`` and query head ``h``
+reads kv head ``h // (Hq // Hkv)`` (MHA, GQA, MQA). ``mask`` is bool (B, 1, Lq, Lk), True where the
+key takes part (PyTorch's ``scaled_dot_product_attention`` convention), or None. ``scale`` is a
+Python float holding a float32 value. ``out`` is (B, Hq, Lq, Dv) in the storage type; ``lse`` is
+(B, Hq, Lq) float32, ``ln sum_j exp(scale q.k_j)`` over the kept keys, -inf where none is kept. A
+query row with no kept key gives all zeros or all NaN in ``out`` (a kernel declares which), never a
+mixture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import mpmath
+import numpy as np
+
+from normprops.dtypes import check_representable, get_dtype, numpy_dtype
+from normprops.errormodel import ErrorModel
+
+__all__ = [
+    "EMPTY_ROWS",
+    "FOREIGN_ATTENTION",
+    "SENTINEL",
+    "AttentionCase",
+    "AttentionDeclaration",
+    "AttentionReference",
+    "AttentionTolerance",
+    "AttentionVerdict",
+    "attention_reference",
+    "attention_tolerance",
+    "check_attention",
+    "judge_attention",
+]
+
+F32 = np.float32
+U = 2.0**-24
+U64 = 2.0**-53
+FLT_MIN = 2.0**-126
+FLT_MAX = float(np.finfo(F32).max)
+ORACLES = ("float64", "mpmath")
+#: What a kernel writes on a query row with no kept key.
+EMPTY_ROWS = ("zero", "nan")
+#: The finite stand-in for -inf that fp16-era kernels use (FlashInfer, flashinfer#4267): the
+#: ``sentinel`` family puts every kept score of some rows below it.
+SENTINEL = -5e4
+
+
+# --- the case ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, repr=False)
+class AttentionCase:
+    """One call of the op: float32 arrays holding values exact in ``dtype``, and what built them."""
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    mask: np.ndarray | None
+    scale: float
+    dtype: str = "float32"
+    family: str = "explicit"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        q, k, v, mask = self.q, self.k, self.v, self.mask
+        get_dtype(self.dtype)
+        if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+            raise ValueError(f"q, k and v must be 4-d (B, H, L, D) but had shapes {q.shape}, {k.shape}, "
+                             f"{v.shape}")
+        b, hq, lq, d = q.shape
+        if k.shape[0] != b or k.shape[3] != d or v.shape[:3] != k.shape[:3]:
+            raise ValueError(f"k must be (B, Hkv, Lk, D) and v (B, Hkv, Lk, Dv) for q {q.shape}, but "
+                             f"k was {k.shape} and v {v.shape}")
+        if hq % k.shape[1]:
+            raise ValueError(f"Hq must be a multiple of Hkv but Hq was {hq} and Hkv {k.shape[1]}")
+        if mask is not None and (mask.dtype != np.bool_ or mask.shape != (b, 1, lq, k.shape[2])):
+            raise ValueError(f"mask must be bool of shape {(b, 1, lq, k.shape[2])} or None but was "
+                             f"{mask.dtype} {mask.shape}")
+        if float(F32(self.scale)) != self.scale:
+            raise ValueError(f"scale must hold a float32 value but was {self.scale!r}; pass "
+                             f"float(np.float32({self.scale!r}))")
+        for name, a in (("q", q), ("k", k), ("v", v)):
+            check_representable(a, self.dtype, name=name)
+
+    @property
+    def group(self) -> int:
+        return self.q.shape[1] // self.k.shape[1]
+
+    def inputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float]:
+        """The kernel's arguments: arrays of the storage type's numpy dtype (exact)."""
+        t = numpy_dtype(self.dtype)
+        return (self.q.astype(t), self.k.astype(t), self.v.astype(t),
+                None if self.mask is None else self.mask.copy(), self.scale)
+
+    def __repr__(self) -> str:
+        b, hq, lq, d = self.q.shape
+        hkv, lk, dv = self.k.shape[1], self.k.shape[2], self.v.shape[3]
+        shown = ", ".join(f"{key}={value!r}" for key, value in self.params.items())
+        return (f"AttentionCase({self.family}: B={b}, Hq={hq}, Hkv={hkv}, Lq={lq}, Lk={lk}, D={d}, "
+                f"Dv={dv}, {self.dtype}, scale={self.scale!r}, "
+                f"mask={'None' if self.mask is None else 'bool'}{', ' if shown else ''}{shown})")
+
+
+# --- what a kernel declares ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionDeclaration:
+    """What a kernel promises about its arithmetic, which the bound follows.
+
+    ``model`` sets the depth ``k(n)`` of each of its three reductions (the D-long score dot
+    product, the Lk-long softmax sum and the Lk-long P.V sum) and the softmax constants ``rho`` and
+    ``c_x`` (:class:`normprops.errormodel.ErrorModel`). ``online``: a running max rescales the
+    partial sums (FlashAttention); ``p_dtype``: the type P is rounded to before P.V (FlashAttention
+    rounds it to the storage type), None if it stays float32; ``empty_row``: what a query row with
+    no kept key gives, "zero" or "nan", None if either.
+    """
+
+    model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
+    online: bool = False
+    p_dtype: str | None = None
+    empty_row: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.p_dtype is not None:
+            get_dtype(self.p_dtype)
+        if self.empty_row is not None and self.empty_row not in EMPTY_ROWS:
+            raise ValueError(f"empty_row must be one of {EMPTY_ROWS} or None but was {self.empty_row!r}")
+
+
+#: A kernel we did not write (PyTorch's): every reduction as deep as a plain loop (BLAS sums a dot
+#: product one term after another), online rescaling allowed, fast-math exp.
+FOREIGN_ATTENTION = AttentionDeclaration(ErrorModel(threads=1, rho=6.0, c_x=3.5), online=True)
+
+
+# --- the exact reference -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionReference:
+    """The exact result of one case and the condition quantities its bound reads.
+
+    Shapes: ``out`` (B, Hq, Lq, Dv), NaN on empty rows; ``lse``, ``row_max``, ``spread``, ``kept``
+    and ``empty`` (B, Hq, Lq); ``p``, ``scores`` and ``score_size`` (B, Hq, Lq, Lk), the weights
+    (0 at masked keys), the exact ``scale q.k`` (-inf at masked keys) and ``|scale| sum_d |q_d k_d|``.
+    ``abs_pv`` is ``sum_j p_j |v_j|`` per output element, ``abs_v`` ``sum_j |v_j|`` over kept keys.
+    """
+
+    out: np.ndarray
+    lse: np.ndarray
+    row_max: np.ndarray
+    spread: np.ndarray  # W = sum_j p_j |s_j - m|
+    kept: np.ndarray
+    empty: np.ndarray
+    p: np.ndarray
+    scores: np.ndarray
+    score_size: np.ndarray
+    abs_pv: np.ndarray
+    abs_v: np.ndarray
+    v_abs: np.ndarray  # |v| with kv heads expanded to the query heads, (B, Hq, Lk, Dv)
+    head_dim: int
+    keys: int
+    oracle: str = "float64"
+
+
+def _expand(a: np.ndarray, group: int) -> np.ndarray:
+    """kv heads repeated so that query head h reads kv head h // group."""
+    return np.repeat(a, group, axis=1)
+
+
+def _kept(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
+    return np.ones(shape, bool) if mask is None else np.broadcast_to(mask, shape)
+
+
+def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None,
+                        scale: float, *, oracle: str = "float64") -> AttentionReference:
+    """The exact attention of the inputs (float32, bfloat16 or float16 values, read exactly).
+
+    float64 suffices: the products ``q_d k_d`` of two float32 values are exact in float64, and
+    float64's matrix products err by at most ``(n + 1) 2^-53`` of the same absolute sums
+    (``|scale| sum |q||k|``, ``sum p|v|``) that the float32 bound charges ``(k + 3) 2^-24`` for:
+    ``2^-29 n`` of the bound at most. That is checked per row (docs/tolerances.md, "Attention"), and
+    any row where float64's own bound reaches 1e-3 of the tolerance is recomputed with mpmath;
+    ``oracle="mpmath"`` recomputes every row.
+    """
+    if oracle not in ORACLES:
+        raise ValueError(f"oracle must be one of {ORACLES} but was {oracle!r}")
+    qd = np.asarray(q).astype(np.float64)
+    kd = np.asarray(k).astype(np.float64)
+    vd = np.asarray(v).astype(np.float64)
+    group = qd.shape[1] // kd.shape[1]
+    ke, ve = _expand(kd, group), _expand(vd, group)
+    scale = float(scale)
+    with np.errstate(all="ignore"):
+        dot = qd @ ke.swapaxes(-1, -2)
+        size = abs(scale) * (np.abs(qd) @ np.abs(ke).swapaxes(-1, -2))
+        keep = _kept(mask, dot.shape)
+        s = np.where(keep, scale * dot, -np.inf)
+        kept = keep.sum(axis=-1)
+        empty = kept == 0
+        m = np.max(s, axis=-1)
+        m0 = np.where(empty, 0.0, m)
+        e = np.where(keep, np.exp(s - m0[..., None]), 0.0)
+        total = e.sum(axis=-1)  # positive terms: float64's pairwise sum is accurate
+        p = np.where(empty[..., None], 0.0, e / np.where(empty, 1.0, total)[..., None])
+        out = np.where(empty[..., None], np.nan, p @ ve)
+        lse = np.where(empty, -np.inf, m0 + np.log(np.where(empty, 1.0, total)))
+        spread = np.sum(np.where(keep, p * np.abs(s - m0[..., None]), 0.0), axis=-1)
+        abs_pv = p @ np.abs(ve)
+        abs_v = keep.astype(np.float64) @ np.abs(ve)
+    ref = AttentionReference(out, lse, m, spread, kept, empty, p, s, size, abs_pv, abs_v, np.abs(ve),
+                             qd.shape[-1], kd.shape[2])
+    redo = ~empty if oracle == "mpmath" else _float64_not_enough(ref)
+    if redo.any():
+        out, lse = out.copy(), lse.copy()
+        for index in zip(*np.nonzero(redo)):
+            b, h, i = index
+            out[index], lse[index] = _mp_row(qd[b, h, i], ke[b, h], ve[b, h], keep[b, h, i], scale)
+        ref = AttentionReference(**{**ref.__dict__, "out": out, "lse": lse, "oracle": "float64+mpmath"})
+    return replace(ref, oracle="mpmath") if oracle == "mpmath" else ref
+
+
+def _mp_row(q: np.ndarray, k: np.ndarray, v: np.ndarray, keep: np.ndarray, scale: float,
+            prec: int = 200) -> tuple[np.ndarray, float]:
+    """One query row at ``prec`` bits: its out (Dv,) and lse, rounded to float64."""
+    with mpmath.workprec(prec):
+        sc = mpmath.mpf(scale)
+        # Each product of two float32 values is exact in float64, hence in mpmath.
+        s = [sc * mpmath.fsum(mpmath.mpf(float(x)) for x in q * k[j]) for j in np.nonzero(keep)[0]]
+        m = max(s)
+        e = [mpmath.exp(x - m) for x in s]
+        total = mpmath.fsum(e)
+        rows = v[np.nonzero(keep)[0]]
+        out = np.array([float(mpmath.fsum(w * mpmath.mpf(float(x)) for w, x in zip(e, rows[:, c])) / total)
+                        for c in range(v.shape[1])])
+        return out, float(m + mpmath.log(total))
+
+
+def _float64_not_enough(ref: AttentionReference) -> np.ndarray:
+    """Query rows where float64's own error could reach 1e-3 of the float32 bound: the bound with
+    ``u = 2^-53`` and full-length reductions in place of ``u = 2^-24`` and the kernel's depths."""
+    d, n = ref.head_dim, ref.keys
+    with np.errstate(all="ignore"):
+        delta = (d + 3) * U64 * ref.score_size
+        eps = np.expm1(delta + np.log(np.sum(ref.p * np.exp(delta), axis=-1, keepdims=True)))
+        eps = eps + U64 * (n + 10 + np.abs(np.nan_to_num(ref.scores - ref.row_max[..., None],
+                                                          neginf=0.0)) + ref.spread[..., None])
+        err64 = (ref.p * eps) @ ref.v_abs + (n + 2) * U64 * ref.abs_pv
+        # The float32 bound's least terms: 3 u a_j for the score, u |s_j - m| for exp's argument,
+        # u for the P.V sum.
+        dist = np.abs(np.nan_to_num(ref.scores - ref.row_max[..., None], neginf=0.0))
+        floor = U * ((ref.p * (1 + 3 * ref.score_size + dist)) @ ref.v_abs)
+        worst = np.max(np.where(floor > 0, err64 / floor, 0.0), axis=-1)
+    return ~ref.empty & (worst > 1e-3)
+
+
+# --- the bound -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionTolerance:
+    """Per-element bounds: ``out`` (B, Hq, Lq, Dv) and ``lse`` (B, Hq, Lq); NaN on empty rows."""
+
+    out: np.ndarray
+    lse: np.ndarray
+
+
+def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
+                        declaration: AttentionDeclaration = FOREIGN_ATTENTION) -> AttentionTolerance:
+    """The bound of docs/tolerances.md, "Attention", for a kernel computing in float32 on inputs
+    and outputs of storage type ``dtype``.
+
+    Per kept key ``j`` of a query row: the score's absolute error ``delta_j = (k(D) + 3) u a_j``
+    (``a_j = |scale| sum_d |q_d k_jd|``), which the exp turns into a relative error of the weight
+    ``E_j = exp(delta_j + ln sum_i p_i exp(delta_i)) - 1``; the softmax's own relative error
+    ``r_j = u (rho k(Lk) + 10 + c_x (|s_j - m| + W))`` (plus ``u_P`` where P is rounded before
+    P.V); together ``eps_j = (1 + E_j)(1 + r_j) - 1``. Then
+
+        tol_out[c] = sum_j p_j eps_j |v_jc| + k_PV u sum_j p_j (1 + eps_j) |v_jc|
+                     + u_out |out_c| + 2 FLT_MIN sum_j |v_jc| + tiny_out
+
+    with ``k_PV = k(Lk) + 1``, or ``2 k(Lk) + 1`` for an online kernel (a rescaling multiplication
+    at every step of the chain at worst), and
+
+        tol_lse = ln sum_j p_j exp(delta_j) + u (rho k(Lk) + 10 + c_x W + 3 |ln S| + 2 |lse|).
+    """
+    kind = get_dtype(dtype)
+    model = declaration.model
+    u = model.unit_roundoff
+    k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
+    kept = ref.p > 0
+    with np.errstate(all="ignore"):
+        delta = np.where(kept, (k_d + 3) * u * ref.score_size, 0.0)
+        log_q = np.log(np.sum(ref.p * np.exp(delta), axis=-1))
+        log_q = np.where(ref.empty, 0.0, log_q)
+        big_e = np.expm1(delta + log_q[..., None])
+        dist = np.where(kept, np.abs(ref.scores - ref.row_max[..., None]), 0.0)
+        r = u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
+        if declaration.p_dtype is not None:
+            r = r + get_dtype(declaration.p_dtype).u
+        eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
+        k_pv = (2 * k_l if declaration.online else k_l) + 1
+        pe = np.nan_to_num(ref.p * eps, nan=np.inf)
+        out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
+        tol_out = (pe @ ref.v_abs + k_pv * u * ((ref.p + pe) @ ref.v_abs)
+                   + 2 * FLT_MIN * ref.abs_v + FLT_MIN)
+        if dtype == "float32":
+            tol_out = tol_out + u * out_abs
+        else:
+            tol_out = tol_out + kind.u * out_abs + kind.tiny
+        log_s = np.where(ref.empty, 0.0, ref.lse - np.where(ref.empty, 0.0, ref.row_max))
+        tol_lse = log_q + u * (model.rho * k_l + 10 + model.c_x * ref.spread + 3 * np.abs(log_s)
+                               + 2 * np.abs(np.where(ref.empty, 0.0, ref.lse)))
+    return AttentionTolerance(np.where(ref.empty[..., None], np.nan, tol_out),
+                              np.where(ref.empty, np.nan, tol_lse))
+
+
+# --- the judge -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionVerdict:
+    """The worst judged element and the contract's separate findings.
+
+    ``ratio`` is the largest ``|got - exact| / tol`` over the judged elements of ``out`` and
+    ``lse``; ``where`` names it (``"out[b, h, i, c]"`` or ``"lse[b, h, i]"``). ``nonfinite``: a
+    non-finite output (or lse) where the exact one is finite; ``empty_mixture``: a query row with no
+    kept key that is neither all zeros nor all NaN (or not what the kernel declared);
+    ``empty_lse``: such a row's lse is not -inf. Each holds the first index found, or None.
+    """
+
+    ratio: float
+    where: str | None
+    got: float
+    expected: float
+    bound: float
+    nonfinite: tuple[str, tuple[int, ...]] | None = None
+    empty_mixture: tuple[int, ...] | None = None
+    empty_lse: tuple[int, ...] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return (self.ratio <= 1.0 and self.nonfinite is None and self.empty_mixture is None
+                and self.empty_lse is None)
+
+    @property
+    def reason(self) -> str:
+        if self.nonfinite is not None:
+            name, index = self.nonfinite
+            return f"{name}[{', '.join(map(str, index))}] is not finite where the exact value is"
+        if self.empty_mixture is not None:
+            return (f"query row {list(self.empty_mixture)} has no kept key and its out is neither all "
+                    f"zeros nor all NaN as declared")
+        if self.empty_lse is not None:
+            return f"query row {list(self.empty_lse)} has no kept key and its lse is not -inf"
+        if self.ratio > 1.0:
+            return (f"{self.where} = {self.got!r}, exact {self.expected!r}, error "
+                    f"{abs(self.got - self.expected):.3g} over the bound {self.bound:.3g} "
+                    f"(ratio {self.ratio:.3g})")
+        return f"within the bound (worst ratio {self.ratio:.3g} at {self.where})"
+
+
+def judge_attention(out: np.ndarray, lse: np.ndarray | None, ref: AttentionReference,
+                    tol: AttentionTolerance, *, empty_row: str | None = None) -> AttentionVerdict:
+    """Judge a kernel's ``out`` (and ``lse``, if it returns one) against ``ref`` under ``tol``."""
+    if empty_row is not None and empty_row not in EMPTY_ROWS:
+        raise ValueError(f"empty_row must be one of {EMPTY_ROWS} or None but was {empty_row!r}")
+    got = np.asarray(out).astype(np.float64)
+    if got.shape != ref.out.shape:
+        raise ValueError(f"out must have shape {ref.out.shape} but had {got.shape}")
+    full = ~ref.empty
+    nonfinite = None
+    bad = full[..., None] & ~np.isfinite(got)
+    if bad.any():
+        nonfinite = ("out", tuple(int(i) for i in np.argwhere(bad)[0]))
+    # Empty rows: all zeros or all NaN, never a mixture, and what the kernel declared.
+    zeros = np.all(got == 0, axis=-1)
+    nans = np.all(np.isnan(got), axis=-1)
+    allowed = {"zero": zeros, "nan": nans, None: zeros | nans}[empty_row]
+    mixed = ref.empty & ~allowed
+    empty_mixture = tuple(int(i) for i in np.argwhere(mixed)[0]) if mixed.any() else None
+    with np.errstate(all="ignore"):
+        ratio = np.where(full[..., None], np.abs(got - ref.out) / tol.out, 0.0)
+    ratio = np.where(np.isnan(ratio), np.inf, ratio)
+    i = np.unravel_index(int(np.argmax(ratio)), ratio.shape)
+    worst = ("out", i, float(ratio[i]), float(got[i]), float(ref.out[i]), float(tol.out[i]))
+    empty_lse = None
+    if lse is not None:
+        gl = np.asarray(lse).astype(np.float64)
+        if gl.shape != ref.lse.shape:
+            raise ValueError(f"lse must have shape {ref.lse.shape} but had {gl.shape}")
+        bad = full & ~np.isfinite(gl)
+        if nonfinite is None and bad.any():
+            nonfinite = ("lse", tuple(int(j) for j in np.argwhere(bad)[0]))
+        wrong = ref.empty & ~np.isneginf(gl)
+        empty_lse = tuple(int(j) for j in np.argwhere(wrong)[0]) if wrong.any() else None
+        with np.errstate(all="ignore"):
+            lr = np.where(full, np.abs(gl - ref.lse) / tol.lse, 0.0)
+        lr = np.where(np.isnan(lr), np.inf, lr)
+        j = np.unravel_index(int(np.argmax(lr)), lr.shape) if lr.size else ()
+        if lr.size and lr[j] > worst[2]:
+            worst = ("lse", j, float(lr[j]), float(gl[j]), float(ref.lse[j]), float(tol.lse[j]))
+    name, index, r, g, x, t = worst
+    where = f"{name}[{', '.join(str(int(n)) for n in index)}]" if full.any() else None
+    return AttentionVerdict(r if full.any() else 0.0, where, g, x, t, nonfinite, empty_mixture,
+                            empty_lse)
+
+
+def check_attention(kernel: Callable[..., Any], case: AttentionCase, *,
+                    declaration: AttentionDeclaration = FOREIGN_ATTENTION,
+                    oracle: str = "float64") -> AttentionVerdict:
+    """Run ``kernel`` on ``case`` and judge what it returns (``out`` or ``(out, lse)``)."""
+    result = kernel(*case.inputs())
+    out, lse = result if isinstance(result, tuple) else (result, None)
+    ref = attention_reference(case.q, case.k, case.v, case.mask, case.scale, oracle=oracle)
+    tol = attention_tolerance(ref, dtype=case.dtype, declaration=declaration)
+    return judge_attention(np.asarray(out), None if lse is None else np.asarray(lse), ref, tol,
+                           empty_row=declaration.empty_row)

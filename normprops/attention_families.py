@@ -1,0 +1,234 @@
+"""The attention op's adversarial families (:mod:`normprops.attention` is the op itself): each
+draws a handful of parameters (a shape, a storage type, a level, a seed) and builds its arrays with
+numpy from them, so a shrunk counterexample reads as a few numbers, not thousands of floats.
+docs/tolerances.md, "Attention", says what each aims at.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+from hypothesis import strategies as st
+
+from normprops.attention import AttentionCase
+from normprops.dtypes import DTYPES, get_dtype, to_dtype
+
+__all__ = ["ATTENTION_FAMILIES", "attention_case", "attention_cases"]
+
+F32 = np.float32
+
+
+def _shape(*, b: tuple[int, ...] = (1, 2), hkv: tuple[int, ...] = (1, 2), group: tuple[int, ...] = (1, 2, 4),
+           lq: tuple[int, int] = (1, 6), lk: st.SearchStrategy[int] | None = None,
+           d: tuple[int, ...] = (8, 16, 32, 64, 128)) -> dict[str, st.SearchStrategy[Any]]:
+    return {
+        "B": st.sampled_from(b), "Hkv": st.sampled_from(hkv), "group": st.sampled_from(group),
+        "Lq": st.integers(*lq), "Lk": st.integers(1, 96) if lk is None else lk,
+        "D": st.sampled_from(d), "seed": st.integers(0, 2**16 - 1),
+    }
+
+
+_SHAPE_KEYS = frozenset({"B", "Hkv", "group", "Lq", "Lk", "D", "Dv", "dtype"})
+
+
+def _dtypes(dtypes: tuple[str, ...]) -> st.SearchStrategy[str]:
+    return st.sampled_from(dtypes)
+
+
+def _normal(rng: np.random.Generator, p: dict[str, Any], dv: int | None = None
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    b, hkv, hq, lq, lk, d = p["B"], p["Hkv"], p["Hkv"] * p["group"], p["Lq"], p["Lk"], p["D"]
+    q = rng.standard_normal((b, hq, lq, d))
+    k = rng.standard_normal((b, hkv, lk, d))
+    v = rng.standard_normal((b, hkv, lk, d if dv is None else dv))
+    return q, k, v
+
+
+def _scale_for(d: int) -> float:
+    return float(F32(1.0 / math.sqrt(d)))
+
+
+def _some_kept(rng: np.random.Generator, shape: tuple[int, ...], keep: float) -> np.ndarray:
+    """A random mask that keeps each key with probability ``keep`` and at least one per row."""
+    mask = rng.random(shape) < keep
+    first = rng.integers(0, shape[-1], size=shape[:-1])
+    np.put_along_axis(mask, first[..., None], True, axis=-1)
+    return mask
+
+
+def _make(family: str, p: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.ndarray,
+          mask: np.ndarray | None, scale: float) -> AttentionCase:
+    dtype = p["dtype"]
+    kind = get_dtype(dtype)
+    with np.errstate(all="ignore"):
+        arrays = [to_dtype(np.clip(a, -kind.max, kind.max).astype(F32), dtype) for a in (q, k, v)]
+    shown = {key: value for key, value in sorted(p.items()) if key not in _SHAPE_KEYS}
+    return AttentionCase(*arrays, mask=mask, scale=scale, dtype=dtype, family=family, params=shown)
+
+
+def _ordinary(p: dict[str, Any]) -> AttentionCase:
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    shape = (p["B"], 1, p["Lq"], p["Lk"])
+    mask = _some_kept(rng, shape, 0.7) if p["masked"] else None
+    return _make("ordinary", p, q * p["spread"], k, v + p["offset"], mask, _scale_for(p["D"]))
+
+
+def _large_scores(p: dict[str, Any]) -> AttentionCase:
+    """Scaled scores up to ``top`` in magnitude (1e2 to 1e4): exp overflows past 88.7 unless the
+    row max is subtracted first."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    scale = _scale_for(p["D"])
+    s = scale * (q @ np.repeat(k, p["group"], axis=1).swapaxes(-1, -2))
+    c = math.sqrt(p["top"] / max(float(np.max(np.abs(s))), 1e-30))
+    return _make("large_scores", p, q * c, k * c, v, None, scale)
+
+
+def _sentinel(p: dict[str, Any]) -> AttentionCase:
+    """Every kept score of the chosen query rows near ``level`` (below -5e4): q is a constant
+    integer ``a`` and the keys ``-(a + n)`` with ``n`` in {-1, 0, 1} on ``jitter`` coordinates, so the
+    scores are exact integers times ``scale`` that differ by a few units. Padded keys at the end
+    are masked, and their values are garbage (100 times larger)."""
+    rng = np.random.default_rng(p["seed"])
+    b, hkv, group, lq, lk, d = p["B"], p["Hkv"], p["group"], p["Lq"], p["Lk"], p["D"]
+    scale = _scale_for(d)
+    a = round(math.sqrt(p["level"] / (scale * d)))
+    q = rng.standard_normal((b, hkv * group, lq, d))
+    rows = np.ones(lq, bool) if p["rows"] == "all" else (np.arange(lq) % 2 == 0)
+    q[:, :, rows, :] = a
+    k = np.full((b, hkv, lk, d), -float(a))
+    jitter = min(p["jitter"], d)
+    k[..., :jitter] -= rng.integers(-1, 2, size=(b, hkv, lk, jitter))
+    v = p["offset"] + rng.standard_normal((b, hkv, lk, d))
+    pad = min(p["padded"], lk - 1)
+    mask = None
+    if pad:
+        mask = np.ones((b, 1, lq, lk), bool)
+        mask[..., lk - pad:] = False
+        v[:, :, lk - pad:, :] *= 100.0
+    return _make("sentinel", p, q, k, v, mask, scale)
+
+
+def _fully_masked(p: dict[str, Any]) -> AttentionCase:
+    """Some query rows with no kept key: left padding of the keys per batch, the padded queries'
+    rows fully masked, optionally a bottom-right causal mask on top."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    b, lq, lk = p["B"], p["Lq"], p["Lk"]
+    mask = np.ones((b, 1, lq, lk), bool)
+    for batch in range(b):
+        pad = int(rng.integers(0, lk + 1)) if p["layout"] != "dead_rows" else 0
+        mask[batch, :, :, :pad] = False
+        if p["layout"] == "left_pad_causal":
+            mask[batch] &= np.tril(np.ones((lq, lk), bool), k=lk - lq)
+        dead = rng.random(lq) < 0.4
+        dead[int(rng.integers(0, lq))] = True
+        mask[batch, :, dead, :] = False
+    return _make("fully_masked", p, q, k, v, mask, _scale_for(p["D"]))
+
+
+def _causal(p: dict[str, Any]) -> AttentionCase:
+    """Causal masks with Lq != Lk: top-left (key j kept for query i when j <= i) or bottom-right
+    (j <= i + Lk - Lq, whose first Lq - Lk query rows keep no key when Lq > Lk)."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    lq, lk = p["Lq"], p["Lk"]
+    shift = 0 if p["corner"] == "top_left" else lk - lq
+    mask = np.broadcast_to(np.tril(np.ones((lq, lk), bool), k=shift), (p["B"], 1, lq, lk)).copy()
+    return _make("causal", p, q, k, v, mask, _scale_for(p["D"]))
+
+
+def _gqa(p: dict[str, Any]) -> AttentionCase:
+    """Grouped queries: each kv head serves ``group`` query heads (1: MHA; Hkv = 1: MQA), with kv
+    heads far apart so that reading the wrong one shows."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    v = v + 3.0 * np.arange(p["Hkv"])[None, :, None, None]
+    return _make("gqa", p, q, k, v, None, _scale_for(p["D"]))
+
+
+def _cancelling_v(p: dict[str, Any]) -> AttentionCase:
+    """Keys come in identical pairs whose values are opposite (``size`` large), plus a small
+    ``residual``: out is near 0 while every term of P.V is large."""
+    rng = np.random.default_rng(p["seed"])
+    half = dict(p, Lk=p["Lk"])
+    q, k0, v0 = _normal(rng, half)
+    v0 = v0 * p["size"]
+    k = np.concatenate([k0, k0], axis=2)
+    v = np.concatenate([v0, -v0], axis=2) + p["residual"] * rng.standard_normal(
+        (p["B"], p["Hkv"], 2 * p["Lk"], p["D"]))
+    order = rng.permutation(2 * p["Lk"])
+    return _make("cancelling_v", p, q, k[:, :, order], v[:, :, order], None, _scale_for(p["D"]))
+
+
+def _ragged(p: dict[str, Any]) -> AttentionCase:
+    """Odd head dims (D and Dv apart) and key lengths either side of a power of two."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p, dv=p["Dv"])
+    mask = _some_kept(rng, (p["B"], 1, p["Lq"], p["Lk"]), 0.8) if p["masked"] else None
+    return _make("ragged", p, q, k, v, mask, _scale_for(p["D"]))
+
+
+_ODD = (1, 3, 17, 63, 65, 127, 129, 255)
+_FAMILIES: dict[str, tuple[Callable[[tuple[str, ...]], dict[str, st.SearchStrategy[Any]]],
+                           Callable[[dict[str, Any]], AttentionCase]]] = {
+    "ordinary": (lambda dt: {**_shape(), "dtype": _dtypes(dt), "masked": st.booleans(),
+                             "spread": st.sampled_from([1.0, 0.1, 3.0]),
+                             "offset": st.sampled_from([0.0, 1.0, -4.0])}, _ordinary),
+    "large_scores": (lambda dt: {**_shape(), "dtype": _dtypes(dt),
+                                 "top": st.floats(2, 4).map(lambda e: float(10.0**e))}, _large_scores),
+    "sentinel": (lambda dt: {**_shape(group=(1, 2, 4, 16), lq=(1, 4), d=(16, 32, 64, 128)),
+                             "dtype": _dtypes(dt),
+                             "level": st.floats(5.5e4, 1.2e5).map(lambda x: float(round(x))),
+                             "rows": st.sampled_from(["all", "even"]), "jitter": st.integers(0, 4),
+                             "offset": st.sampled_from([0.0, 1.0, 4.0]), "padded": st.integers(0, 4)},
+                 _sentinel),
+    "fully_masked": (lambda dt: {**_shape(lk=st.sampled_from([1, 33, 65, 97, 64, 192])),
+                                 "dtype": _dtypes(dt),
+                                 "layout": st.sampled_from(["left_pad", "left_pad_causal", "dead_rows"])},
+                     _fully_masked),
+    "causal": (lambda dt: {**_shape(lq=(1, 12), lk=st.integers(1, 40)), "dtype": _dtypes(dt),
+                           "corner": st.sampled_from(["top_left", "bottom_right"])}, _causal),
+    "gqa": (lambda dt: {**_shape(b=(1,), hkv=(1, 2, 3), group=(1, 2, 4, 8, 16), lq=(1, 3),
+                                 lk=st.integers(1, 64), d=(16, 32, 64)), "dtype": _dtypes(dt)}, _gqa),
+    "cancelling_v": (lambda dt: {**_shape(lk=st.integers(1, 48)), "dtype": _dtypes(dt),
+                                 "size": st.sampled_from([1e2, 1e3, 3e4]),
+                                 "residual": st.sampled_from([0.0, 1e-3, 1.0])}, _cancelling_v),
+    "ragged": (lambda dt: {**_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=(1, 3),
+                                    lk=st.sampled_from([1, 63, 65, 127, 129, 255, 257]), d=_ODD),
+                           "Dv": st.sampled_from(_ODD), "dtype": _dtypes(dt), "masked": st.booleans()},
+               _ragged),
+}
+
+#: The families' names, in the order of docs/tolerances.md, "Attention".
+ATTENTION_FAMILIES: tuple[str, ...] = tuple(_FAMILIES)
+
+
+def attention_case(family: str, **params: Any) -> AttentionCase:
+    """The case a family builds from ``params`` (every parameter its strategy draws, by name, as
+    a counterexample's repr shows them plus the shape)."""
+    if family not in _FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(ATTENTION_FAMILIES)} but was {family!r}")
+    names = set(_FAMILIES[family][0](("float32",)))
+    if set(params) != names:
+        missing, extra = sorted(names - set(params)), sorted(set(params) - names)
+        raise ValueError(f"{family} takes the parameters {sorted(names)}; missing {missing}, "
+                         f"unknown {extra}")
+    return _FAMILIES[family][1](dict(params))
+
+
+def attention_cases(family: str | None = None, *,
+                    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
+                    ) -> st.SearchStrategy[AttentionCase]:
+    """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``."""
+    if family is None:
+        return st.sampled_from(ATTENTION_FAMILIES).flatmap(lambda f: attention_cases(f, dtypes=dtypes))
+    if family not in _FAMILIES:
+        raise ValueError(f"family must be one of {', '.join(ATTENTION_FAMILIES)} but was {family!r}")
+    if not dtypes or any(t not in DTYPES for t in dtypes):
+        raise ValueError(f"dtypes must name some of {', '.join(DTYPES)} but was {dtypes!r}")
+    params, build = _FAMILIES[family]
+    return st.fixed_dictionaries(params(tuple(dtypes))).map(build)
