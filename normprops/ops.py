@@ -55,6 +55,11 @@ class OpSpec:
         return "mask" in self.params
 
     @property
+    def has_variance(self) -> bool:
+        """Forms a layer norm's variance, which ``variance=`` (--variance) describes."""
+        return (self.forward or self.name) == "layernorm"
+
+    @property
     def is_softmax(self) -> bool:
         """Judged as a softmax (row sums, bounds, argmax, ratios)."""
         return self.name in SOFTMAX_OPS
