@@ -40,6 +40,7 @@ from normprops.engine import (
     profile_config,
 )
 from normprops.errors import UsageError
+from normprops.flags import flag
 from normprops.hints import hints
 from normprops.jsonio import output_dir_problem
 from normprops.launch import Target, target_from_callable
@@ -299,8 +300,9 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     if any(f.fixture for f in report.failures):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         if module and name and "<" not in name and module != "__main__":
-            lines.append(f"replay: {_import_path(module)}normprops replay --op {target['op']} --impl "
-                         f"{module}:{name} --fixtures-dir {shlex.quote(report.settings['fixtures_dir'])}"
+            lines.append(f"replay: {_import_path(module)}normprops replay {flag('op')} {target['op']} "
+                         f"{flag('impl')} {module}:{name} {flag('fixtures_dir')} "
+                         f"{shlex.quote(report.settings['fixtures_dir'])}"
                          f"{replay_flags(target, policy=report.settings['policy'])}")
         else:
             lines.append(f"replay: {name or fn!r} cannot be imported by name (defined inside a function, "

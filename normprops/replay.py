@@ -20,6 +20,7 @@ from typing import Callable
 
 from normprops.case import Case, ShapeConstraints
 from normprops.errors import UsageError
+from normprops.flags import flag
 from normprops.launch import Target, same_source
 from normprops.regressions import (
     Fixture,
@@ -158,9 +159,9 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
         pruning.mine = [f for f in listing.fixtures if f.of_package(kernel)]
     sources = _sources(pruning.mine) if kernel is not None else []
     if len(sources) > 1:
-        raise UsageError(f"kernel {kernel!r} (--kernel) is the name of {len(sources)} kernels defined in "
-                         f"different places ({', '.join(sources)}); name one by where it is defined, "
-                         f"e.g. {sources[0]}")
+        raise UsageError(f"kernel {kernel!r} ({flag('kernel')}) is the name of {len(sources)} kernels "
+                         f"defined in different places ({', '.join(sources)}); name one by where it is "
+                         f"defined, e.g. {sources[0]}")
     if not pruning.mine:
         if on_selected is not None:
             on_selected(pruning)
