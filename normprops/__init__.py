@@ -23,7 +23,7 @@ __version__ = "0.2.0"
 _EXPORTS = {
     "hunt_kernel": "normprops.api",
     "assert_robust": "normprops.api",
-    "hunt_families": "normprops.api",
+    "hunt_families": "normprops.engine",
     "Report": "normprops.report",
     "Case": "normprops.case",
     "ShapeConstraints": "normprops.case",

@@ -18,31 +18,33 @@ from __future__ import annotations
 import difflib
 import functools
 import inspect
-import math
 import os
-import secrets
 import shlex
 import sys
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
-from hypothesis import core as hypothesis_core
 from hypothesis import settings as hypothesis_settings
 
 from normprops.call_defaults import SessionDefaults, current_defaults, use_session_defaults
 from normprops.case import ShapeConstraints
+from normprops.declaration import Declaration
+from normprops.engine import (
+    HuntRun,
+    check_families_drawable,
+    choose_seed,
+    deadline_after,
+    hunt_families,
+    profile_config,
+)
 from normprops.errors import UsageError
+from normprops.flags import flag
 from normprops.hints import hints
-from normprops.hunt import HuntConfig, HuntResult, check_drawable, hunt
-from normprops.information import hunt_information
 from normprops.jsonio import output_dir_problem
-from normprops.launch import VARIANCE_OPS, Target, target_from_callable
-from normprops.ops import USER_ROW_REDUCTION, get_op, is_backward
-from normprops.regressions import save_findings
-from normprops.replay import with_saved_examples
+from normprops.launch import Target, target_from_callable
+from normprops.ops import get_op
 from normprops.report import Report, format_finding
 from normprops.strategies import families_for
 from normprops.timeouts import call_timeout_problem
@@ -51,91 +53,18 @@ __all__ = ["HuntRun", "hunt_families", "hunt_kernel", "assert_robust", "target_j
            "SessionDefaults", "use_session_defaults"]
 
 
-@dataclass
-class HuntRun:
-    """The families hunted so far, and why the loop ended early (None: it did not)."""
-
-    results: list[HuntResult] = field(default_factory=list)
-    stopped: str | None = None
-    interrupted: bool = False
-    cut_short: bool = False  # the time budget ran out (``HuntConfig.deadline``)
-
-
-def _cause(reason: str) -> str:
-    """A contract failure's cause, without the input shape it happened on."""
-    return reason.rsplit(" (input shape", 1)[0]
-
-
-def hunt_families(target: Target, *, families: Sequence[str], config: HuntConfig,
-                  fixtures_dir: Path | None = None, save: Callable[[str], bool] = lambda f: True,
-                  on_result: Callable[[HuntResult, str | None], None] | None = None,
-                  stop_on_repeated_contract: bool = True) -> HuntRun:
-    """Hunt ``target`` on each of ``families`` in turn; fixtures under ``fixtures_dir`` for the
-    families ``save`` accepts, and the newest the target's kernel saved there before tried first
-    (:func:`~normprops.replay.with_saved_examples`). What the target does not promise but is
-    worth knowing (range safety for a norm that does not ask for it) is hunted too and comes back
-    as information (:class:`~normprops.information.InformedResult`), never as a failure or a
-    fixture.
-    ``on_result(result, note)`` sees each family as it finishes (note: a one-line remark, e.g. that
-    its contract failure repeats an earlier one). A matrix of many kernels wants every cell:
-    ``stop_on_repeated_contract=False`` hunts on (each family still hunts its other properties
-    past a contract failure)."""
-    run = HuntRun()
-    if fixtures_dir is not None:
-        target = with_saved_examples(target, fixtures_dir)
-    contract_causes: dict[str, str] = {}  # cause -> the family that first showed it
-    for position, family in enumerate(families, start=1):
-        result = hunt_information(target, hunt(target, family=family, config=config), config=config)
-        repeat = None
-        contract = next((f for f in result.findings if f.property == "contract"), None)
-        if contract is not None:
-            cause = _cause(contract.verdict.reason)
-            repeat = contract_causes.get(cause)
-            contract_causes.setdefault(cause, family)
-        if fixtures_dir is not None and save(family) and result.findings and repeat is None:
-            result = save_findings(result, target=target, directory=fixtures_dir)
-        run.results.append(result)
-        note = None
-        if repeat is not None and stop_on_repeated_contract:
-            note = f"the same contract failure as in {repeat}"
-            if position < len(families):  # families are left, which would fail it again
-                run.stopped = (f"{repeat} and {family} failed the calling contract the same way: "
-                               f"fix that first")
-        elif result.fatal:
-            run.stopped = "the target cannot be called again in this process"
-        elif result.interrupted:
-            run.stopped = "interrupted"
-            run.interrupted = True
-        elif result.cut_short:
-            run.stopped = "the time budget was spent"
-            run.cut_short = True
-        if on_result is not None:
-            on_result(result, note)
-        if run.stopped:
-            break
-    return run
-
-
 def target_json(target: Target) -> dict[str, Any]:
-    """What a report says about a target: where it runs and what it was hunted under."""
-    return {
-        "label": target.label, "name": target.name, "op": target.op, "backend": target.backend,
-        "framework": target.adapter.framework, "device": target.adapter.device,
-        "dtype": target.dtype, "constraints": target.constraints.to_json(),
-        "ignore": sorted(target.ignore), "opt_in": sorted(target.opt_in),
-        "information": sorted(target.information),
-        "ftz": target.error_model.ftz, "threads": target.error_model.threads,
-        "call_timeout": target.timeout_s,
-        "reduction": target.error_model.reduction, "arithmetic": target.error_model.arithmetic,
-        **({"row_reduction": target.row_reduction} if is_backward(target.op) else {}),
-        **({"variance": target.error_model.variance} if target.op in VARIANCE_OPS else {}),
-        **({"mask": "bool" if target.mask_fill is None else "additive",
-            "mask_fill": _fill_json(target.mask_fill)} if get_op(target.op).has_mask else {}),
-    }
-
-
-def _fill_json(fill: float | None) -> float | str | None:
-    return fill if fill is None or math.isfinite(fill) else repr(fill)
+    """What a report says about a target: where it runs and what it was hunted under (its
+    declaration's :meth:`~normprops.declaration.Declaration.to_json`, with its names, backend
+    and the properties hunted as information)."""
+    declared = target.declaration.to_json()
+    out = {"label": target.label, "name": target.name, "op": declared.pop("op"),
+           "backend": target.backend}
+    for key, value in declared.items():
+        out[key] = value
+        if key == "opt_in":
+            out["information"] = sorted(target.information)
+    return out
 
 
 def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -271,11 +200,12 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                                        max_cols=max_cols)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    target = target_from_callable(fn, op=op, dtype=dtype, framework=framework, device=device,
-                                  ignore=ignore, constraints=constraints, threads=threads, ftz=ftz,
-                                  reduction=reduction, arithmetic=arithmetic, opt_in=opt_in,
-                                  timeout_s=call_timeout, row_reduction=row_reduction, mask=mask,
-                                  mask_fill=mask_fill, variance=variance)
+    declaration = Declaration.declare(
+        op=op, dtype=dtype, framework=framework, device=device, ignore=ignore,
+        constraints=constraints, threads=threads, ftz=ftz, reduction=reduction,
+        arithmetic=arithmetic, opt_in=opt_in, call_timeout=call_timeout,
+        row_reduction=row_reduction, mask=mask, mask_fill=mask_fill, variance=variance)
+    target = target_from_callable(fn, declaration=declaration)
     # The default object itself (not an equal value the caller passed): asked for by default, a
     # timeout that cannot be kept is dropped quietly; asked for by name, it is said.
     default = call_timeout is _DEFAULT_CALL_TIMEOUT
@@ -288,7 +218,6 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                           RuntimeWarning, stacklevel=_callers_level())
         call_timeout = None
     chosen = _families(op, families)
-    current = hypothesis_settings()
     session = current_defaults()
     fixtures = session.fixtures_dir if fixtures_dir is None else _fixtures_dir(fixtures_dir)
     deadline = deadline_after(time_budget)
@@ -296,23 +225,18 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         if session.when_spent is not None and time.monotonic() >= session.deadline:
             session.when_spent("the session's normprops time budget was spent before this hunt")
         deadline = session.deadline if deadline is None else min(deadline, session.deadline)
-    if seed is None and not current.derandomize:
-        # A seed drawn and kept, as the CLI does, so that a failure can be repeated (seed=N); one
-        # pytest forces (--hypothesis-seed) is taken as it is.
-        forced = getattr(hypothesis_core, "global_force_seed", None)
-        seed = forced if isinstance(forced, int) else secrets.randbelow(2**31)
+    # A seed drawn and kept, as the CLI does, so that a failure can be repeated (seed=N); one
+    # pytest forces (--hypothesis-seed) is taken as it is; none under a derandomized profile.
+    seed = choose_seed(seed, derandomized_seed=None)
     try:
-        config = HuntConfig(max_examples=current.max_examples if max_examples is None else max_examples,
-                            seed=seed, derandomize=current.derandomize, parent=current,
-                            policy=session.policy, oracle=session.oracle, deadline=deadline)
+        config = profile_config(max_examples=max_examples, seed=seed, policy=session.policy,
+                                oracle=session.oracle, deadline=deadline)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    for family in chosen:  # said before any family is hunted, as the CLI does
-        try:
-            check_drawable(target, family=family, config=config)
-        except ValueError as exc:
-            raise UsageError(f"{exc}: widen min_cols or max_cols, or leave {family} out "
-                             f"(families=)") from None
+    # Said before any family is hunted, as the CLI does.
+    check_families_drawable(target, families=chosen, config=config,
+                            fix=lambda why, family: f"{why}: widen min_cols or max_cols, or leave "
+                                                    f"{family} out (families=)")
     run = hunt_families(target, families=chosen, config=config, fixtures_dir=fixtures)
     report = Report("hunt", settings={"op": op, "max_examples": config.max_examples, "seed": seed,
                                       "families": list(chosen), "policy": config.policy,
@@ -342,18 +266,6 @@ def _fixtures_dir(value: Any) -> Path:
     if problem:
         raise UsageError(f"fixtures_dir={str(path)!r}{problem}")
     return path
-
-
-def deadline_after(time_budget: float | None) -> float | None:
-    """The ``HuntConfig.deadline`` of a hunt that may take ``time_budget`` seconds from now (None:
-    no budget). Raises :class:`~normprops.errors.UsageError` for a budget that is not a positive
-    number of seconds."""
-    if time_budget is None:
-        return None
-    if isinstance(time_budget, bool) or not isinstance(time_budget, (int, float)) or not (
-            0 < time_budget < math.inf):
-        raise UsageError(f"time_budget must be a positive number of seconds but was {time_budget!r}")
-    return time.monotonic() + float(time_budget)
 
 
 def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
@@ -388,8 +300,9 @@ def assert_robust(fn: Callable[..., Any], **kwargs: Any) -> Report:
     if any(f.fixture for f in report.failures):
         module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
         if module and name and "<" not in name and module != "__main__":
-            lines.append(f"replay: {_import_path(module)}normprops replay --op {target['op']} --impl "
-                         f"{module}:{name} --fixtures-dir {shlex.quote(report.settings['fixtures_dir'])}"
+            lines.append(f"replay: {_import_path(module)}normprops replay {flag('op')} {target['op']} "
+                         f"{flag('impl')} {module}:{name} {flag('fixtures_dir')} "
+                         f"{shlex.quote(report.settings['fixtures_dir'])}"
                          f"{replay_flags(target, policy=report.settings['policy'])}")
         else:
             lines.append(f"replay: {name or fn!r} cannot be imported by name (defined inside a function, "
@@ -412,45 +325,11 @@ def _import_path(module: str | None) -> str:
     return f"PYTHONPATH={shlex.quote(os.path.relpath(root))}{keep} "
 
 
-#: ``normprops replay``'s own --call-timeout, left out of a replay command that would repeat it.
-_REPLAY_CALL_TIMEOUT = 60.0
-
-
 def replay_flags(target: dict[str, Any], *, policy: str = "default") -> str:
     """The flags that make ``normprops replay`` take the fixtures of the kernel ``target`` describes
-    (:func:`target_json`) and judge them as the hunt did: its arrays, storage type and widths, what
-    it declared (properties not promised or promised too, flushing, reduction, arithmetic,
-    variance), its call timeout and the hunt's tolerance ``policy``."""
-    widths = target["constraints"]
-    threads = target.get("threads")
-    flags = [("--framework", target["framework"] if target["framework"] != "numpy" else None),
-             ("--device", target.get("device") if target["framework"] != "numpy" else None),
-             ("--dtype", target["dtype"] if target["dtype"] != "float32" else None),
-             ("--cols-multiple-of", widths["cols_multiple_of"] if widths["cols_multiple_of"] > 1 else None),
-             ("--min-cols", widths["min_cols"] if widths["min_cols"] > 1 else None),
-             ("--max-cols", widths["max_cols"]),
-             ("--ignore", ",".join(target.get("ignore", ())) or None),
-             ("--check", ",".join(target.get("opt_in", ())) or None),
-             ("--threads", threads if threads not in (None, 32) else None),
-             ("--reduction", target.get("reduction") if target.get("reduction") != "sequential" else None),
-             ("--arithmetic", target.get("arithmetic") if target.get("arithmetic") != "float32" else None),
-             ("--row-reduction", target.get("row_reduction")
-              if target.get("row_reduction", USER_ROW_REDUCTION) != USER_ROW_REDUCTION else None),
-             ("--variance", target.get("variance")
-              if target.get("variance", "two_pass") != "two_pass" else None)]
-    if target.get("mask") == "additive":
-        flags += [("--mask", "additive"), ("--mask-fill", _fill_flag(target["mask_fill"]))]
-    timeout = target.get("call_timeout")
-    if timeout not in (None, _REPLAY_CALL_TIMEOUT):
-        flags.append(("--call-timeout", repr(float(timeout))))
-    flags.append(("--policy", policy if policy != "default" else None))
-    line = "".join(f" {flag} {value}" for flag, value in flags if value is not None)
-    return line + (" --ftz" if target.get("ftz") else "")
-
-
-def _fill_flag(fill: float | str) -> str:
-    """A fill as ``--mask-fill`` takes it back: ``-inf``, or the number's shortest repr."""
-    return fill if isinstance(fill, str) else repr(float(fill))
+    (:func:`target_json`) and judge them as the hunt did, under the hunt's tolerance ``policy``
+    (:meth:`~normprops.declaration.Declaration.to_flags`)."""
+    return Declaration.from_json(target).to_flags(policy=policy)
 
 
 # help(), IDEs and inspect show hunt_kernel's keywords, which assert_robust takes as they are.

@@ -9,7 +9,8 @@ from typing import Any
 
 from normprops.cuda.shape import Shape, cluster_shape, elements_per_thread, shape_for
 
-__all__ = ["ErrorModel", "FOREIGN_ERROR_MODEL", "REDUCTIONS", "TREE_LEAF_DEPTH", "VARIANCES"]
+__all__ = ["ErrorModel", "FOREIGN_ERROR_MODEL", "REDUCTIONS", "ROW_REDUCTIONS", "TREE_LEAF_DEPTH",
+           "VARIANCES"]
 
 #: What a reduction may look like (``ErrorModel.reduction``; docs/tolerances.md, "Reduction depth").
 REDUCTIONS = ("sequential", "tree")
@@ -19,6 +20,11 @@ REDUCTIONS = ("sequential", "tree")
 TREE_LEAF_DEPTH = 18
 #: How a layer norm forms its variance (``ErrorModel.variance``; docs/tolerances.md, "Layer norm").
 VARIANCES = ("two_pass", "one_pass")
+#: How a gradient kernel combines its rows into dgamma and dbeta (``ErrorModel.row_reduction``;
+#: docs/tolerances.md, "Gradients"): ``blocks`` per-block partials over ``threads`` blocks, each
+#: adding its rows in turn, then a tree; ``sequential`` one running sum over the rows; ``tree`` a
+#: pairwise sum.
+ROW_REDUCTIONS = ("blocks", "sequential", "tree")
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,9 @@ class ErrorModel:
     # update), whose error grows like k u kappa; "one_pass" (E[x^2] - E[x]^2, in any order), whose
     # error grows like k u kappa^2 (docs/tolerances.md, "Layer norm"). The other ops have none.
     variance: str = "two_pass"
+    # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS), the
+    # depth of their bounds; a forward op sums no rows and leaves it unread.
+    row_reduction: str = "blocks"
 
     def __post_init__(self) -> None:
         if not isinstance(self.ftz, bool):
@@ -76,6 +85,9 @@ class ErrorModel:
             raise ValueError(f"variance must be one of {VARIANCES} but was {self.variance!r}; "
                              f"'two_pass' for a variance around the mean (or Welford's), 'one_pass' "
                              f"for E[x^2] - E[x]^2")
+        if self.row_reduction not in ROW_REDUCTIONS:
+            raise ValueError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
+                             f"{self.row_reduction!r}")
 
     @property
     def unit_roundoff(self) -> float:

@@ -225,7 +225,7 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
                 # The least loosening first: the smallest depth at the widest row that failed.
                 widest = max(c.cols for c in cases)
                 for declaration, model in sorted(group, key=lambda g: g[1].k(widest)):
-                    if _passes(replace(target, error_model=model), cases, TOLERANCE_PROPERTIES,
+                    if _passes(target.declared(error_model=model), cases, TOLERANCE_PROPERTIES,
                                policy=policy, oracle=oracle):
                         out.append(f"hint: {declaration.flag} ({declaration.keyword}) explains every "
                                    f"{kinds} finding here ({_families(accuracy)}): under it, each "
@@ -246,7 +246,7 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
 
             for declaration, allowed in _width_candidates(widths, takes):
                 moved = [_at_width(c, w) for c in cases for w in _nearest_allowed(c.cols, allowed)]
-                if _passes(replace(target, constraints=allowed), moved, frozenset({"contract"}),
+                if _passes(target.declared(constraints=allowed), moved, frozenset({"contract"}),
                            policy=policy, oracle=oracle):
                     out.append(f"hint: {declaration.flag} ({declaration.keyword}) explains every "
                                f"raise here (widths {', '.join(map(str, widths))}): the same rows "

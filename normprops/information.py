@@ -9,7 +9,7 @@ judged, and :class:`InformedResult` carries what it found beside the family's ju
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from normprops.hunt import Finding, HuntConfig, HuntResult, hunt
 from normprops.launch import Target
@@ -49,7 +49,7 @@ def hunt_information(target: Target, result: HuntResult, *, config: HuntConfig) 
     shown = frozenset(p for p in target.information if result.family in shown_in(p, target.op))
     if not shown or result.fatal or result.interrupted or result.cut_short:
         return result
-    alone = replace(target, opt_in=target.opt_in | shown, ignore=IGNORABLE - shown)
+    alone = target.declared(opt_in=target.opt_in | shown, ignore=IGNORABLE - shown)
     extra = hunt(alone, family=result.family, config=config)
     stopped = tuple(f for f in extra.findings if extra.fatal and f.property == "contract")
     values = {f.name: getattr(result, f.name) for f in fields(HuntResult)}

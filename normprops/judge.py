@@ -8,7 +8,7 @@ fails outright, naming row and column.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -192,14 +192,23 @@ def _as_rows(a: np.ndarray) -> np.ndarray:
     return a if a.ndim == 2 else a[None, :]
 
 
-def _verdict(label: str, case: Case, prop: str, output: str, row: int | None, col: int,
-             got: float, expected: float | None = None, error: float | None = None,
+@dataclass(frozen=True)
+class _Output:
+    """Which kernel, case and named output a verdict is about."""
+
+    label: str
+    case: Case
+    name: str
+
+
+def _verdict(at: _Output, prop: str, row: int | None, col: int, got: float,
+             expected: float | None = None, error: float | None = None,
              tolerance: float | None = None, ratio: float = math.inf, reason: str = "") -> Verdict:
-    return Verdict(label, prop, case.family, row, col, float(got),
+    return Verdict(at.label, prop, at.case.family, row, col, float(got),
                    None if expected is None else float(expected),
                    None if error is None else float(error),
                    None if tolerance is None else float(tolerance), float(ratio), reason,
-                   output=output)
+                   output=at.name)
 
 
 def _past_range(z: float, dtype: str) -> str:
@@ -245,6 +254,7 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
     rounds_to_inf = kind.max * (1 + 2.0 ** -(kind.bits + 1))
     worst_ratio = 0.0
     for name, out in outs.items():
+        at = _Output(label, case, name)
         got = _as_rows(out).astype(np.float64)
         z, t = ref.z[name], tol.tol[name]
         per_row = name == "dx"
@@ -270,13 +280,13 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
         bad = beyond & ~((np.sign(got) == np.sign(z)) & (np.abs(got) >= kind.max))
         if bad.any():
             r, c = worst(np.ones_like(err), bad)
-            add(_verdict(label, case, "range_safety" if ranged[r, c] else "accuracy", name, row(r),
+            add(_verdict(at, "range_safety" if ranged[r, c] else "accuracy", row(r),
                          c, got[r, c], z[r, c],
                          reason=_past_range(z[r, c], case.dtype)))
         bad = judged & ~np.isfinite(got)
         if bad.any():
             r, c = worst(np.ones_like(err), bad)
-            add(_verdict(label, case, "range_safety" if ranged[r, c] else "finite", name, row(r), c,
+            add(_verdict(at, "range_safety" if ranged[r, c] else "finite", row(r), c,
                          got[r, c], z[r, c],
                          reason=nonfinite_reason(got[r, c], z[r, c])))
         failing = accurate & np.isfinite(got) & ~(err <= t)
@@ -284,7 +294,7 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             sel = failing & mask
             if sel.any():
                 r, c = worst(ratio, sel)
-                add(_verdict(label, case, prop, name, row(r), c, got[r, c], z[r, c], err[r, c],
+                add(_verdict(at, prop, row(r), c, got[r, c], z[r, c], err[r, c],
                              t[r, c], ratio[r, c]))
         counted = accurate & np.isfinite(got)
         if "range_safety" in skip:
@@ -297,7 +307,7 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             bad = ref.poisoned[:, None] & np.isfinite(got)
             if bad.any():
                 r, c = worst(np.ones_like(err), bad)
-                add(_verdict(label, case, "nan_propagation", name, r, c, got[r, c],
+                add(_verdict(at, "nan_propagation", r, c, got[r, c],
                              reason=f"got {got[r, c]:.5g} in a row with a non-finite input; "
                                     f"expected NaN or an infinity"))
     return list(found.values()), worst_ratio

@@ -76,6 +76,13 @@ class KernelSpec:
     # hunted where the planted bug shows. `--families` (`all`: every one) hunts the others.
     default_families: frozenset[str] | None = None
 
+    def __post_init__(self) -> None:
+        # An entry names its row reduction beside its model; the model carries it from here on
+        # (the declaration, the bounds), so both always agree.
+        if self.error_model.row_reduction != self.row_reduction:
+            object.__setattr__(self, "error_model",
+                               replace(self.error_model, row_reduction=self.row_reduction))
+
     @property
     def bug_constraints(self) -> ShapeConstraints:
         return self.constraints if self.bug_widths is None else self.bug_widths

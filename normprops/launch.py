@@ -20,21 +20,16 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.case import Case, ShapeConstraints
-from normprops.errormodel import FOREIGN_ERROR_MODEL, VARIANCES, ErrorModel
+from normprops.declaration import VARIANCE_OPS, Declaration
+from normprops.errormodel import ErrorModel
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
+from normprops.flags import flag
 from normprops.frameworks import Adapter, get_adapter
 from normprops.kernelspec import KernelSpec
-from normprops.masking import MASK_KINDS, mask_fill_value
 from normprops.ops import (
-    APPLICABLE,
     INFORMATIVE,
     OPTIONAL,
-    PROPERTIES,
-    ROW_REDUCTIONS,
-    USER_ROW_REDUCTION,
     OpSpec,
-    check_ignore,
-    check_opt_in,
     get_op,
 )
 from normprops.timeouts import call_with_timeout
@@ -75,22 +70,18 @@ _NUMPY_FLOAT32 = get_adapter("numpy", dtype="float32")
 @dataclass(frozen=True)
 class Target:
     name: str
-    op: str
     backend: str
     fn: Callable[..., object]
-    error_model: ErrorModel
+    # What the kernel declares (its op, arrays, widths, promises, reduction, mask, call timeout):
+    # read through the properties below; changed with :meth:`declared`.
+    declaration: Declaration
     claims: frozenset[str] | None = None  # None: a foreign target claims nothing in advance
     # GPU targets: determinism and row isolation are also checked on the case's rows tiled into a
     # batch this large, launched twice, so a race has thousands of blocks to show itself in.
     stress_rows: int = 0
-    ignore: frozenset[str] = frozenset()  # properties the kernel does not promise: never judged
-    opt_in: frozenset[str] = frozenset()  # optional properties judged too (ops.OPTIONAL)
-    timeout_s: float | None = None  # a call that does not return in time stops the hunt
-    dtype: str = "float32"  # storage type: the hunt's cases hold values exact in it
     # How the arguments are passed (framework, storage type, device). Our registered kernels take
     # float32 numpy arrays whatever their storage type; a user's kernel takes its own.
     adapter: Adapter = _NUMPY_FLOAT32
-    constraints: ShapeConstraints = ShapeConstraints()
     # Cases every hunt of this target tries first, as explicit examples (a known bug's committed
     # finding, so that a hunt meets it whatever the seed).
     examples: tuple[Case, ...] = field(default=(), compare=False, repr=False)
@@ -99,14 +90,55 @@ class Target:
     # failure at once; replay.with_saved_examples).
     saved: tuple[tuple[str, Case], ...] = field(default=(), compare=False, repr=False)
     warnings: WarningLog = field(default_factory=WarningLog, compare=False, repr=False)
-    # Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS).
-    row_reduction: str = "blocks"
-    # Masked softmax: None, the mask is handed over as booleans; else as an additive float mask of
-    # 0 and this fill (its value in the storage type).
-    mask_fill: float | None = None
     # Where a user's kernel is defined, MODULE:QUALNAME or FILE:KERNEL (None: a registry entry, whose
     # backend and name are unique): two kernels of one name in two modules keep their fixtures apart.
     source: str | None = None
+
+    def declared(self, **changes: Any) -> Target:
+        """This target with ``changes`` to its declaration (``ignore=``, ``error_model=``, ...)."""
+        return replace(self, declaration=replace(self.declaration, **changes))
+
+    @property
+    def op(self) -> str:
+        return self.declaration.op
+
+    @property
+    def dtype(self) -> str:
+        """Storage type: the hunt's cases hold values exact in it."""
+        return self.declaration.dtype
+
+    @property
+    def error_model(self) -> ErrorModel:
+        return self.declaration.error_model
+
+    @property
+    def ignore(self) -> frozenset[str]:
+        """Properties the kernel does not promise: never judged."""
+        return self.declaration.ignore
+
+    @property
+    def opt_in(self) -> frozenset[str]:
+        """Optional properties judged too (ops.OPTIONAL)."""
+        return self.declaration.opt_in
+
+    @property
+    def constraints(self) -> ShapeConstraints:
+        return self.declaration.constraints
+
+    @property
+    def timeout_s(self) -> float | None:
+        """A call that does not return in time stops the hunt."""
+        return self.declaration.call_timeout
+
+    @property
+    def row_reduction(self) -> str:
+        """Gradient ops: how the kernel combines rows into dgamma and dbeta (ops.ROW_REDUCTIONS)."""
+        return self.declaration.row_reduction
+
+    @property
+    def mask_fill(self) -> float | None:
+        """Masked softmax: None, a boolean mask; else the additive mask's fill."""
+        return self.declaration.mask_fill
 
     @property
     def label(self) -> str:
@@ -226,62 +258,14 @@ def target_from_spec(spec: KernelSpec) -> Target:
     else:
         adapter = get_adapter(spec.framework, dtype=spec.dtype, device=spec.device)
     stress = GPU_STRESS_ROWS if spec.backend in GPU_BACKENDS or adapter.on_gpu else 0
-    # Range safety is judged wherever a registered kernel is hunted: its claims say, family by
-    # family, what it promises (cuda-prod's norms claim huge), and an unclaimed cell is information.
-    opt_in = frozenset({"range_safety"}) - spec.exempt
-    return Target(spec.name, spec.op, spec.backend, spec.load(), spec.error_model, spec.claims,
-                  stress_rows=stress, ignore=spec.exempt, opt_in=opt_in, dtype=spec.dtype,
-                  adapter=adapter, constraints=spec.constraints, row_reduction=spec.row_reduction)
+    return Target(spec.name, spec.backend, spec.load(), _on(Declaration.from_spec(spec), adapter),
+                  spec.claims, stress_rows=stress, adapter=adapter)
 
 
-def _check_promises(ignore: object, opt_in: object, op: str) -> tuple[frozenset[str], frozenset[str]]:
-    """``ignore`` and ``opt_in`` validated, disjoint, and each optional property one that ``op``
-    has: UsageError otherwise."""
-    try:
-        ignored, asked = check_ignore(ignore), check_opt_in(opt_in)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    both = sorted(ignored & asked)
-    if both:
-        raise UsageError(f"{', '.join(both)} both ignored and checked (--ignore and --check, ignore= "
-                         f"and opt_in=): a kernel promises a property or does not; keep one")
-    if "row_order" in asked and get_op(op).forward is None:
-        raise UsageError(f"--check row_order (opt_in=) applies to the gradient ops only; op {op} "
-                         f"has no dgamma or dbeta")
-    if "exact_constant" in asked and op not in ("layernorm", "rmsnorm"):
-        raise UsageError(f"--check exact_constant (opt_in=) applies to layernorm and rmsnorm only; op "
-                         f"{op} has no row whose output is exactly known")
-    for names, flags in ((ignored, "--ignore (ignore=)"), (asked, "--check (opt_in=)")):
-        foreign = sorted(names - APPLICABLE[op])
-        if foreign:  # a promise about a property the op never has is a mistake, not a no-op
-            raise UsageError(f"{flags} {','.join(foreign)}: op {op} is never judged on "
-                             f"{'it' if len(foreign) == 1 else 'them'}; its properties: "
-                             f"{', '.join(p for p in PROPERTIES if p in APPLICABLE[op])}")
-    return ignored, asked
-
-
-def _check_arithmetic(arithmetic: str, dtype: str) -> None:
-    """bfloat16 arithmetic needs 16-bit storage: on float32 storage it would judge float32 outputs
-    with bounds 65536 times wider, and pass what float32 arithmetic fails."""
-    if arithmetic == "bfloat16" and dtype == "float32":
-        raise UsageError("--arithmetic bfloat16 (arithmetic=\"bfloat16\") declares a kernel whose every "
-                         "operation rounds to bfloat16, which its float32 storage does not; for a "
-                         "kernel that stores bfloat16, add --dtype bfloat16 (dtype=\"bfloat16\")")
-
-
-#: The ops that compute a variance, which ``variance=`` (--variance) describes.
-VARIANCE_OPS = ("layernorm", "layernorm_backward")
-
-
-def _check_variance(variance: str, op: str) -> None:
-    """A variance is layer norm's: declared for another op it would mean nothing."""
-    if variance not in VARIANCES:
-        raise UsageError(f"--variance (variance=) must be one of {', '.join(VARIANCES)} but was "
-                         f"{variance!r}: two_pass for a variance around the mean (or Welford's), "
-                         f"one_pass for E[x^2] - E[x]^2")
-    if variance != "two_pass" and op not in VARIANCE_OPS:
-        raise UsageError(f"--variance (variance=) applies to --op {' and '.join(VARIANCE_OPS)} only; "
-                         f"op {op} computes no variance")
+def _on(declaration: Declaration, adapter: Adapter) -> Declaration:
+    """``declaration`` with the device its arrays live on as ``adapter`` resolved it (torch's
+    default: "cuda" where there is one), which its report records."""
+    return replace(declaration, device=adapter.device)
 
 
 def _check_arity(fn: Callable[..., object], params: tuple[str, ...], op: str) -> None:
@@ -296,84 +280,45 @@ def _check_arity(fn: Callable[..., object], params: tuple[str, ...], op: str) ->
     except TypeError:
         name = getattr(fn, "__name__", type(fn).__name__)
         raise UsageError(f"{name}{signature} cannot be called as {op}'s fn({', '.join(params)}); "
-                         f"check the op (--op, op=)") from None
+                         f"check the op ({flag('op')}, op=)") from None
 
 
-def target_from_callable(fn: Callable[..., object], *, op: str, name: str | None = None,
-                         dtype: str = "float32", framework: str = "numpy",
-                         device: str | None = None, ignore: frozenset[str] | tuple[str, ...] = (),
-                         constraints: ShapeConstraints = ShapeConstraints(),
-                         threads: int | None = None, ftz: bool = False,
-                         reduction: str = "sequential", arithmetic: str = "float32",
-                         opt_in: frozenset[str] | tuple[str, ...] = (),
-                         timeout_s: float | None = None, row_reduction: str | None = None,
-                         mask: str = "bool", mask_fill: float | str | None = None,
-                         variance: str = "two_pass") -> Target:
-    """A user's function as a target: ``fn`` takes the op's user signature in ``framework``'s
-    arrays of ``dtype`` on ``device`` and returns the same kind of array.
+def target_from_callable(fn: Callable[..., object], *, op: str | None = None, name: str | None = None,
+                         declaration: Declaration | None = None, **keywords: Any) -> Target:
+    """A user's function as a target: ``fn`` takes the op's user signature in the declared
+    framework's arrays of the declared storage type and returns the same kind of array.
 
-    ``mask`` (masked softmax): "bool" hands the mask over as booleans; "additive" as a float array
-    of 0 and ``mask_fill`` ("-inf", the default; "lowest", the storage type's lowest finite value;
-    or a negative number, rounded to the storage type, one past its range taken as its lowest
-    finite value), for a kernel computing
-    ``softmax(scale * x + mask)``.
-
-    ``threads``: how many threads cooperate on a row (the depth of the error bound's reduction;
-    default 32); ``reduction``: "sequential" (each thread adds its share in turn) or "tree"
-    (pairwise); ``arithmetic``: the type it computes in ("float32", or "bfloat16" for a kernel
-    whose every operation rounds to bfloat16). ``ftz``: the kernel flushes subnormals to zero (the
-    tolerance allows for it). ``opt_in``: optional properties it promises too ("exact_constant";
-    "range_safety", the rows where the declared arithmetic must overflow, otherwise hunted for
-    information only; "row_order" for a
-    gradient whose dgamma and dbeta do not depend on the order of the rows). ``row_reduction``: how a
-    gradient kernel combines rows into dgamma and dbeta (``ops.ROW_REDUCTIONS``; None, the default:
-    ``ops.USER_ROW_REDUCTION``, "sequential", which bounds every order of the rows, np.sum(axis=0)'s
-    and torch's sum(dim=0)'s among them; "blocks" for per-block partials over ``threads`` blocks
-    joined in a tree, a sharper bound). ``variance``: how a layer norm
-    (or its gradient) forms the variance: "two_pass" (around the mean, or Welford's) or
-    "one_pass" (``E[x^2] - E[x]^2``, judged with a bound that grows like ``kappa^2``).
-    Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
+    Either ``declaration`` (a :class:`~normprops.declaration.Declaration`) or ``op`` and the
+    keywords of :meth:`Declaration.declare <normprops.declaration.Declaration.declare>` (``dtype``,
+    ``framework``, ``device``, ``ignore``, ``opt_in``, ``constraints``, ``threads``,
+    ``reduction``, ``row_reduction``, ``arithmetic``, ``ftz``, ``variance``, ``mask``,
+    ``mask_fill``, ``call_timeout``, also spelled ``timeout_s``), which :func:`normprops.hunt_kernel`
+    documents. Raises :class:`~normprops.errors.UsageError` naming a bad argument."""
     if not callable(fn):
         raise UsageError(f"fn must be callable but was {a_or_an(type(fn).__name__)}")
-    try:
-        spec = get_op(op)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    _check_arity(fn, spec.params, op)
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise UsageError(f"threads must be a positive integer but was {threads!r}")
-    if timeout_s is not None and (isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float))
-                                  or not timeout_s > 0):
-        raise UsageError(f"call timeout (--call-timeout, call_timeout=) must be a positive number of "
-                         f"seconds but was {timeout_s!r}")
-    if row_reduction is not None and row_reduction not in ROW_REDUCTIONS:
-        raise UsageError(f"row_reduction must be one of {', '.join(ROW_REDUCTIONS)} but was "
-                         f"{row_reduction!r}")
-    if spec.forward is None:  # the row sums below exist in the gradient ops only
-        if row_reduction is not None:
-            raise UsageError(f"--row-reduction (row_reduction=) applies to the gradient ops only; op "
-                             f"{op} sums no rows into dgamma or dbeta: drop it")
-        row_reduction = "blocks"  # unread: a forward target sums no rows
-    elif row_reduction is None:
-        row_reduction = USER_ROW_REDUCTION
-    adapter = get_adapter(framework, dtype=dtype, device=device)
-    fill = _mask_fill(op, mask, mask_fill, dtype)
-    _check_variance(variance, op)
-    try:
-        model = replace(FOREIGN_ERROR_MODEL, ftz=ftz, reduction=reduction,
-                        arithmetic=arithmetic, variance=variance,
-                        **({} if threads is None else {"threads": threads}))
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    _check_arithmetic(arithmetic, dtype)
-    ignored, chosen = _check_promises(ignore, opt_in, op)
+    if declaration is None:
+        if op is None:
+            raise TypeError("target_from_callable() needs op= (or a declaration=)")
+        try:
+            spec = get_op(op)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+        _check_arity(fn, spec.params, op)
+        if "timeout_s" in keywords:
+            keywords["call_timeout"] = keywords.pop("timeout_s")
+        declaration = Declaration.declare(op=op, **keywords)
+    else:
+        if op is not None or keywords:
+            raise TypeError("target_from_callable() takes a declaration= or op= and its keywords, "
+                            "not both")
+        _check_arity(fn, get_op(declaration.op).params, declaration.op)
+    adapter = get_adapter(declaration.framework, dtype=declaration.dtype, device=declaration.device)
     source = kernel_source(fn)
     label = name or _source_name(source) or getattr(fn, "__name__", None) or type(fn).__name__
-    return Target(label, op, "python" if framework == "numpy" else framework, fn, model,
-                  stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
-                  ignore=ignored, opt_in=chosen, timeout_s=timeout_s, dtype=dtype,
-                  adapter=adapter, constraints=constraints, row_reduction=row_reduction,
-                  mask_fill=fill, source=source)
+    framework = declaration.framework
+    return Target(label, "python" if framework == "numpy" else framework, fn,
+                  _on(declaration, adapter), stress_rows=GPU_STRESS_ROWS if adapter.on_gpu else 0,
+                  adapter=adapter, source=source)
 
 
 def defined_at(fn: object) -> str | None:
@@ -507,53 +452,22 @@ CUDA_SUFFIXES = (".cu", ".cuh")
 FILE_SUFFIXES = (*CUDA_SUFFIXES, ".py")  # a source that names a file (a CUDA source, a script)
 
 
-def _mask_fill(op: str, mask: str, mask_fill: float | str | None, dtype: str) -> float | None:
-    """The additive mask's fill as the storage type holds it, None for a boolean mask; UsageError
-    for a mask convention given to an op without a mask, or a bad fill."""
-    if mask not in MASK_KINDS:
-        raise UsageError(f"--mask (mask=) must be one of {', '.join(MASK_KINDS)} but was {mask!r}")
-    if not get_op(op).has_mask:
-        if mask != "bool" or mask_fill is not None:
-            given = "--mask-fill (mask_fill=)" if mask == "bool" else "--mask (mask=)"
-            raise UsageError(f"{given} applies to --op masked_softmax only; op {op} takes no mask")
-        return None
-    if mask == "bool":
-        if mask_fill is not None:
-            raise UsageError(f"--mask-fill {mask_fill} (mask_fill=) needs --mask additive "
-                             f"(mask=\"additive\"): a boolean mask has no fill")
-        return None
-    try:
-        return mask_fill_value("-inf" if mask_fill is None else mask_fill, dtype=dtype)
-    except ValueError as exc:
-        raise UsageError(f"--mask-fill (mask_fill=): {exc}") from None
-
-
-def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: int = 256,
-                            ignore: frozenset[str] | tuple[str, ...] = (),
-                            constraints: ShapeConstraints = ShapeConstraints(),
-                            ftz: bool = False, reduction: str = "sequential",
-                            opt_in: frozenset[str] | tuple[str, ...] = (),
-                            variance: str = "two_pass") -> Target:
-    """A user's CUDA kernel (standard signature for ``op``, one block of ``threads`` per row)."""
-    get_op(op)
-    _check_variance(variance, op)
+def target_from_cuda_source(path: str | Path, *, kernel: str, declaration: Declaration) -> Target:
+    """A user's CUDA kernel (standard signature for the declared op, one block of the declared
+    threads per row, float32 device pointers)."""
+    op, threads = declaration.op, declaration.error_model.threads
     # What the user wrote is checked before the GPU is: a wrong path or flag is theirs to fix on
     # any machine.
     source = Path(path)
     if not source.is_file():
-        raise ImplError(f"--cuda-source {path}: {'a directory' if source.is_dir() else 'no such file'}"
-                        f"; give the .cu file that defines {kernel}")
-    try:
-        model = replace(FOREIGN_ERROR_MODEL, threads=threads, ftz=ftz, reduction=reduction,
-                        variance=variance)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    ignored, chosen = _check_promises(ignore, opt_in, op)
+        raise ImplError(f"{flag('cuda_source')} {path}: "
+                        f"{'a directory' if source.is_dir() else 'no such file'}; give the .cu file "
+                        f"that defines {kernel}")
     from normprops.cuda.build import KernelCompileError, cuda_status
 
     ok, why = cuda_status()
     if not ok:
-        raise ImplError(f"--cuda-source needs a usable CUDA GPU: {why}")
+        raise ImplError(f"{flag('cuda_source')} needs a usable CUDA GPU: {why}")
     from normprops.cuda.textbook import KernelFault, user_kernel
 
     try:
@@ -567,5 +481,5 @@ def target_from_cuda_source(path: str | Path, *, op: str, kernel: str, threads: 
         except KernelFault as exc:
             raise FatalTargetError(str(exc)) from exc
 
-    return Target(kernel, op, "cuda-user", guarded, model, stress_rows=GPU_STRESS_ROWS,
-                  ignore=ignored, opt_in=chosen, constraints=constraints, source=f"{path}:{kernel}")
+    return Target(kernel, "cuda-user", guarded, _on(declaration, _NUMPY_FLOAT32),
+                  stress_rows=GPU_STRESS_ROWS, source=f"{path}:{kernel}")

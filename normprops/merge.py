@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from normprops.flags import flag
 from normprops.jsonio import read_json_document
 from normprops.ops import PROPERTIES
 from normprops.report import REPORT_FORMAT
@@ -39,11 +40,11 @@ def load_report(path: Path) -> dict[str, Any]:
     # the matrix and the merge would read clean. (One that names no command is taken as a hunt's.)
     if doc.get("command", "hunt") not in MERGEABLE:
         raise ReportError(f"{path}: a report of {_command(doc)}, not of a hunt; report merge takes the "
-                          f"--json reports of 'normprops hunt' (or of an earlier merge)")
+                          f"{flag('json')} reports of 'normprops hunt' (or of an earlier merge)")
     if not isinstance(doc.get("complete", True), bool):
         raise ReportError(f"{path}: 'complete' is {doc['complete']!r}, not true or false")
     if doc.get("shard") is not None and _shard(doc) is None:
-        raise ReportError(f"{path}: 'shard' is {doc['shard']!r}, not K/N (as --shard writes it)")
+        raise ReportError(f"{path}: 'shard' is {doc['shard']!r}, not K/N (as {flag('shard')} writes it)")
     for key in ("results", "failures"):
         if not isinstance(doc.get(key), list) or not all(isinstance(r, dict) for r in doc[key]):
             raise ReportError(f"{path}: '{key}' is missing or not a list of objects")
@@ -103,7 +104,7 @@ def _shown(value: Any) -> str:
 def _hunt_name(doc: dict[str, Any]) -> str:
     if doc.get("impl"):
         framework, dtype = (",".join(v) for v in _impl_kernel(doc))
-        return f"--impl {doc['impl']} ({framework} {dtype})"
+        return f"{flag('impl')} {doc['impl']} ({framework} {dtype})"
     return " ".join(f"--{key} {doc[key]}" for key in ("backend", "op", "kernel") if doc.get(key))
 
 
@@ -143,7 +144,7 @@ def _shard_problems(docs: list[tuple[Path, dict[str, Any]]]) -> list[str]:
         held: dict[int, list[Path]] = {}
         for path, doc, shard in shards:
             if shard is None:
-                problems.append(f"{path} is not a shard (no --shard), but {ref_path} is shard "
+                problems.append(f"{path} is not a shard (no {flag('shard')}), but {ref_path} is shard "
                                 f"{ref['shard']} of the same kernels")
             elif shard[1] != n:
                 problems.append(f"{path} is shard {doc['shard']}, but {ref_path} is shard "

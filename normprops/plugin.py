@@ -234,17 +234,13 @@ def normprops_options(request: pytest.FixtureRequest) -> PluginOptions:
 @pytest.fixture
 def hunt_config(normprops_options: PluginOptions):
     """A :class:`normprops.hunt.HuntConfig` from the options and the active Hypothesis profile."""
-    from hypothesis import settings
-
-    from normprops.hunt import HuntConfig
+    from normprops.engine import profile_config
 
     deadline = normprops_options.deadline
     if deadline is not None and time.monotonic() >= deadline:
         pytest.skip(f"the normprops time budget of {normprops_options.time_budget:g} s was spent")
-    current = settings()
-    return HuntConfig(max_examples=current.max_examples, derandomize=current.derandomize,
-                      policy=normprops_options.policy, oracle=normprops_options.oracle,
-                      parent=current, deadline=deadline)
+    return profile_config(policy=normprops_options.policy, oracle=normprops_options.oracle,
+                          deadline=deadline)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Collection, Sequence
 
-from normprops.api import hunt_families
 from normprops.case import Case
+from normprops.engine import hunt_families
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_spec
@@ -46,7 +46,7 @@ def registry_target(spec: KernelSpec, family: str, *, base: Target | None = None
         return target
     ignore = target.ignore - {bug.property} if bug.property is not None else target.ignore
     examples = () if bug.example is None else (known_example(bug.example),)
-    return replace(target, ignore=ignore, constraints=spec.bug_constraints, examples=examples)
+    return replace(target.declared(ignore=ignore, constraints=spec.bug_constraints), examples=examples)
 
 
 def known_example(name: str) -> Case:

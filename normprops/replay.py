@@ -20,6 +20,7 @@ from typing import Callable
 
 from normprops.case import Case, ShapeConstraints
 from normprops.errors import UsageError
+from normprops.flags import flag
 from normprops.launch import Target, same_source
 from normprops.regressions import (
     Fixture,
@@ -31,7 +32,7 @@ from normprops.regressions import (
     select_fixtures,
 )
 
-__all__ = ["ReplayRun", "replay_fixtures", "Pruning", "prune_fixtures", "saved_examples",
+__all__ = ["ReplayRun", "replay_fixtures", "Pruning", "PruneProgress", "prune_fixtures", "saved_examples",
            "with_saved_examples"]
 
 
@@ -119,13 +120,22 @@ class Pruning:
         return 0 if self.selection is None else len(self.selection.replays) - self.replayed
 
 
+@dataclass(frozen=True)
+class PruneProgress:
+    """What :func:`prune_fixtures` reports as it goes: ``selected`` once the fixtures are loaded
+    and (with a target) selected, ``replayed`` after each replayed fixture, ``removed`` after each
+    removal (or, dry, each fixture that would be removed)."""
+
+    selected: Callable[[Pruning], None] | None = None
+    replayed: Callable[[Replayed], None] | None = None
+    removed: Callable[[Fixture], None] | None = None
+
+
 def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None = None,
                    target: Target | Callable[[str], Target] | None = None, dtype: str = "float32",
                    all_dtypes: bool = False, widths: ShapeConstraints = ShapeConstraints(),
                    policy: str = "default", dry_run: bool = False,
-                   on_selected: Callable[[Pruning], None] | None = None,
-                   on_result: Callable[[Replayed], None] | None = None,
-                   on_removed: Callable[[Fixture], None] | None = None) -> Pruning:
+                   progress: PruneProgress | None = None) -> Pruning:
     """Remove the fixtures under ``directory`` (of ``op``, or of every op) saved by ``kernel``,
     or, with ``target``, those of its own kernel (as a hunt of it saves them) that it passes when
     replayed (as :func:`replay_fixtures` selects and judges them); with both, the fixtures of
@@ -133,8 +143,10 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
     fixtures are never removed for ``target`` passing them: each holds that kernel's finding, and
     in a committed folder a regression every kernel of its op is replayed on. Nothing is removed
     when none of the kernel's fixtures is selected for the replay, nor with ``dry_run``.
-    ``on_selected`` is called once the fixtures are loaded and (with ``target``) selected,
-    ``on_result`` after each replayed fixture, ``on_removed`` after each removal."""
+    ``progress`` (:class:`PruneProgress`) sees the selection, each replayed fixture and each
+    removal as they happen."""
+    progress = PruneProgress() if progress is None else progress
+    on_selected, on_result, on_removed = progress.selected, progress.replayed, progress.removed
     if kernel is None and target is None:
         raise ValueError("prune_fixtures needs kernel, target or both")
     listing = list_fixtures(directory, op=op)
@@ -147,9 +159,9 @@ def prune_fixtures(directory: Path, *, op: str | None = None, kernel: str | None
         pruning.mine = [f for f in listing.fixtures if f.of_package(kernel)]
     sources = _sources(pruning.mine) if kernel is not None else []
     if len(sources) > 1:
-        raise UsageError(f"kernel {kernel!r} (--kernel) is the name of {len(sources)} kernels defined in "
-                         f"different places ({', '.join(sources)}); name one by where it is defined, "
-                         f"e.g. {sources[0]}")
+        raise UsageError(f"kernel {kernel!r} ({flag('kernel')}) is the name of {len(sources)} kernels "
+                         f"defined in different places ({', '.join(sources)}); name one by where it is "
+                         f"defined, e.g. {sources[0]}")
     if not pruning.mine:
         if on_selected is not None:
             on_selected(pruning)

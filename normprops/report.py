@@ -16,11 +16,13 @@ from typing import Any, Iterable
 import numpy as np
 
 from normprops.case import Case
+from normprops.flags import flag
 from normprops.hunt import Finding, HuntResult
 from normprops.information import WORDS, information_of
 from normprops.jsonio import write_json_atomically
 from normprops.judge import Verdict
 from normprops.masking import describe_fill
+from normprops.ops import get_op
 from normprops.strategies import FAMILIES
 
 __all__ = ["REPORT_FORMAT", "Cell", "Report", "declared", "declared_json", "describe_case",
@@ -83,7 +85,8 @@ def describe_case(case: Case, verdict: Verdict | None = None) -> str:
 
 
 def _row_line(case: Case, r: int, name: str | None = None) -> str:
-    name = name or ("y" if case.op == "softmax_backward" else "x")  # the array the kernel takes
+    # The array the kernel takes: a softmax gradient is given y where the others are given x.
+    name = name or ("y" if "y" in get_op(case.op).params else "x")
     values = (case.dy if name == "dy" else case.x)[r]
     if case.cols <= 12:
         line = f"{name}[{r}] = [{', '.join(repr(float(v)) for v in values)}]"
@@ -234,7 +237,7 @@ def matrix_legend(cells: Iterable[Cell]) -> str:
     for prop, word in WORDS.items():
         if any(word in t for t in informed):
             parts.append(f"{word}: information, not a failure ({prop} is hunted but not judged; "
-                         f"--check {prop} judges it)")
+                         f"{flag('opt_in')} {prop} judges it)")
     if "caught" in words or "MISSED" in words:
         parts.append("caught / MISSED: the kernel's known bug found / not found")
     if "FAIL" in words:

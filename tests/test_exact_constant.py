@@ -8,7 +8,6 @@ who holds the property should not."""
 from __future__ import annotations
 
 import itertools
-from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -53,8 +52,8 @@ def _battery(op: str) -> list[Case]:
 
 
 def _asked(target: Target) -> Target:
-    return replace(target, opt_in=frozenset({"exact_constant"}),
-                   ignore=IGNORABLE - {"exact_constant"})
+    return target.declared(opt_in=frozenset({"exact_constant"}),
+                           ignore=IGNORABLE - {"exact_constant"})
 
 
 def _targets() -> list[pytest.param]:
@@ -87,7 +86,7 @@ def test_exact_constant_holds_where_recorded(name: str, make) -> None:
 
 def test_exact_constant_is_not_judged_unless_asked() -> None:
     spec = next(k for k in KERNELS if k.backend == "numpy" and k.name == "layerNormRowTwoPass")
-    target = replace(target_from_spec(spec), ignore=IGNORABLE - {"exact_constant"})
+    target = target_from_spec(spec).declared(ignore=IGNORABLE - {"exact_constant"})
     assert all(evaluate(target, case, metamorphic=False).passed for case in _battery("layernorm"))
 
 

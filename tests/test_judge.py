@@ -163,7 +163,6 @@ def test_bits_equal_treats_nans_alike_and_zeros_apart() -> None:
 
 
 def test_ignored_property_is_not_judged_but_others_are() -> None:
-    from dataclasses import replace as dc_replace
 
     from normprops.launch import target_from_callable
     from normprops.properties import evaluate
@@ -182,7 +181,7 @@ def test_ignored_property_is_not_judged_but_others_are() -> None:
     # Multiples of 1/8: an exact shift exists, so shift invariance runs too.
     case = _case("softmax", np.random.default_rng(0).integers(-16, 16, (3, 40)) / 8)
     assert evaluate(target, case).failures[0].property == "batch_invariance"
-    exempt = dc_replace(target, ignore=frozenset({"batch_invariance"}))
+    exempt = target.declared(ignore=frozenset({"batch_invariance"}))
     assert evaluate(exempt, case).passed
     shifted_calls = calls["n"]
     evaluate(exempt, case)
@@ -227,9 +226,9 @@ def test_stress_batch_tells_position_dependence_from_a_race() -> None:
     case = _case("softmax", np.random.default_rng(1).standard_normal((3, 40)))
     positional = dc_replace(_python_target("_np_positional", by_position), stress_rows=64)
     assert evaluate(positional, case).failures[0].property == "batch_invariance"
-    assert evaluate(dc_replace(positional, ignore=frozenset({"batch_invariance"})), case).passed
-    race = dc_replace(_python_target("_np_racy", racy), stress_rows=64,
-                      ignore=frozenset({"batch_invariance"}))
+    assert evaluate(positional.declared(ignore=frozenset({"batch_invariance"})), case).passed
+    race = dc_replace(_python_target("_np_racy", racy).declared(ignore=frozenset({"batch_invariance"})),
+                      stress_rows=64)
     failures = evaluate(race, case).failures
     assert failures and failures[0].property == "determinism"
 
@@ -372,11 +371,10 @@ def test_exact_constant(op: str, x, fill: str, ok: bool) -> None:
 
 
 def test_unknown_opt_in_is_rejected_with_the_known_ones() -> None:
-    from dataclasses import replace as dc_replace
 
     from normprops.properties import evaluate
 
-    target = dc_replace(_python_target("_np_opt_in", _softmax64), opt_in=frozenset({"exact"}))
+    target = _python_target("_np_opt_in", _softmax64).declared(opt_in=frozenset({"exact"}))
     with pytest.raises(ValueError,
                        match="opt_in: 'exact' is not a property; choose from range_safety, exact_constant"):
         evaluate(target, _case("softmax", [[0.0, 1.0]]))

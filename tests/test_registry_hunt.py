@@ -85,8 +85,9 @@ def test_a_bug_exempted_on_the_claims_is_still_caught_through_the_cli(
 
 def test_a_bug_caught_on_another_property_is_not_caught(standin: KernelSpec) -> None:
     """A bug cell that failed something else reads MISSED(...) and is a surprise."""
-    target = replace(registry_target(standin, "ragged"), ignore=frozenset({"batch_invariance"}),
-                     error_model=replace(FOREIGN_ERROR_MODEL, threads=10**6, c_x=0.0, rho=0.0))
+    tight = replace(FOREIGN_ERROR_MODEL, threads=10**6, c_x=0.0, rho=0.0)
+    target = registry_target(standin, "ragged").declared(ignore=frozenset({"batch_invariance"}),
+                                                         error_model=tight)
     result = hunt(target, family="ragged", config=HuntConfig(max_examples=30, seed=0))
     if result.passed:  # the tightened model found nothing else to fail: make the point directly
         pytest.skip("the stand-in passed every judged property")
@@ -489,7 +490,7 @@ def test_a_hunt_reaches_the_long_rows_own_widths() -> None:
     target = target_from_callable(softmax_wrong_past_16385, op="softmax")
     config = HuntConfig(max_examples=20, seed=0)
     assert examples_to_catch(target, family="long_rows", config=config, property="accuracy") == 1
-    capped = replace(target, constraints=ShapeConstraints(max_cols=16385))
+    capped = target.declared(constraints=ShapeConstraints(max_cols=16385))
     assert examples_to_catch(capped, family="long_rows", config=config, property="accuracy") is None
 
 
@@ -498,12 +499,12 @@ def test_a_ctrl_c_in_a_registry_hunt_names_the_cells_not_reached(tmp_path: Path,
     """Ctrl-C while a known bug's fixture is written: exit 130, the report written, and the cells
     without a result named in it and on the screen (the one interrupted among them), as a time
     budget names them."""
-    import normprops.api
+    import normprops.engine
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(normprops.api, "save_findings", interrupted)
+    monkeypatch.setattr(normprops.engine, "save_findings", interrupted)
     code, out, err = run("hunt", "--backend", "numpy", "--kernel", "layerNormRowOnePass", "--families",
                          "large_mean,tiny", "--max-examples", "50", "--seed", "0", "--fixtures-dir",
                          str(tmp_path / "fx"), "--json", str(tmp_path / "r.json"))

@@ -135,7 +135,7 @@ def test_committed_fixture_replays(fixture, spec) -> None:
     if _produced(fixture, spec) and (fixture.family not in spec.claims
                                      or spec.bug_in(fixture.family) is not None or outside):
         # Its own bug, judged on every property (including any it does not promise on its claims).
-        found = replay(replace(target_from_spec(spec), ignore=frozenset()), fixture)
+        found = replay(target_from_spec(spec).declared(ignore=frozenset()), fixture)
         assert found, f"{spec.label} no longer fails {fixture.path.name}: was the bug fixed?"
         return
     found = replay(target_from_spec(spec), fixture)
@@ -245,10 +245,10 @@ def test_saved_examples_are_the_kernels_newest_of_each_family_and_property(tmp_p
     assert [(p, c.x.shape) for p, c in found] == [("nan_propagation", (2, 1025))]
     assert np.array_equal(found[0][1].x, load_fixture(wide).minimal.x, equal_nan=True)
     # The newest of those the kernel can be handed: its widths, its storage type.
-    narrow_target = replace(target, constraints=ShapeConstraints(max_cols=8))
+    narrow_target = target.declared(constraints=ShapeConstraints(max_cols=8))
     (only,) = saved_examples(tmp_path, target=narrow_target)
     assert np.array_equal(only[1].x, load_fixture(narrow).minimal.x, equal_nan=True)
-    assert saved_examples(tmp_path, target=replace(target, dtype="bfloat16")) == ()
+    assert saved_examples(tmp_path, target=target.declared(dtype="bfloat16")) == ()
     assert saved_examples(tmp_path, target=replace(target, name="softmaxRowSafe")) == ()
 
 

@@ -521,12 +521,12 @@ def test_a_ctrl_c_while_a_fixture_is_saved_names_the_families_not_reached(
         user_module: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Ctrl-C between two hunts (here while the first finding's fixture is written) stops the hunt
     as one during a hunt does: exit 130, the report written, the families never hunted named."""
-    import normprops.api
+    import normprops.engine
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(normprops.api, "save_findings", interrupted)
+    monkeypatch.setattr(normprops.engine, "save_findings", interrupted)
     report = tmp_path / "r.json"
     code, out, err = run("hunt", "--op", "softmax", "--impl", f"{user_module}:softmax_bad",
                          "--families", "ordinary,overflow_logits,tiny", "--max-examples", "20",

@@ -227,3 +227,76 @@ def test_the_op_name_counter_sees_a_comparison(tmp_path: Path) -> None:
 def test_no_gradient_twin_modules() -> None:
     # The forward ops and their gradients share one pipeline: no backward_* module beside it.
     assert sorted(p.name for p in PACKAGE.glob("backward*.py")) == []
+
+
+def _functions(tree: ast.AST):
+    return (n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)))
+
+
+def _parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    a = node.args
+    count = (len(a.posonlyargs) + len(a.args) + len(a.kwonlyargs) + (a.vararg is not None)
+             + (a.kwarg is not None))
+    bound = (a.posonlyargs + a.args)[:1]
+    return count - (1 if bound and bound[0].arg in ("self", "cls") else 0)
+
+
+#: Public entry points whose keyword-only arguments are the user's declaration, spelled out for
+#: help() and IDEs; each builds a Declaration at once and hands it on.
+_MANY_KEYWORDS = {"api.py:hunt_kernel"}
+#: Functions of the case builders and the verdict that still take their fields one by one; they
+#: must not grow, and leave this list when their modules give them a value of their own.
+_NOT_YET_A_VALUE = {"strategies.py:make_case": 12, "strategies.py:make_grad_case": 13}
+_MOST_PARAMETERS = 10
+
+
+def test_no_function_takes_more_than_ten_parameters() -> None:
+    """The declaration travels as one value: a function that takes its fields one by one (and so
+    lists them again) shows up here."""
+    over = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        for node in _functions(ast.parse(path.read_text())):
+            count, key = _parameter_count(node), f"{name}:{node.name}"
+            if key in _MANY_KEYWORDS or count <= _NOT_YET_A_VALUE.get(key, _MOST_PARAMETERS):
+                continue
+            over.append(f"{key} takes {count} parameters (at most {_MOST_PARAMETERS}: pass a "
+                        f"Declaration, a Target or a value of its own)")
+    assert not over, "\n".join(over)
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, kinds) and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
+
+
+#: Where a ``--flag`` may be written: the CLI, the one place that spells a field for people
+#: (normprops/flags.py), the pytest plugin's own options and the compiler's flags.
+_FLAGS_ALLOWED = ("cli/", "flags.py", "plugin.py", "cuda/build.py")
+#: Messages that still write a flag themselves, at most this many a file; they must not grow, and
+#: go through normprops.flags when next touched.
+_FLAGS_NOT_YET_SPELLED = {"hints.py": 8, "frameworks.py": 3, "cuda/textbook.py": 2,
+                          "bench/timing.py": 1, "timeouts.py": 1}
+
+
+def test_the_core_names_no_cli_flag() -> None:
+    """A ``--flag`` in a string outside the CLI is the core speaking the CLI: messages name a field
+    through :func:`normprops.flags.spelled` (both fronts' names), commands through
+    :func:`normprops.flags.flag`."""
+    import re
+
+    pattern, found = re.compile(r"--[a-z]"), []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = path.relative_to(PACKAGE).as_posix()
+        if name.startswith(_FLAGS_ALLOWED):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        count = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                    and isinstance(node.value, str) and id(node) not in docs
+                    and pattern.search(node.value))
+        if count > _FLAGS_NOT_YET_SPELLED.get(name, 0):
+            found.append(f"{name}: {count} strings name a --flag (use normprops.flags)")
+    assert not found, "\n".join(found)

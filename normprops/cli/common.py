@@ -8,7 +8,6 @@ import argparse
 import importlib
 import importlib.util
 import os
-import secrets
 import signal
 import sys
 import traceback
@@ -16,10 +15,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, NoReturn, TextIO
 
-from hypothesis import settings as hypothesis_settings
-
 from normprops import interrupt
 from normprops.case import ShapeConstraints
+from normprops.declaration import Declaration
+from normprops.engine import choose_seed
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
 from normprops.jsonio import check_can_create_in, output_dir_problem
@@ -233,10 +232,7 @@ CI_SEED = 0
 def _config(args: argparse.Namespace) -> HuntConfig:
     # Without --seed, a fresh seed each run, printed in the header and kept in the report, so any
     # run can be repeated (`--seed N`), as Hypothesis prints @seed for a failure; in CI, CI_SEED.
-    if args.seed is not None:
-        seed = args.seed
-    else:
-        seed = CI_SEED if hypothesis_settings().derandomize else secrets.randbelow(2**31)
+    seed = choose_seed(args.seed, derandomized_seed=CI_SEED)
     return HuntConfig(max_examples=args.max_examples, seed=seed, policy=args.policy,
                       oracle=args.oracle)
 
@@ -324,15 +320,8 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
         if args.kernel:
             raise UsageError("--kernel goes with --cuda-source, not --impl")
         fn = resolve_impl(args.impl)
-        target = target_from_callable(fn, op=args.op,
-                                      dtype=args.dtype or "float32", framework=args.framework,
-                                      device=args.device, ignore=args.ignore,
-                                      constraints=constraints, threads=args.threads, ftz=args.ftz,
-                                      reduction=args.reduction, arithmetic=args.arithmetic,
-                                      opt_in=args.check, timeout_s=args.call_timeout,
-                                      row_reduction=args.row_reduction, variance=args.variance,
-                                      **_mask_keywords(args))
-        return _as_found(target, fn, args.impl), args.impl
+        declaration = declaration_from_args(args, dtype=args.dtype or "float32", constraints=constraints)
+        return _as_found(target_from_callable(fn, declaration=declaration), fn, args.impl), args.impl
     if is_backward(args.op):
         raise UsageError(f"--op {args.op}: gradient ops are hunted through --impl; --cuda-source "
                          f"takes the forward ops' standard signatures")
@@ -345,23 +334,29 @@ def _user_target(args: argparse.Namespace) -> tuple[Target, str]:
             or args.arithmetic != "float32"):
         raise UsageError("--cuda-source kernels take float32 device pointers and compute in float32: "
                          "--dtype, --framework, --device and --arithmetic go with --impl")
-    target = target_from_cuda_source(args.cuda_source, op=args.op, kernel=args.kernel,
-                                     threads=args.threads or 256, ignore=args.ignore,
-                                     constraints=constraints, ftz=args.ftz,
-                                     reduction=args.reduction, opt_in=args.check,
-                                     variance=args.variance)
+    declaration = Declaration.declare(op=args.op, threads=args.threads or 256, ignore=args.ignore,
+                                      constraints=constraints, ftz=args.ftz, reduction=args.reduction,
+                                      opt_in=args.check, variance=args.variance)
+    target = target_from_cuda_source(args.cuda_source, kernel=args.kernel, declaration=declaration)
     return target, f"{args.cuda_source}:{args.kernel}"
 
 
-def _mask_keywords(args: argparse.Namespace) -> dict[str, Any]:
-    """--mask and --mask-fill as target_from_callable's keywords (which check the fill); either
-    flag given for an op without a mask is a usage error."""
+def declaration_from_args(args: argparse.Namespace, *, dtype: str,
+                          constraints: ShapeConstraints = ShapeConstraints()) -> Declaration:
+    """What ``--impl``'s flags declare, for its fixtures' storage type ``dtype`` (replay takes each
+    fixture's own) and the widths ``constraints``: :meth:`Declaration.declare`, which checks every
+    field. --mask and --mask-fill for an op without a mask are named as the user gave them."""
     given = [flag for flag, value in (("--mask", args.mask), ("--mask-fill", args.mask_fill))
              if value is not None]
     if given and not OPS[args.op].has_mask:
         raise UsageError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to --op "
                          f"masked_softmax only; op {args.op} takes no mask")
-    return {"mask": args.mask or "bool", "mask_fill": args.mask_fill}
+    return Declaration.declare(
+        op=args.op, dtype=dtype, framework=args.framework, device=args.device, ignore=args.ignore,
+        constraints=constraints, threads=args.threads, ftz=args.ftz, reduction=args.reduction,
+        arithmetic=args.arithmetic, opt_in=args.check, call_timeout=args.call_timeout,
+        row_reduction=args.row_reduction, variance=args.variance, mask=args.mask or "bool",
+        mask_fill=args.mask_fill)
 
 
 def _user_only_flags(args: argparse.Namespace) -> list[str]:
@@ -412,13 +407,9 @@ class _ReplayTargets:
 
     def __call__(self, dtype: str) -> Target:
         if dtype not in self.made:
-            a = self.args
-            self.made[dtype] = _as_found(target_from_callable(
-                self.fn, op=a.op, dtype=dtype,
-                framework=a.framework, device=a.device, ignore=a.ignore, threads=a.threads,
-                ftz=a.ftz, reduction=a.reduction, arithmetic=a.arithmetic, opt_in=a.check,
-                timeout_s=a.call_timeout, row_reduction=a.row_reduction, variance=a.variance,
-                **_mask_keywords(a)), self.fn, a.impl)
+            declaration = declaration_from_args(self.args, dtype=dtype)
+            self.made[dtype] = _as_found(target_from_callable(self.fn, declaration=declaration),
+                                         self.fn, self.args.impl)
         return self.made[dtype]
 
 

@@ -30,7 +30,7 @@ from normprops.cli.common import (
 from normprops.errors import UsageError
 from normprops.ops import OPS, OPTIONAL
 from normprops.regressions import OTHER_DTYPE, OTHER_WIDTH, Replayed, Selection, list_fixtures
-from normprops.replay import Pruning, ReplayRun, prune_fixtures, replay_fixtures
+from normprops.replay import PruneProgress, Pruning, ReplayRun, prune_fixtures, replay_fixtures
 from normprops.report import Report
 
 
@@ -258,8 +258,9 @@ def _fixtures_prune(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def body() -> int:
         done = prune_fixtures(directory, op=args.op, kernel=args.kernel, target=targets, dtype=dtype,
                               all_dtypes=args.all_dtypes, widths=widths, policy=args.policy,
-                              dry_run=args.dry_run, on_selected=selected, on_result=replayed,
-                              on_removed=lambda f: print(f"{verb} {f.path}", file=out))
+                              dry_run=args.dry_run, progress=PruneProgress(
+                                  selected=selected, replayed=replayed,
+                                  removed=lambda f: print(f"{verb} {f.path}", file=out)))
         listing, mine = done.listing, done.mine
         if not mine:
             kernels = sorted({f.kernel if f.source is None else f"{f.kernel} ({f.source})"

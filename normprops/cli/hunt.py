@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Sequence, TextIO
 
 from normprops import __version__
-from normprops.api import deadline_after, hunt_families, replay_flags, target_json
+from normprops.api import replay_flags, target_json
 from normprops.cli.common import (
     BACKEND_PREFERENCE,
     EXIT_FOUND,
@@ -29,9 +29,10 @@ from normprops.cli.common import (
     _user_only_flags,
     _user_target,
 )
+from normprops.engine import check_families_drawable, deadline_after, hunt_families
 from normprops.errors import UsageError
 from normprops.hints import hints
-from normprops.hunt import HuntResult, check_drawable
+from normprops.hunt import HuntResult
 from normprops.information import WORDS, information_of
 from normprops.kernelspec import KernelSpec
 from normprops.merge import Carried, ReportError, carried_cells, load_report, resume_problems
@@ -108,12 +109,9 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     if args.shard is not None:
         families = chosen[args.shard[0] - 1::args.shard[1]]
     config = _config(args)
-    for family in families:
-        try:
-            check_drawable(target, family=family, config=config)
-        except ValueError as exc:
-            raise UsageError(f"{_flag_names(str(exc))}: widen --min-cols or --max-cols, or leave "
-                             f"{family} out (--families)") from None
+    check_families_drawable(target, families=families, config=config,
+                            fix=lambda why, family: f"{_flag_names(why)}: widen --min-cols or "
+                                                    f"--max-cols, or leave {family} out (--families)")
     fixtures = None if args.no_fixtures else args.fixtures_dir
     # The families asked for, not this shard's: the shards of one hunt must agree on them.
     report = Report("hunt", settings={"op": args.op, "impl": source, "policy": config.policy,

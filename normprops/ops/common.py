@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from normprops.errormodel import ErrorModel
+from normprops.errormodel import ROW_REDUCTIONS, ErrorModel
 
 if TYPE_CHECKING:
     pass
@@ -35,10 +35,6 @@ ORACLES = ("float64", "mpmath")
 TABLE_RTOL = 1e-5
 TABLE_ATOL = 1e-6  # a table gate names an atol without a value; this is ours
 
-#: How a gradient kernel combines its rows into dgamma and dbeta (docs/tolerances.md, "Gradients"):
-#: ``blocks`` per-block partials over ``threads`` blocks, each adding its rows in turn, then a tree;
-#: ``sequential`` one running sum over the rows; ``tree`` a pairwise sum.
-ROW_REDUCTIONS = ("blocks", "sequential", "tree")
 
 
 def row_sum(a: np.ndarray) -> np.ndarray:

@@ -113,6 +113,12 @@ class OpSpec:
     def is_gradient(self) -> bool:
         return self.forward is not None
 
+    @property
+    def has_variance(self) -> bool:
+        """Forms a layer norm's variance (a row's mean removed first), which the declared
+        ``variance`` describes."""
+        return self.centred
+
 
 #: Every op by name: the built-in ones (this package's modules) and those :func:`register` ed.
 OPS: dict[str, OpSpec] = {}

@@ -8,7 +8,6 @@ import json
 import subprocess
 import sys
 import textwrap
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -70,7 +69,7 @@ def test_opt_in_planted_bug_is_caught_only_when_asked(planted) -> None:
     """Bugs that only an optional property shows: caught with the target's opt_in, not without."""
     target = target_from_callable(getattr(planted_module, planted.func), op=planted.op)
     config = HuntConfig(max_examples=300, seed=0)
-    asked = hunt(replace(target, opt_in=planted.opt_in), family=planted.family, config=config)
+    asked = hunt(target.declared(opt_in=planted.opt_in), family=planted.family, config=config)
     assert not asked.passed, f"{planted.func} ({planted.bug}) not caught in {asked.examples} examples"
     assert asked.failure.property == planted.property, asked.failure.message()
     assert hunt(target, family=planted.family, config=config).passed
