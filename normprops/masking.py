@@ -20,8 +20,8 @@ import numpy as np
 
 from normprops.dtypes import get_dtype, to_dtype
 
-__all__ = ["HEAD_DIMS", "SCALES", "MASK_KINDS", "mask_fill_value", "describe_fill", "mask_argument",
-           "scaled", "logits", "argument_rounding", "scaled_in_range"]
+__all__ = ["HEAD_DIMS", "SCALES", "OVERFLOWING_SCALES", "MASK_KINDS", "mask_fill_value",
+           "describe_fill", "mask_argument", "scaled", "logits", "argument_rounding", "scaled_in_range"]
 
 F32 = np.float32
 FLT_MAX = float(np.finfo(F32).max)
@@ -36,6 +36,8 @@ HEAD_DIMS: tuple[int, ...] = (32, 64, 80, 96, 128, 160, 192, 256)
 #: kernel that takes ``max x`` before scaling exponentiates positive numbers).
 SCALES: tuple[float, ...] = (1.0, *(float(F32(1 / math.sqrt(d))) for d in HEAD_DIMS),
                              float(F32(1e3)), float(F32(1e20)), float(F32(1e-30)), -0.125)
+#: The scales above that carry large logits past FLT_MAX.
+OVERFLOWING_SCALES: tuple[float, ...] = (float(F32(1e3)), float(F32(1e20)))
 
 #: How a masked softmax receives its mask: a boolean array, or an additive float one.
 MASK_KINDS = ("bool", "additive")
