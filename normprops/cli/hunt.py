@@ -100,8 +100,7 @@ def _fixtures_line(results: list[HuntResult], directory: Path | None,
 
 def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     target, source = _user_target(args)
-    chosen = _parse_families(args.families, allowed=families_for(args.op),
-                             what=f"a family of {args.op}")
+    chosen = _parse_families(args.families, allowed=families_for(args.op), op=args.op)
     families = chosen
     if args.shard is not None:
         families = chosen[args.shard[0] - 1::args.shard[1]]
@@ -371,7 +370,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     config = _config(args)
     specs = _registry_specs(args, backends)
     every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
-    chosen = _parse_families(args.families, allowed=every_family, what="a family")
+    chosen = _parse_families(args.families, allowed=every_family, op=None)
     # Without --families, each entry's own first-hunt families (KernelSpec.default_families).
     planned = plan_cells(specs, families=None if args.families is None else chosen, shard=args.shard)
     report = Report("hunt", settings={"backend": backend, "op": args.op, "kernel": args.kernel,
