@@ -275,10 +275,6 @@ def _docstrings(tree: ast.AST) -> set[int]:
 #: Where a ``--flag`` may be written: the CLI, the one place that spells a field for people
 #: (normprops/flags.py), the pytest plugin's own options and the compiler's flags.
 _FLAGS_ALLOWED = ("cli/", "flags.py", "plugin.py", "cuda/build.py")
-#: Messages that still write a flag themselves, at most this many a file; they must not grow, and
-#: go through normprops.flags when next touched.
-_FLAGS_NOT_YET_SPELLED = {"hints.py": 8, "frameworks.py": 3, "cuda/textbook.py": 2,
-                          "bench/timing.py": 1, "timeouts.py": 1}
 
 
 def test_the_core_names_no_cli_flag() -> None:
@@ -297,6 +293,6 @@ def test_the_core_names_no_cli_flag() -> None:
         count = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Constant)
                     and isinstance(node.value, str) and id(node) not in docs
                     and pattern.search(node.value))
-        if count > _FLAGS_NOT_YET_SPELLED.get(name, 0):
+        if count:
             found.append(f"{name}: {count} strings name a --flag (use normprops.flags)")
     assert not found, "\n".join(found)
