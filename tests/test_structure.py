@@ -131,6 +131,19 @@ def _module_level_imports_of_any_package(path: Path) -> set[str]:
     return found
 
 
+def test_the_error_model_depends_on_no_cuda_module() -> None:
+    """The bounds are arithmetic on a declaration: the error model, and everything it imports, reads
+    no module of the CUDA layer (the launch shapes it shares with the launchers live below both)."""
+    graph = import_graph()
+    seen, todo = set(), ["normprops.errormodel"]
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo += graph.get(module, ())
+    assert not sorted(m for m in seen if m.startswith("normprops.cuda")), seen
+
+
 def test_the_cuda_package_imports_cupy_only_when_used() -> None:
     # `normprops kernels` and the CPU-only tests import these modules on machines without CuPy.
     cuda = PACKAGE / "cuda"
