@@ -37,6 +37,7 @@ from normprops.engine import (
     choose_seed,
     deadline_after,
     hunt_families,
+    parse_families,
     profile_config,
 )
 from normprops.errors import UsageError
@@ -68,19 +69,10 @@ def target_json(target: Target) -> dict[str, Any]:
 
 
 def _families(op: str, families: Iterable[str] | str | None) -> tuple[str, ...]:
-    allowed = families_for(op)
-    if families is None:
-        return allowed
-    chosen = (tuple(f.strip() for f in families.split(",")) if isinstance(families, str)
-              else tuple(families) if isinstance(families, Iterable) else (families,))
-    if not all(isinstance(f, str) for f in chosen):
-        raise UsageError(f"families must be family names (a list, or one string split at commas) "
-                         f"but was {families!r}; families for {op}: {', '.join(allowed)}")
-    unknown = [f for f in chosen if f not in allowed]
-    if unknown or not chosen:
-        raise UsageError(f"families: {', '.join(map(repr, unknown)) or '(none)'} not a family of "
-                         f"{op}; choose from {', '.join(allowed)}")
-    return chosen
+    try:
+        return parse_families(families, allowed=families_for(op), argument="families", op=op)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _callers_level() -> int:

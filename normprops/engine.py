@@ -4,7 +4,9 @@ The CLI (``normprops hunt``), the Python API (:func:`normprops.hunt_kernel`), th
 and the registry hunt (:mod:`normprops.registry_hunt`) all hunt through here: the loop
 (:func:`hunt_families`), the seed a hunt runs under (:func:`choose_seed`), its configuration from
 the active Hypothesis profile (:func:`profile_config`), its deadline (:func:`deadline_after`) and
-the check that every family can draw a row the target takes (:func:`check_families_drawable`).
+the check that every family can draw a row the target takes (:func:`check_families_drawable`),
+and the families a caller asked for (:func:`parse_families`), read alike from ``--families`` and
+``families=``.
 
 :func:`hunt_families` hunts one target family by family, saves fixtures, and stops early (with the
 reason) when the target cannot be called again, when Ctrl-C arrives, or when a second family fails
@@ -13,12 +15,13 @@ the calling contract for the same cause (one message, not one per family).
 
 from __future__ import annotations
 
+import difflib
 import math
 import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from normprops.errors import UsageError
 from normprops.hunt import HuntConfig, HuntResult, check_drawable, hunt
@@ -28,7 +31,7 @@ from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
 
 __all__ = ["HuntRun", "hunt_families", "choose_seed", "profile_config", "deadline_after",
-           "check_families_drawable"]
+           "check_families_drawable", "parse_families"]
 
 
 @dataclass
@@ -149,3 +152,31 @@ def deadline_after(time_budget: float | None) -> float | None:
             0 < time_budget < math.inf):
         raise UsageError(f"time_budget must be a positive number of seconds but was {time_budget!r}")
     return time.monotonic() + float(time_budget)
+
+
+def parse_families(families: Iterable[str] | str | None, *, allowed: Sequence[str], argument: str,
+                   op: str | None = None) -> tuple[str, ...]:
+    """The families asked for: a list of names, or one string split at commas; None and ``all``
+    alone mean every one of ``allowed``. Each name once, in the order given. ValueError naming
+    ``argument`` (``--families`` or ``families``), the bad value, the nearest family and the
+    choices; ``op`` names the op whose families ``allowed`` are (None: any op's)."""
+    if families is None or (isinstance(families, str) and families.strip() == "all"):
+        return tuple(allowed)
+    of = "a family" if op is None else f"a family of {op}"
+    choices = f"choose from {', '.join(allowed)}, or all alone"
+    if isinstance(families, str):
+        names: tuple[object, ...] = tuple(f.strip() for f in families.split(","))
+    else:
+        names = tuple(families) if isinstance(families, Iterable) else (families,)
+    if not all(isinstance(f, str) for f in names):
+        raise ValueError(f"{argument} must be family names (a list, or one string split at commas) "
+                         f"but was {families!r}; {choices}")
+    chosen = tuple(dict.fromkeys(f for f in names if isinstance(f, str) and f))  # each once
+    if not chosen:
+        raise ValueError(f"{argument}: no family named in {families!r}; {choices}")
+    unknown = [f for f in chosen if f not in allowed]
+    if unknown:
+        near = [m for f in unknown for m in difflib.get_close_matches(f, list(allowed), n=1)]
+        hint = f" (did you mean {', '.join(map(repr, dict.fromkeys(near)))}?)" if near else ""
+        raise ValueError(f"{argument}: {', '.join(map(repr, unknown))} not {of}{hint}; {choices}")
+    return chosen

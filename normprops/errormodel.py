@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from normprops.cuda.shape import Shape, cluster_shape, elements_per_thread, shape_for
+from normprops.row_shape import Shape, cluster_shape, elements_per_thread, shape_for
 
 __all__ = ["ErrorModel", "FOREIGN_ERROR_MODEL", "REDUCTIONS", "ROW_REDUCTIONS", "TREE_LEAF_DEPTH",
            "VARIANCES"]
@@ -43,7 +43,7 @@ class ErrorModel:
     tree_depth: int | None = None
     # Threads that grow with the row (normprops/cuda/prod.cu): the register path's launch shape for
     # at most ``per_thread`` elements per thread in 16-byte vectors of ``vector_width`` elements
-    # (normprops.cuda.shape), the streaming path's ``threads`` beyond it. None: always ``threads``.
+    # (normprops.row_shape), the streaming path's ``threads`` beyond it. None: always ``threads``.
     per_thread: int | None = None
     vector_width: int = 4
     # Rows past one block's registers may instead take the cluster path (prod.cu's softmax on sm_90

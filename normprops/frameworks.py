@@ -26,6 +26,7 @@ from normprops.dtypes import (
     to_numpy_storage,
 )
 from normprops.errors import ContractError, UsageError
+from normprops.flags import spelled
 
 __all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status"]
 
@@ -124,7 +125,7 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
     if dev.type == "cuda":
         if not torch.cuda.is_available():
             raise UsageError(f"device {device!r}: torch {torch.__version__} sees no CUDA device; "
-                             f"use --device cpu (device=\"cpu\")")
+                             f"use {spelled('device', 'cpu', quoted=True)}")
         if dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
         if dev.index >= torch.cuda.device_count():
@@ -270,7 +271,7 @@ def _cupy_adapter(dtype: str, device: str | None) -> Adapter:
         raise UsageError(f"device {device!r}: CuPy sees {count} CUDA devices")
     if dtype == "bfloat16" and not hasattr(cupy, "bfloat16"):
         raise UsageError(f"CuPy {cupy.__version__} has no bfloat16 dtype; hunt a bfloat16 kernel "
-                         f"through --framework (framework=) torch or jax")
+                         f"through {spelled('framework')} torch or jax")
     want = np.dtype(getattr(cupy, "bfloat16", None) if dtype == "bfloat16" else numpy_dtype(dtype))
 
     def to_native(a: np.ndarray, name: str, check: bool = True) -> Any:
@@ -334,7 +335,7 @@ def _import(name: str) -> Any:
         return importlib.import_module(name)
     except Exception as exc:  # ImportError, or a build that fails to load its native libraries
         raise UsageError(f"framework {name} is not importable here ({type(exc).__name__}: {exc}); "
-                         f"install it or choose another --framework (framework=)") from None
+                         f"install it or choose another {spelled('framework')}") from None
 
 
 _ADAPTERS = {"numpy": _numpy_adapter, "torch": _torch_adapter, "jax": _jax_adapter,

@@ -20,6 +20,7 @@ import numpy as np
 from normprops.case import WIDEST_COLS, Case, ShapeConstraints
 from normprops.errormodel import TREE_LEAF_DEPTH, ErrorModel
 from normprops.errors import FatalTargetError
+from normprops.flags import flag
 from normprops.hunt import Finding
 from normprops.launch import Target
 from normprops.ops import PROPERTIES, get_op, is_backward
@@ -38,9 +39,19 @@ _MULTIPLES = (2, 4, 8, 16, 32, 64, 128)
 
 @dataclass(frozen=True)
 class _Declaration:
-    flag: str  # on the command line
-    keyword: str  # to hunt_kernel
+    field: str  # the declaration's field (normprops.flags names its flag)
+    value: str | int | bool  # what the hint sets it to
     meaning: str  # what it declares, and what it loosens
+
+    @property
+    def flag(self) -> str:
+        """On the command line: ``--threads 1``, ``--ftz``."""
+        return flag(self.field) if self.value is True else f"{flag(self.field)} {self.value}"
+
+    @property
+    def keyword(self) -> str:
+        """To hunt_kernel: ``threads=1``, ``arithmetic="bfloat16"``."""
+        return f'{self.field}="{self.value}"' if isinstance(self.value, str) else f"{self.field}={self.value}"
 
 
 def _depth(model: ErrorModel) -> str:
@@ -59,7 +70,7 @@ def _model_groups(target: Target) -> list[list[tuple[_Declaration, ErrorModel]]]
     groups: list[list[tuple[_Declaration, ErrorModel]]] = []
     if target.dtype == "bfloat16" and model.arithmetic == "float32":
         groups.append([(_Declaration(
-            "--arithmetic bfloat16", 'arithmetic="bfloat16"',
+            "arithmetic", "bfloat16",
             "It declares that every operation of the kernel rounds to bfloat16, and judges it with "
             "bfloat16's unit roundoff 2^-8 instead of float32's 2^-24 (bounds 65536 times wider): "
             "right for a kernel that computes in bfloat16 throughout (JAX's ops on bfloat16 arrays); "
@@ -68,7 +79,7 @@ def _model_groups(target: Target) -> list[list[tuple[_Declaration, ErrorModel]]]
             replace(model, arithmetic="bfloat16"))])
     if not model.ftz:
         groups.append([(_Declaration(
-            "--ftz", "ftz=True",
+            "ftz", True,
             "It declares that the kernel flushes subnormal inputs and results to zero (FTZ/DAZ, as "
             "fast-math builds do) and allows what that loses, about 1.2e-38 wherever a subnormal is "
             "read or made; without it the kernel is judged as IEEE arithmetic"),
@@ -76,14 +87,14 @@ def _model_groups(target: Target) -> list[list[tuple[_Declaration, ErrorModel]]]
     depth = []
     if model.reduction != "tree":
         depth.append((_Declaration(
-            "--reduction tree", 'reduction="tree"',
+            "reduction", "tree",
             f"It declares a pairwise (tree) sum over the whole row, as numpy's np.sum does: the "
             f"bounds' depth becomes {_depth(replace(model, reduction='tree'))} instead of "
             f"{_depth(model)}"), replace(model, reduction="tree")))
     if model.reduction != "sequential" or model.threads != 1:
         one = replace(model, reduction="sequential", threads=1)
         depth.append((_Declaration(
-            "--threads 1", "threads=1",
+            "threads", 1,
             f"It declares that one thread adds each whole row in order (a loop, a cumulative sum): "
             f"the bounds' depth becomes {_depth(one)} instead of {_depth(model)}"), one))
     # A gradient's bounds take their depth from the threads twice: over the columns (dx) and over
@@ -149,18 +160,18 @@ def _width_candidates(widths: list[int], takes: Callable[[int], bool]
     # is offered first, as it leaves out fewer widths than a multiple does.
     below = _edge(takes, lo=1, hi=widths[0] - 1)
     if below is not None and (below == 1 or takes(below - 1)):
-        out.append((_Declaration(f"--max-cols {below}", f"max_cols={below}",
+        out.append((_Declaration("max_cols", below,
                                  f"It declares that the kernel takes no row wider than {below} "
                                  f"columns: no wider row is hunted"), ShapeConstraints(max_cols=below)))
     above = _lowest(takes, lo=widths[-1] + 1,
                     hi=min(WIDEST_COLS, max(_NARROW_LIMIT, 2 * widths[-1])))
     if above is not None and takes(above + 1):
-        out.append((_Declaration(f"--min-cols {above}", f"min_cols={above}",
+        out.append((_Declaration("min_cols", above,
                                  f"It declares that the kernel takes no row narrower than {above} "
                                  f"columns: no narrower row is hunted"), ShapeConstraints(min_cols=above)))
     for k in _MULTIPLES:
         if all(w % k for w in widths):
-            out.append((_Declaration(f"--cols-multiple-of {k}", f"cols_multiple_of={k}",
+            out.append((_Declaration("cols_multiple_of", k,
                                      f"It declares that the kernel takes only widths that are "
                                      f"multiples of {k}: no other width is hunted"),
                         ShapeConstraints(cols_multiple_of=k)))
@@ -213,7 +224,7 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
     out: list[str] = []
     why = get_op(target.op).range_hint
     if why is not None and any(f.property == "range_safety" for f in found):
-        out.append(f"hint: {why}. Range safety is judged because it was asked for (--check "
+        out.append(f"hint: {why}. Range safety is judged because it was asked for ({flag('opt_in')} "
                    "range_safety, opt_in=[\"range_safety\"]); without it, it is shown as "
                    "information, not a failure")
     try:

@@ -9,6 +9,7 @@ import time
 from typing import Callable
 
 from normprops.errors import FatalTargetError
+from normprops.flags import flag
 
 __all__ = ["call_with_timeout", "call_timeout_problem"]
 
@@ -61,7 +62,7 @@ def call_with_timeout(fn: Callable[..., object], args: tuple[object, ...],
             signal.setitimer(signal.ITIMER_REAL, 0)
     except _CallTimeout:
         raise FatalTargetError(f"did not return within {seconds:g} s (call timeout; raise "
-                               f"--call-timeout / call_timeout= for a slow first call)") from None
+                               f"{flag('call_timeout')} / call_timeout= for a slow first call)") from None
     finally:
         signal.signal(signal.SIGALRM, previous)
         if outer_left > 0:  # due later than ours: what is left of it (an overdue one fires now)

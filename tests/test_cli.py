@@ -195,7 +195,11 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:missing"], "has no attribute 'missing'"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:NOT_CALLABLE"], "names an int, not a function"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "eps_scale"],
-     "eps_scale not a family of softmax"),
+     "--families: 'eps_scale' not a family of softmax; choose from ordinary,"),
+    (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--families", "ordnary"],
+     "--families: 'ordnary' not a family of softmax (did you mean 'ordinary'?); choose from"),
+    (["hunt", "--backend", "numpy", "--families", "ordinary,tal"],
+     "--families: 'tal' not a family (did you mean 'tall'?); choose from ordinary,"),
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
     (["hunt", "--backend", "numpy", "--kernel", "noSuchKernel"],
      "--kernel noSuchKernel: no numpy kernel of that name"),  # numpy: the default backend only without a GPU

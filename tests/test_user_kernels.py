@@ -514,6 +514,9 @@ def test_hunt_kernel_saves_fixtures_when_asked(tmp_path: Path) -> None:
     (dict(op="softmax", dtype=ml_dtypes.bfloat16), r'\(pass its name: dtype="bfloat16"\)'),
     (dict(op="softmax", framework="mxnet"), "framework must be one of"),
     (dict(op="softmax", families=["eps_scale"]), "not a family of softmax"),
+    (dict(op="softmax", families="ordnary"),
+     r"families: 'ordnary' not a family of softmax \(did you mean 'ordinary'\?\); choose from ordinary,"),
+    (dict(op="softmax", families=" , "), "families: no family named in ' , '; choose from ordinary,"),
     (dict(op="softmax", ignore=["contract"]), "'contract' cannot be ignored"),
     (dict(op="softmax", cols_multiple_of=0), "cols_multiple_of must be an integer of at least 1"),
     (dict(op="softmax", max_examples=0), "max_examples must be an integer of at least 1 but was 0"),
@@ -1091,3 +1094,17 @@ def test_a_report_prints_as_the_command_line_does() -> None:
     assert lines[0] == "softmax (python)" and lines[2].split() == ["softmax_no_shift", "pass", "finite"]
     assert "softmax[softmax_no_shift] overflow_logits finite: " in text and "x[0] = [" in text
     assert lines[-1].startswith("1 failure (") and len(text) < 2000
+
+
+def test_families_read_alike_from_the_cli_and_the_api() -> None:
+    from normprops.engine import parse_families
+    from normprops.strategies import families_for
+
+    allowed = families_for("softmax")
+    assert parse_families(None, allowed=allowed, argument="families", op="softmax") == allowed
+    assert parse_families(" all ", allowed=allowed, argument="--families", op="softmax") == allowed
+    assert parse_families("huge, ordinary,,huge", allowed=allowed, argument="families",
+                          op="softmax") == ("huge", "ordinary")
+    assert parse_families(["tiny"], allowed=allowed, argument="families", op="softmax") == ("tiny",)
+    with pytest.raises(ValueError, match=r"^--families: 'ordnary' not a family of softmax \(did you mean"):
+        parse_families("ordnary", allowed=allowed, argument="--families", op="softmax")

@@ -30,6 +30,7 @@ from normprops.bench.launchers import (
     one_line,
 )
 from normprops.dtypes import get_dtype
+from normprops.flags import flag
 
 __all__ = ["BenchError", "BenchRow", "LaunchRow", "Measurement", "rows_for", "run_bench", "measure",
            "spin_wait", "event_ms", "SPIN_CYCLES"]
@@ -148,7 +149,7 @@ def _warm(case: BenchCase, launchers: Launchers, warmup: int) -> None:
             poisoned = _healthy()
             if poisoned is not None:
                 raise BenchError(f"{name} left the GPU unusable on {case.name} ({poisoned}); rerun with "
-                                 f"--peers leaving out {library}") from exc
+                                 f"{flag('peers')} leaving out {library}") from exc
     poisoned = _healthy()
     if poisoned is not None:
         raise BenchError(f"a kernel faulted during the warm-up of {case.name}: {poisoned}")

@@ -49,7 +49,8 @@ from normprops.cli.common import (
     stopped_by,
 )
 from normprops.cli.fixtures import _fixtures_list, _fixtures_prune, _replay
-from normprops.cli.hunt import _best_backend, _hunt, _kernels
+from normprops.cli.hunt import _best_backend, _hunt
+from normprops.cli.kernels import _kernels
 from normprops.cli.merge import _report_merge
 from normprops.cli.parser import _parser
 from normprops.errors import UsageError

@@ -18,7 +18,7 @@ from typing import Any, Callable, NoReturn, TextIO
 from normprops import interrupt
 from normprops.case import ShapeConstraints
 from normprops.declaration import Declaration
-from normprops.engine import choose_seed
+from normprops.engine import choose_seed, parse_families
 from normprops.errors import ImplError, UsageError, WriteError, a_or_an, describe_exit
 from normprops.hunt import HuntConfig
 from normprops.jsonio import check_can_create_in, output_dir_problem
@@ -198,16 +198,12 @@ def resolve_impl(impl: str) -> Callable[..., Any]:
     return fn
 
 
-def _parse_families(text: str | None, *, allowed: tuple[str, ...], what: str) -> tuple[str, ...]:
-    """--families A,B,...: every name must be in ``allowed``; None and ``all`` mean all of them."""
-    if text is None or text.strip() == "all":
-        return allowed
-    chosen = tuple(dict.fromkeys(f.strip() for f in text.split(",") if f.strip()))  # each once
-    unknown = [f for f in chosen if f not in allowed]
-    if unknown or not chosen:
-        raise UsageError(f"--families: {', '.join(unknown) or '(empty)'} not {what}; choose from "
-                         f"{', '.join(allowed)}, or all alone")
-    return chosen
+def _parse_families(text: str | None, *, allowed: tuple[str, ...], op: str | None) -> tuple[str, ...]:
+    """--families A,B,... (:func:`normprops.engine.parse_families`), its mistakes a usage error."""
+    try:
+        return parse_families(text, allowed=allowed, argument="--families", op=op)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 def _constraints(args: argparse.Namespace) -> ShapeConstraints:
@@ -232,6 +228,8 @@ CI_SEED = 0
 def _config(args: argparse.Namespace) -> HuntConfig:
     # Without --seed, a fresh seed each run, printed in the header and kept in the report, so any
     # run can be repeated (`--seed N`), as Hypothesis prints @seed for a failure; in CI, CI_SEED.
+    # Not engine.profile_config: the command's settings are its flags alone (--max-examples 100
+    # unless given), not the active Hypothesis profile's, so a hunt reads the same on every machine.
     seed = choose_seed(args.seed, derandomized_seed=CI_SEED)
     return HuntConfig(max_examples=args.max_examples, seed=seed, policy=args.policy,
                       oracle=args.oracle)

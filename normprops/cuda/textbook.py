@@ -20,6 +20,7 @@ from typing import Any, Callable
 import numpy as np
 
 from normprops.cuda.build import BUILDS, compile_source, module
+from normprops.flags import flag
 from normprops.ops import get_op
 
 __all__ = [
@@ -157,14 +158,14 @@ def user_kernel(path: Path, *, name: str, op: str, threads: int = THREADS) -> Ca
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"--cuda-source {path}: no such file")
+        raise FileNotFoundError(f"{flag('cuda_source')} {path}: no such file")
     code = path.read_text()
     compiled = compile_source(code, filename=path.name, options=BUILDS["default"])
     try:
         kernel = compiled.get_function(name)
     except cupy.cuda.driver.CUDADriverError:
         found = _KERNEL_NAME.findall(code)
-        raise LookupError(f"--kernel {name}: not found in {path} (extern \"C\" __global__ kernels "
+        raise LookupError(f"{flag('kernel')} {name}: not found in {path} (extern \"C\" __global__ kernels "
                           f"there: {', '.join(found) or 'none'})") from None
 
     def run(x: Any, *args: Any) -> Any:
