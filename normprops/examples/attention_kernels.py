@@ -1,7 +1,7 @@
 """Attention kernels written like float32 GPU kernels, in numpy: three correct ones and seven with
 one planted bug each.
 
-Each follows the op's contract (:mod:`normprops.attention`): ``fn(q, k, v, mask, scale) -> (out,
+Each follows the op's contract (:mod:`normprops.ops.attention`): ``fn(q, k, v, mask, scale) -> (out,
 lse)`` with ``q``, ``k``, ``v`` in a storage type (float32, ``ml_dtypes.bfloat16`` or float16),
 ``out`` in that type and ``lse`` float32. They compute in float32. Their matrix products sum 16
 products at a time in a wide accumulator, rounded once, and add those partials one after another in
@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 import ml_dtypes
 import numpy as np
 
-from normprops.attention import SENTINEL, AttentionDeclaration
 from normprops.errormodel import ErrorModel
+from normprops.ops.attention_math import SENTINEL, AttentionDeclaration
 
 __all__ = [
     "CORRECT",
@@ -252,3 +252,17 @@ PLANTED: dict[str, AttentionKernel] = {
 #: Every example's declaration, by name.
 DECLARATIONS: dict[str, AttentionDeclaration] = {
     name: kernel.declaration for name, kernel in {**CORRECT, **PLANTED}.items()}
+
+
+# The examples by their short names, as ``--impl normprops.examples.attention_kernels:online`` names
+# them.
+two_pass = attention_two_pass
+online = attention_online
+online_p_bf16 = attention_online_p_bf16
+finite_sentinel = attention_finite_sentinel
+no_max_subtraction = attention_no_max_subtraction
+masked_row_nan_mixture = attention_masked_row_nan_mixture
+lse_plus_inf = attention_lse_plus_inf
+gqa_wrong_head = attention_gqa_wrong_head
+dropped_tail_keys = attention_dropped_tail_keys
+fp16_accumulate = attention_fp16_accumulate
