@@ -44,14 +44,16 @@ TILE = 32  # keys per tile of the online kernels
 
 
 def _mma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` in float32: each run of ``CHUNK`` products summed exactly and rounded once, the
-    partials added in turn."""
+    """``a @ b`` in float32: each run of ``CHUNK`` products summed in float64 (each product of two
+    float32 values exact there) and rounded once, the partials added in turn. The sums run along
+    one axis of an elementwise product, never through BLAS, whose blocking follows the matrices'
+    shapes: a query row gives the same bits alone and in a batch."""
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], F32)
     with np.errstate(all="ignore"):  # inf and NaN propagate as on a GPU
         for start in range(0, a.shape[-1], CHUNK):
             chunk = slice(start, start + CHUNK)
-            part = a[..., chunk].astype(np.float64) @ b[..., chunk, :].astype(np.float64)
-            acc = acc + part.astype(F32)
+            terms = a[..., chunk, None].astype(np.float64) * b[..., None, chunk, :].astype(np.float64)
+            acc = acc + terms.sum(axis=-2).astype(F32)
     return acc
 
 
