@@ -197,7 +197,7 @@ def attention_dropped_tail_keys(q, k, v, mask, scale):
 def _pv_fp16(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     acc = np.zeros(p.shape[:-1] + v.shape[-1:], np.float16)
     for j in range(p.shape[-1]):
-        acc = (acc + (p[..., j, None] * v[..., j, :]).astype(np.float16)).astype(np.float16)
+        acc = (acc + (p[..., j, None] * v[..., j, None, :]).astype(np.float16)).astype(np.float16)
     return acc.astype(F32)
 
 
