@@ -127,7 +127,10 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 arithmetic: str = "float32", opt_in: Iterable[str] = (),
                 call_timeout: float | None = 60.0, time_budget: float | None = None,
                 row_reduction: str | None = None, mask: str = "bool",
-                mask_fill: float | str | None = None, variance: str = "two_pass") -> Report:
+                mask_fill: float | str | None = None, variance: str = "two_pass",
+                mask_layouts: Iterable[str] | str | None = None, empty_rows: str | None = None,
+                returns_lse: bool | None = None, p_dtype: str | None = None,
+                online: bool | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
@@ -171,6 +174,12 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       order, ``np.sum(axis=0)``'s, ``torch.sum(dim=0)``'s and ``jnp.sum(axis=0)``'s among them),
       "blocks" (per-block partials over ``threads`` blocks joined in a tree, a sharper bound) or
       "tree" (pairwise). Other ops take none.
+    - ``mask_layouts``, ``empty_rows``, ``returns_lse``, ``p_dtype``, ``online`` (attention only,
+      ``fn(q, k, v, mask, scale) -> out or (out, lse)``): the masks it takes (some of none,
+      causal_top_left, causal_bottom_right, key_padding, arbitrary; the hunt draws only those),
+      what a query row with no kept key gives ("zero", "nan" or "either"), whether it returns lse
+      (None: either), the type P is rounded to before P.V, and whether a running max rescales its
+      sums (default True; False tightens the P.V bound). docs/hunting.md, "Attention".
     - ``mask`` (masked_softmax only): ``"bool"`` hands ``fn`` a boolean mask (True: the entry
       takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
       ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
@@ -196,7 +205,10 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         op=op, dtype=dtype, framework=framework, device=device, ignore=ignore,
         constraints=constraints, threads=threads, ftz=ftz, reduction=reduction,
         arithmetic=arithmetic, opt_in=opt_in, call_timeout=call_timeout,
-        row_reduction=row_reduction, mask=mask, mask_fill=mask_fill, variance=variance)
+        row_reduction=row_reduction, mask=mask, mask_fill=mask_fill, variance=variance,
+        **{key: value for key, value in (("mask_layouts", mask_layouts), ("empty_rows", empty_rows),
+                                         ("returns_lse", returns_lse), ("p_dtype", p_dtype),
+                                         ("online", online)) if value is not None})
     target = target_from_callable(fn, declaration=declaration)
     # The default object itself (not an equal value the caller passed): asked for by default, a
     # timeout that cannot be kept is dropped quietly; asked for by name, it is said.

@@ -50,6 +50,15 @@ class Case:
     def cols(self) -> int:
         return int(self.x.shape[1])
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """x's shape: what a message quotes as the input's shape."""
+        return tuple(self.x.shape)
+
+    def float_arrays(self) -> tuple[np.ndarray, ...]:
+        """The float arrays the kernel receives (x or y, gamma, beta, dy where the op has them)."""
+        return tuple(a for a in (self.x, self.gamma, self.beta, self.dy) if a is not None)
+
     def args(self) -> tuple[Any, ...]:
         """The positional arguments of the op's user signature."""
         try:

@@ -71,6 +71,9 @@ class Declaration:
     # 0 and this fill (its value in the storage type).
     mask_fill: float | None = None
     call_timeout: float | None = None  # a call that does not return in time stops the hunt
+    # An op of named arrays (attention): its own declaration (normprops.ops.NamedArrays), None for
+    # its default (and for the row ops, which have none).
+    op_declaration: Any = None
 
     @property
     def mask(self) -> str:
@@ -80,20 +83,38 @@ class Declaration:
     def row_reduction(self) -> str:
         return self.error_model.row_reduction
 
+    @property
+    def op_promises(self) -> Any:
+        """The op's own declaration (its default where none was given); None for a row op."""
+        named = get_op(self.op).named
+        if named is None:
+            return None
+        return named.default_declaration if self.op_declaration is None else self.op_declaration
+
     @classmethod
     def declare(cls, *, op: str, **keywords: Any) -> Declaration:
         """A user's declaration from the keywords of :data:`KEYWORDS` (those left out take their
         defaults), every one checked: :class:`~normprops.errors.UsageError` naming the argument,
         its value and the fix; TypeError for a keyword it does not take."""
-        unknown = sorted(set(keywords) - set(KEYWORDS))
-        if unknown:
-            raise TypeError(f"declare() got unexpected keyword arguments {', '.join(unknown)}; it "
-                            f"takes op, {', '.join(KEYWORDS)}")
-        k = {**KEYWORDS, **keywords}
         try:
             spec = get_op(op)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+        own_names = () if spec.named is None else spec.named.keywords
+        own = {key: keywords.pop(key) for key in list(keywords) if key in own_names}
+        unknown = sorted(set(keywords) - set(KEYWORDS))
+        for key in unknown:
+            owner = next((o.name for o in OPS.values() if o.named and key in o.named.keywords), None)
+            if owner is not None and keywords[key] is not None:
+                raise UsageError(f"{spelled(key)} applies to {flag('op')} {owner} only; op {op} "
+                                 f"does not take it: drop it")
+        unknown = [key for key in unknown if keywords[key] is not None or not any(
+            o.named and key in o.named.keywords for o in OPS.values())]
+        if unknown:
+            raise TypeError(f"declare() got unexpected keyword arguments {', '.join(unknown)}; it "
+                            f"takes op, {', '.join(KEYWORDS)}")
+        keywords = {key: value for key, value in keywords.items() if key in KEYWORDS}
+        k = {**KEYWORDS, **keywords}
         threads, timeout, row_reduction = k["threads"], k["call_timeout"], k["row_reduction"]
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
                                     or threads < 1):
@@ -124,9 +145,14 @@ class Declaration:
             raise UsageError(str(exc)) from None
         _check_arithmetic(model.arithmetic, k["dtype"])
         ignored, chosen = _check_promises(k["ignore"], k["opt_in"], op)
+        promises = None
+        if spec.named is not None:
+            # A plain loop's depth unless the kernel declares its threads.
+            depth = model if threads is not None else replace(model, threads=1)
+            promises = spec.named.declare(depth, dtype=k["dtype"], **own)
         return cls(op=op, dtype=k["dtype"], framework=k["framework"], device=k["device"],
                    constraints=k["constraints"], ignore=ignored, opt_in=chosen, error_model=model,
-                   mask_fill=fill, call_timeout=timeout)
+                   mask_fill=fill, call_timeout=timeout, op_declaration=promises)
 
     @classmethod
     def from_spec(cls, spec: KernelSpec) -> Declaration:
@@ -135,7 +161,8 @@ class Declaration:
         and an unclaimed cell is information."""
         return cls(op=spec.op, dtype=spec.dtype, framework=spec.framework, device=spec.device,
                    constraints=spec.constraints, ignore=spec.exempt,
-                   opt_in=frozenset({"range_safety"}) - spec.exempt, error_model=spec.error_model)
+                   opt_in=frozenset({"range_safety"}) - spec.exempt, error_model=spec.error_model,
+                   op_declaration=spec.op_declaration)
 
     def to_json(self) -> dict[str, Any]:
         """What a report says the kernel declared (the keys of its ``targets`` entries that
@@ -150,6 +177,7 @@ class Declaration:
             **({"row_reduction": model.row_reduction} if spec.forward is not None else {}),
             **({"variance": model.variance} if spec.has_variance else {}),
             **({"mask": self.mask, "mask_fill": _fill_json(self.mask_fill)} if spec.has_mask else {}),
+            **({"op_declaration": self.op_promises.to_json()} if spec.named is not None else {}),
         }
 
     @classmethod
@@ -174,7 +202,9 @@ class Declaration:
                                                 max_cols=widths.get("max_cols")),
                    ignore=frozenset(doc.get("ignore", ())), opt_in=frozenset(doc.get("opt_in", ())),
                    error_model=model, mask_fill=None if fill is None else float(fill),
-                   call_timeout=doc.get("call_timeout"))
+                   call_timeout=doc.get("call_timeout"),
+                   op_declaration=None if spec.named is None else spec.named.from_json(
+                       doc.get("op_declaration"), model))
 
     def to_flags(self, *, policy: str = "default") -> str:
         """The flags that make ``normprops replay`` judge this kernel's fixtures as its hunt did:
@@ -199,6 +229,8 @@ class Declaration:
         ]
         if self.mask_fill is not None:
             pairs += [("mask", "additive"), ("mask_fill", repr(float(self.mask_fill)))]
+        if self.op_declaration is not None:
+            pairs += self.op_declaration.flag_pairs()
         if self.call_timeout not in (None, REPLAY_CALL_TIMEOUT):
             pairs.append(("call_timeout", repr(float(self.call_timeout))))  # type: ignore[arg-type]
         pairs.append(("policy", policy if policy != "default" else None))

@@ -27,6 +27,7 @@ from normprops.errors import UsageError
 from normprops.hunt import HuntConfig, HuntResult, check_drawable, hunt
 from normprops.information import hunt_information
 from normprops.launch import Target
+from normprops.ops import get_op
 from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
 
@@ -139,7 +140,9 @@ def check_families_drawable(target: Target, *, families: Sequence[str], config: 
         try:
             check_drawable(target, family=family, config=config)
         except ValueError as exc:
-            raise UsageError(fix(str(exc), family)) from None
+            # A named-arrays op's reason says its own fix: it draws no row widths.
+            named = get_op(target.op).named is not None
+            raise UsageError(str(exc) if named else fix(str(exc), family)) from None
 
 
 def deadline_after(time_budget: float | None) -> float | None:

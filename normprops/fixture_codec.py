@@ -97,7 +97,53 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _encode_fields(case: Any) -> dict[str, Any]:
+    """A named-arrays case (attention) by its fields: float arrays of any shape, boolean masks as
+    rows of 0s and 1s over the last axis with their full ``dims``, floats as hex, None as null."""
+    out: dict[str, Any] = {"shape": list(case.shape)}
+    for name, value in case.fields().items():
+        if isinstance(value, np.ndarray) and value.dtype == bool:
+            out[name] = {"dims": list(value.shape), **encode_mask(value.reshape(-1, value.shape[-1]))}
+        elif isinstance(value, np.ndarray):
+            out[name] = encode_array(value)
+        elif isinstance(value, float):
+            out[name] = float(value).hex()
+        else:
+            out[name] = value
+    if case.dtype != "float32":
+        out["dtype"] = case.dtype
+    out["params"] = _jsonable(case.params)
+    return out
+
+
+def _decode_fields(blob: dict[str, Any], *, op: str, family: str, what: str) -> Any:
+    """A named-arrays case from :func:`_encode_fields`' JSON, built and checked by its op."""
+    spec = OPS[op]
+    fields: dict[str, Any] = {}
+    for name in spec.params:
+        value = blob.get(name)
+        if isinstance(value, dict) and "dims" in value:
+            dims, _ = _checked_shape(value["dims"], what=f"{what}.{name}")
+            fields[name] = decode_mask(value, what=f"{what}.{name}").reshape(dims)
+        elif isinstance(value, dict):
+            fields[name] = decode_array(value, what=f"{what}.{name}")
+        elif isinstance(value, str):
+            fields[name] = _hex_float(blob, name, what=what, op=op)
+        elif value is not None:
+            raise ValueError(f"{what}.{name}: {value!r} is neither an array, a mask nor a hex float")
+    dtype = blob.get("dtype", "float32")
+    if not isinstance(dtype, str) or dtype not in DTYPES:
+        raise ValueError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    params = blob.get("params", {})
+    try:
+        return spec.named.build(family, dtype, fields, params if isinstance(params, dict) else {})
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 def encode_case(case: Case) -> dict[str, Any]:
+    if OPS[case.op].named is not None:
+        return _encode_fields(case)
     out: dict[str, Any] = {"shape": list(case.x.shape), "x": encode_array(case.x)}
     if case.dy is not None:
         out["dy"] = encode_array(case.dy)
@@ -209,6 +255,8 @@ def decode_case(blob: Any, *, op: str, family: str, what: str) -> Case:
     if not isinstance(blob, dict):
         raise ValueError(f"{what}: expected an object")
     spec = OPS[op]
+    if spec.named is not None:
+        return _decode_fields(blob, op=op, family=family, what=what)
     x = decode_array(blob.get("x"), what=f"{what}.x")
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
         raise ValueError(f"{what}.x: shape {list(x.shape)} is not (rows >= 1, cols >= 1)")

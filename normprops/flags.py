@@ -20,7 +20,8 @@ FLAGS: dict[str, str] = {
     "mask": "--mask", "mask_fill": "--mask-fill", "call_timeout": "--call-timeout", "ftz": "--ftz",
     "policy": "--policy", "oracle": "--oracle", "families": "--families",
     "fixtures_dir": "--fixtures-dir", "seed": "--seed", "json": "--json", "shard": "--shard",
-    "peers": "--peers",
+    "peers": "--peers", "mask_layouts": "--mask-layouts", "empty_rows": "--empty-rows",
+    "returns_lse": "--returns-lse", "p_dtype": "--p-dtype", "online": "--online",
 }
 
 

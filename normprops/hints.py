@@ -222,6 +222,8 @@ def hints(findings: Iterable[Finding], *, target: Target, policy: str = "default
     when nothing applies (or the target cannot run again)."""
     found = list(findings)
     out: list[str] = []
+    if get_op(target.op).named is not None:
+        return out  # the hints try row widths and reduction depths, which a named-arrays op has not
     why = get_op(target.op).range_hint
     if why is not None and any(f.property == "range_safety" for f in found):
         out.append(f"hint: {why}. Range safety is judged because it was asked for ({flag('opt_in')} "

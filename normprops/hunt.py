@@ -28,7 +28,7 @@ from normprops.case import Case
 from normprops.errors import FatalTargetError, is_test_outcome
 from normprops.judge import Verdict
 from normprops.launch import Target
-from normprops.ops import PROPERTIES, is_backward
+from normprops.ops import PROPERTIES, get_op, is_backward
 from normprops.oracles import ORACLES, POLICIES
 from normprops.properties import evaluate, quoting_exact
 from normprops.strategies import FAMILIES, cases, families_for, widest_cols
@@ -221,6 +221,9 @@ def case_strategy(target: Target, *, family: str,
     # limit. A kernel that only takes rows wider than the range is hunted up to twice its minimum;
     # where the family has none of its widths there (`ragged`'s edges, counted in very wide
     # vectors), up to the kernel's own limit.
+    named = get_op(target.op).named
+    if named is not None:  # an op of named arrays draws its own shapes, only masks the kernel takes
+        return named.cases(family, target.dtype, target.declaration.op_promises)
     c = target.constraints
     min_cols = max(config.min_cols, c.min_cols)
     max_cols = config.max_cols
@@ -335,7 +338,7 @@ def _round(target: Target, family: str, config: HuntConfig, skip: frozenset[str]
 
 
 def _stopped(target: Target, family: str, fatal: str, case: Case) -> Verdict:
-    return Verdict.contract(target.label, family, f"{fatal} (input shape {case.x.shape}); hunt stopped")
+    return Verdict.contract(target.label, family, f"{fatal} (input shape {case.shape}); hunt stopped")
 
 
 def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -> None:
@@ -349,7 +352,8 @@ def _fewer_rows(target: Target, family: str, config: HuntConfig, seen: _Round) -
     the family and the hunt draw at least. Gradient cases keep their rows: their families choose
     them (``tall``)."""
     case, verdict = seen.last
-    if is_backward(target.op) or Phase.shrink not in config.hypothesis_settings().phases:
+    if (is_backward(target.op) or get_op(target.op).named is not None
+            or Phase.shrink not in config.hypothesis_settings().phases):
         return
     fam = FAMILIES[family]
     floor = max(config.min_rows, fam.min_rows)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import numpy as np
 
 from normprops.case import Case
 from normprops.dtypes import get_dtype
-from normprops.ops import PROPERTIES, get_op
+from normprops.ops import PROPERTIES, NamedExact, get_op
 from normprops.ops.common import GradReference, GradTolerance, Reference, Tolerance
 from normprops.ops.softmax import RatioFit, ratio_fit, softmax_ratios
 from normprops.verdict import (
@@ -42,6 +43,8 @@ __all__ = [
     "judge_grads",
     "judge_grads_bitwise",
     "with_exact",
+    "judge_named",
+    "judge_named_bitwise",
 ]
 
 
@@ -340,3 +343,74 @@ def judge(case: Case, outs: dict[str, np.ndarray], ref: Reference | GradReferenc
         return judge_grads(case, outs, ref, tol, label=label, skip=skip)
     (out,) = outs.values()
     return judge_output(case, out, ref, tol, label=label, skip=skip)
+
+
+# --- outputs of any shape: the ops of named arrays (attention) -----------------------------------
+# Each named output judged against its exact values where the op says it is judged: a non-finite
+# value where the exact one is finite fails ``finite`` outright, an element past its bound fails
+# ``accuracy``. Every verdict names its element as the op words it: ``out[b 0 h 3 q 5 col 17]``.
+
+
+def judge_named(case: Any, outs: dict[str, np.ndarray], exact: NamedExact, *, label: str,
+                element: Callable[[str, tuple[int, ...]], str],
+                skip: frozenset[str] = frozenset()) -> tuple[list[Verdict], float]:
+    """Judge every output of one call of a named-arrays op. Returns the failures (per property the
+    worst over outputs, the first output on ties) and the worst err/tol over the elements judged
+    by accuracy (what a hunt steers by; 0 when ``accuracy`` is in ``skip``)."""
+    found: dict[str, Verdict] = {}
+    worst_ratio = 0.0
+    for name, out in outs.items():
+        got = np.asarray(out).astype(np.float64)
+        z, t, judged = exact.exact[name], exact.tol[name], exact.judged[name]
+        judged = judged & np.isfinite(z)
+
+        def verdict(prop: str, index: tuple[int, ...], **values: Any) -> Verdict:
+            return Verdict(label, prop, case.family, None, None, float(got[index]),
+                           float(z[index]), values.get("error"), values.get("tolerance"),
+                           values.get("ratio", math.inf), values.get("reason", ""), output=name,
+                           element=element(name, index))
+
+        bad = judged & ~np.isfinite(got)
+        if bad.any() and "finite" not in found:
+            index = tuple(int(i) for i in np.argwhere(bad)[0])
+            found["finite"] = verdict("finite", index, reason=nonfinite_reason(got[index], z[index]))
+        with np.errstate(all="ignore"):
+            err = np.abs(got - z)
+            ratio = np.where(judged & np.isfinite(got), err / t, 0.0)
+        ratio = np.where(np.isnan(ratio), np.inf, ratio)
+        if ratio.size and "accuracy" not in skip:
+            worst_ratio = max(worst_ratio, float(np.max(np.where(np.isfinite(ratio), ratio, 0.0))))
+        failing = ratio > 1.0
+        if failing.any():
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+            held = found.get("accuracy")
+            if held is None or ratio[index] > held.ratio:
+                found["accuracy"] = verdict("accuracy", index, error=float(err[index]),
+                                            tolerance=float(t[index]), ratio=float(ratio[index]))
+    return list(found.values()), worst_ratio
+
+
+def judge_named_bitwise(prop: str, first: dict[str, np.ndarray], second: dict[str, np.ndarray], *,
+                        case: Any, label: str, element: Callable[[str, tuple[int, ...]], str],
+                        what: str, place: tuple[slice, ...] = (), batch: str | None = None
+                        ) -> Verdict | None:
+    """Bitwise equality of each output of ``second`` with ``first`` at ``place`` (slices of its
+    leading axes: the part of the case a smaller call computed). The verdict names the case's
+    element."""
+    for name, other in second.items():
+        mine = np.asarray(first[name], dtype=np.float32)[place]
+        other = np.asarray(other, dtype=np.float32)
+        if mine.shape != other.shape:
+            return Verdict(label, prop, case.family, None, None, None, None, None, None, math.inf,
+                           f"{name}: {what}: shape {other.shape}, not {mine.shape}", output=name)
+        same = bits_equal(mine, other)
+        if same.all():
+            continue
+        index = tuple(int(i) for i in np.argwhere(~same)[0])
+        starts = [s.start or 0 for s in place] + [0] * (len(index) - len(place))
+        origin = tuple(i + s for i, s in zip(index, starts))
+        a, b = float(mine[index]), float(other[index])
+        return Verdict(label, prop, case.family, None, None, b, a, None, None, math.inf,
+                       f"{what}: {b!r} vs {a!r} (differs by {abs(b - a):.3g}; must be bitwise "
+                       f"equal)", batch=batch, output=name, element=element(name, origin))
+    return None

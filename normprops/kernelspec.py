@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -75,6 +75,8 @@ class KernelSpec:
     # little news: the numpy backend's example pairs, a correct kernel beside a planted one, each
     # hunted where the planted bug shows. `--families` (`all`: every one) hunts the others.
     default_families: frozenset[str] | None = None
+    # An op of named arrays (attention): the kernel's own declaration of it (None: the op's default).
+    op_declaration: Any = None
 
     def __post_init__(self) -> None:
         # An entry names its row reduction beside its model; the model carries it from here on

@@ -186,12 +186,21 @@ class Target:
             warnings.simplefilter("always")
             out = call_with_timeout(self.fn, native, self.timeout_s)
         self.warnings.add(caught)
-        if spec.forward is not None:
+        converted: list[tuple[int, str]] = []  # outputs of another type than the storage type's
+        if spec.named is not None:
+            outputs, converted = _named_outputs(out, case, spec, self.declaration.op_promises)
+        elif spec.forward is not None:
             outputs = _gradient_outputs(out, case, spec)
         else:
             if isinstance(out, tuple) and len(out) == 1:
                 out = out[0]
             outputs = [(out, case.x.shape, "the output")]
+        if converted:  # lse's float32 beside a 16-bit out: each read by an adapter of its type
+            others = {i: get_adapter(self.adapter.framework, dtype=dtype, device=self.adapter.device
+                                     ).from_native(*outputs[i]) for i, dtype in converted}
+            outputs = [item for i, item in enumerate(outputs) if i not in others]
+        else:
+            others = {}
         # The outputs and the checks where the inputs live, in one copy back (an adapter that
         # takes no snapshot has its inputs read back and compared on the host, below).
         if self.adapter.download is not None and (snapshot is not None or not arrays):
@@ -199,8 +208,9 @@ class Target:
             got, how = self.adapter.download(outputs, changes)
             if how is not None:
                 raise ContractError(how)
+            got = _merged(got, others)
             return got[0] if len(got) == 1 else tuple(got)
-        got = [self.adapter.from_native(*item) for item in outputs]
+        got = _merged([self.adapter.from_native(*item) for item in outputs], others)
         result = got[0] if len(got) == 1 else tuple(got)
         if snapshot is not None and self.adapter.changed is not None:  # compared where they live
             how = self.adapter.changed([(name, after, snap)
@@ -234,6 +244,27 @@ def _unchanged(before: np.ndarray, now: np.ndarray) -> bool:
     """The same bytes: certainly not modified. A byte comparison costs a tenth of the value
     comparison with NaNs equal, which is left to decide the rare rest (a -0 for a +0 is no change)."""
     return before.dtype == now.dtype and before.shape == now.shape and before.tobytes() == now.tobytes()
+
+
+def _merged(got: list[np.ndarray], others: dict[int, np.ndarray]) -> list[np.ndarray]:
+    """The outputs read in the storage type, with those read in another type put back in place."""
+    rest = iter(got)
+    return [others[i] if i in others else next(rest) for i in range(len(got) + len(others))]
+
+
+def _named_outputs(out: object, case: Any, spec: OpSpec, promises: Any
+                   ) -> tuple[list[tuple[object, tuple[int, ...], str]], list[tuple[int, str]]]:
+    """A named-arrays op's outputs as (returned object, its shape, its name), and the positions
+    and types of those not in the storage type (attention's float32 lse); ContractError naming
+    what came back when it returned another number of arrays than declared."""
+    items = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    try:
+        expected = spec.named.outputs(case, promises, len(items))  # type: ignore[union-attr]
+    except ValueError as exc:
+        raise ContractError(str(exc)) from None
+    outputs = [(a, shape, name) for a, (name, shape, _) in zip(items, expected)]
+    converted = [(i, dtype) for i, (_, _, dtype) in enumerate(expected) if dtype != case.dtype]
+    return outputs, converted
 
 
 def _gradient_outputs(out: object, case: Case, spec: OpSpec) -> list[tuple[object, tuple[int, ...], str]]:

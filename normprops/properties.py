@@ -24,6 +24,8 @@ from normprops.judge import (
     judge_close,
     judge_exact_constant,
     judge_grads_bitwise,
+    judge_named,
+    judge_named_bitwise,
     range_rows,
     with_exact,
 )
@@ -78,7 +80,7 @@ def _call(target: Target, case: Case, *, check_inputs: bool = True) -> np.ndarra
             raise
         message = _message(exc)
         reason = f"raised {type(exc).__name__}{': ' if message else ''}{message}{_where(exc)}"
-    return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.x.shape})")
+    return Verdict.contract(target.label, case.family, f"{reason} (input shape {case.shape})")
 
 
 def _message(exc: BaseException) -> str:
@@ -250,6 +252,8 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
         return Evaluation(() if out.property in skip else (out,), math.inf)
     if op.forward is None and skip >= _ALL_BUT_CONTRACT:
         return Evaluation((), 0.0)  # only the call was asked about (a width hint's probe): no oracle
+    if op.named is not None:
+        return _evaluate_named(target, case, out, oracle=oracle, skip=skip, metamorphic=metamorphic)
     outs = named_outputs(target.op, out)
     ref = reference(case, oracle=oracle)
     tol = tolerance(case, ref, model=target.error_model, policy=policy,
@@ -270,6 +274,56 @@ def evaluate(target: Target, case: Case, *, policy: str = "default", oracle: str
             failures = [found]
     failures.sort(key=lambda v: _ORDER[v.property])
     return Evaluation(tuple(failures), worst)
+
+
+# --- ops of named arrays (attention) -----------------------------------------------------------
+
+
+def _by_name(out: np.ndarray | tuple[np.ndarray, ...], names: tuple[str, ...]) -> dict[str, np.ndarray]:
+    return dict(zip(names, out if isinstance(out, tuple) else (out,)))
+
+
+def _evaluate_named(target: Target, case: Case, out: np.ndarray | tuple[np.ndarray, ...], *,
+                    oracle: str, skip: frozenset[str], metamorphic: bool) -> Evaluation:
+    """Judge a named-arrays op's outputs (each against its exact values and bound, then the op's
+    own checks); when they pass, ``determinism`` (a second call bitwise equal) and
+    ``batch_invariance`` (the op's smaller calls, :attr:`NamedArrays.pieces`, bitwise equal where
+    they overlap the case)."""
+    named = get_op(target.op).named
+    promises = target.declaration.op_promises
+    outs = _by_name(out, get_op(target.op).outputs)
+    exact = named.exact(case, promises, oracle)
+    failures, worst = judge_named(case, outs, exact, label=target.label, element=named.element,
+                                  skip=skip)
+    failures += named.check(case, outs, exact, promises, target.label)
+    failures = [v for v in failures if v.property not in skip]
+    if not failures and metamorphic:
+        found = _named_metamorphic(target, case, outs, skip)
+        if found is not None and found.property not in skip:
+            failures = [found]
+    failures.sort(key=lambda v: _ORDER[v.property])
+    return Evaluation(tuple(failures), worst)
+
+
+def _named_metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray],
+                       skip: frozenset[str]) -> Verdict | None:
+    named = get_op(target.op).named
+    names = tuple(outs)
+    calls: list[tuple[str, Case, tuple[slice, ...], str, str | None]] = []
+    if "determinism" not in skip:
+        calls.append(("determinism", case, (), "second call on the same input", None))
+    if "batch_invariance" not in skip:
+        calls += [("batch_invariance", piece, place, f"{what}, against the whole call", what)
+                  for piece, place, what in named.pieces(case)]
+    for prop, other_case, place, what, batch in calls:
+        other = _call(target, other_case)
+        if isinstance(other, Verdict):
+            return other
+        found = judge_named_bitwise(prop, outs, _by_name(other, names), case=case, label=target.label,
+                                    element=named.element, what=what, place=place, batch=batch)
+        if found:
+            return found
+    return None
 
 
 # --- outputs by name: the gradient ops ----------------------------------------------------------

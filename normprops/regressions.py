@@ -45,7 +45,7 @@ from normprops.hunt import Finding, HuntResult, with_fixtures
 from normprops.jsonio import read_json_document, write_json_atomically
 from normprops.judge import Verdict
 from normprops.launch import FILE_SUFFIXES, Target, same_source
-from normprops.ops import OPS, PROPERTIES, is_backward
+from normprops.ops import OPS, PROPERTIES, get_op, is_backward
 from normprops.properties import evaluate
 from normprops.strategies import FAMILIES, families_for
 
@@ -58,18 +58,24 @@ FORMAT = "normprops-fixture/1"
 def case_id(case: Case, *, kernel: str | None = None, property: str | None = None) -> str:
     """A short hash of the input, and of the kernel and property whose finding it is."""
     h = hashlib.sha256()
-    h.update(f"{case.op}/{case.family}/{case.x.shape}".encode())
+    h.update(f"{case.op}/{case.family}/{case.shape}".encode())
     if case.dtype != "float32":  # float32 ids stay what they were before narrow types existed
         h.update(case.dtype.encode())
-    for a in (case.x, case.gamma, case.beta, case.dy):
-        if a is not None:
-            h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
-    if case.eps is not None:
-        h.update(float(case.eps).hex().encode())
-    if case.mask is not None:
-        h.update(np.packbits(case.mask).tobytes() + float(case.scale).hex().encode())
-        if case.mask_fill is not None:
-            h.update(float(case.mask_fill).hex().encode())
+    for a in case.float_arrays():
+        h.update(np.ascontiguousarray(a, dtype="<f4").tobytes())
+    if get_op(case.op).named is not None:  # the mask and the scalars by name
+        for name, value in case.fields().items():
+            if isinstance(value, np.ndarray) and value.dtype == bool:
+                h.update(name.encode() + np.packbits(value).tobytes() + str(value.shape).encode())
+            elif isinstance(value, float):
+                h.update(name.encode() + value.hex().encode())
+    else:
+        if case.eps is not None:
+            h.update(float(case.eps).hex().encode())
+        if case.mask is not None:
+            h.update(np.packbits(case.mask).tobytes() + float(case.scale).hex().encode())
+            if case.mask_fill is not None:
+                h.update(float(case.mask_fill).hex().encode())
     if kernel is not None:
         h.update(f"kernel={kernel}/property={property}".encode())
     return h.hexdigest()[:12]
@@ -201,7 +207,7 @@ class Fixture:
     def fits(self, dtype: str) -> bool:
         """Whether a kernel of storage type ``dtype`` can replay it (its values are exact there)."""
         return all(a is None or np.array_equal(to_dtype(a, dtype), a, equal_nan=True)
-                   for case in self.cases() for a in (case.x, case.gamma, case.beta, case.dy))
+                   for case in self.cases() for a in case.float_arrays())
 
 
 def _text(doc: dict[str, Any], key: str, allowed: Any = None) -> str:
@@ -235,7 +241,8 @@ def load_fixture(path: Path) -> Fixture:
         if folder in OPS and folder != op:
             raise ValueError(f"the file's op is {op!r} but its folder's is {folder!r} (each op's "
                              f"fixtures live in DIR/<op>/); move it to {path.parent.parent / op}/")
-        family = _text(doc, "family", families_for(op) if is_backward(op) else FAMILIES)
+        family = _text(doc, "family", families_for(op) if is_backward(op) or OPS[op].named is not None
+                       else FAMILIES)
         prop = _text(doc, "property", PROPERTIES)
         minimal = decode_case(doc.get("minimal"), op=op, family=family, what="minimal")
         worst = (decode_case(doc["worst"], op=op, family=family, what="worst")
@@ -329,7 +336,8 @@ def select_fixtures(fixtures: Iterable[Fixture], *, dtype: str = "float32", all_
     replays: list[tuple[Fixture, str]] = []
     skipped: list[Skipped] = []
     for fixture in fixtures:
-        outside = sorted({c.cols for c in fixture.cases() if not widths.allows(c.cols)})
+        outside = [] if OPS[fixture.op].named is not None else sorted(  # widths are rows'
+            {c.cols for c in fixture.cases() if not widths.allows(c.cols)})
         if not all_dtypes and fixture.dtype != dtype:
             skipped.append(Skipped(fixture, OTHER_DTYPE, f"saved in {fixture.dtype}, not {dtype}"))
         elif outside:
@@ -416,7 +424,7 @@ def replay_fixture(target: Target, fixture: Fixture, *, policy: str = "default")
             found = _judge(target, case, prop=fixture.property, policy=policy)
         except FatalTargetError as exc:
             verdict = Verdict.contract(target.label, fixture.family,
-                                       f"{exc} (input shape {case.x.shape}); replay stopped")
+                                       f"{exc} (input shape {case.shape}); replay stopped")
             judged.append((case, (verdict,)))
             return Replayed(fixture, tuple(judged), stopped=str(exc))
         judged.append((case, tuple(found)))

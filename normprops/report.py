@@ -47,7 +47,11 @@ def describe_case(case: Case, verdict: Verdict | None = None) -> str:
     """A few lines a person can read: shape, parameters, and the failing row's input.
 
     When the verdict's output came from another input than the case (a stress batch, a reordered
-    batch), that input is named first; its failing row is a copy of one of the case's rows."""
+    batch), that input is named first; its failing row is a copy of one of the case's rows. An
+    op of named arrays (attention) describes its own case: the drawn parameters, not the arrays."""
+    named = get_op(case.op).named
+    if named is not None:
+        return named.describe(case, verdict)
     eps = "" if case.eps is None else f", eps={_value(case.eps)}"
     if case.mask is not None:
         eps += f", {describe_fill(case.mask_fill)} mask"
@@ -324,7 +328,7 @@ def failure_json(finding: Finding, *, expected: str | None = None,
     if backend:  # one label may be hunted on several backends (numpy's and CUDA's softmaxRowSafe)
         doc["backend"] = backend
     doc["fixture"] = None if finding.fixture is None else str(finding.fixture)
-    doc["minimal_shape"] = list(finding.minimal.x.shape)
+    doc["minimal_shape"] = list(finding.minimal.shape)
     doc["input"] = describe_case(finding.minimal, finding.verdict)
     doc["flaky"] = finding.flaky
     doc["worst"] = finding.worst_verdict.to_json()

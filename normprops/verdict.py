@@ -83,6 +83,9 @@ class Verdict:
     # Gradient ops: the output the verdict is about ("dx", "dgamma", "dbeta"); dgamma and dbeta
     # have no row.
     output: str | None = None
+    # Outputs of any shape (attention): the element as a person names it, "b 0 h 3 q 5 col 17",
+    # in place of ``row`` and ``col``.
+    element: str | None = None
 
     @classmethod
     def contract(cls, label: str, family: str, reason: str) -> Verdict:
@@ -97,6 +100,8 @@ class Verdict:
             parts = [f"{name} {value}" for name, value in (("row", self.row), ("col", self.col))
                      if value is not None]
             where = f" {self.output}[{' '.join(parts)}]:" if parts else f" {self.output}:"
+            if self.element is not None:
+                where = f" {self.output}[{self.element}]:"
         if self.error is not None and self.tolerance is not None:
             ratio = f" (x{_compact(self.ratio)})" if math.isfinite(self.ratio) else ""
             got, expected = _distinct(self.got, self.expected)
@@ -110,6 +115,8 @@ class Verdict:
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
+        if self.element is None:
+            del out["element"]
         for key in ("got", "expected", "error", "tolerance", "ratio"):
             v = out[key]
             out[key] = None if v is None else (v if math.isfinite(v) else repr(float(v)))

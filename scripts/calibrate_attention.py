@@ -14,9 +14,9 @@ import math
 
 from hypothesis import HealthCheck, Phase, find, given, seed, settings
 
-from normprops.attention import check_attention
-from normprops.attention_families import ATTENTION_FAMILIES, attention_cases
 from normprops.examples.attention_kernels import CORRECT, PLANTED
+from normprops.ops.attention import check_attention
+from normprops.ops.attention_families import ATTENTION_FAMILIES, attention_cases
 
 
 def worst_ratio(kernel, family: str, dtypes: tuple[str, ...], examples: int,

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 
-from normprops.attention import (
+from normprops.examples.attention_kernels import CORRECT, PLANTED
+from normprops.ops.attention import (
     FOREIGN_ATTENTION,
     SENTINEL,
     AttentionCase,
@@ -22,8 +23,7 @@ from normprops.attention import (
     check_attention,
     judge_attention,
 )
-from normprops.attention_families import ATTENTION_FAMILIES, attention_case, attention_cases
-from normprops.examples.attention_kernels import CORRECT, PLANTED
+from normprops.ops.attention_families import ATTENTION_FAMILIES, attention_case, attention_cases
 
 F32 = np.float32
 SEARCH = settings(max_examples=100, derandomize=True, database=None, deadline=None,

@@ -78,3 +78,32 @@ def _pair(op: str, correct: str, planted: str, shows_from_cols: int) -> tuple[Ke
 
 
 NUMPY_EXAMPLE_KERNELS: tuple[KernelSpec, ...] = tuple(spec for pair in _PAIRS for spec in _pair(*pair))
+
+
+# --- attention: the example kernels of normprops.examples.attention_kernels ----------------------
+# float32 storage (the registry's numpy arrays), each with its own declaration (the depth of its
+# chunked sums, online or two-pass, P's type, an empty row's zeros, (out, lse) returned). The
+# correct ones claim every family; each planted one is a known bug of the family that shows it.
+
+
+def _attention_entries() -> tuple[KernelSpec, ...]:
+    from dataclasses import replace
+
+    from normprops.examples.attention_kernels import CORRECT as ATTN_CORRECT
+    from normprops.examples.attention_kernels import PLANTED as ATTN_PLANTED
+
+    families = frozenset(get_op("attention").families)
+    entries = []
+    for name, kernel in {**ATTN_CORRECT, **ATTN_PLANTED}.items():
+        declared = replace(kernel.declaration, returns_lse=True)
+        bugs = () if kernel.family is None else (KnownBug(kernel.family, kernel.bug),)
+        entries.append(KernelSpec(
+            name, "attention", "numpy", f"normprops.examples.attention_kernels:{name}", _TOUCHES,
+            declared.model, families if not bugs else frozenset(),
+            (kernel.func.__doc__ or "").split("\n")[0] if not bugs else f"planted: {kernel.bug}",
+            bugs=bugs, bench=False, default_families=None if not bugs else frozenset({kernel.family}),
+            op_declaration=declared))
+    return tuple(entries)
+
+
+NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _attention_entries()

@@ -192,3 +192,44 @@ _CUDA_GRAD_BUGS["F.rms_norm.backward"] += (
 _GRAD_BUGS = {"torch-cpu": _CPU_GRAD_BUGS, "torch-cuda": _CUDA_GRAD_BUGS}
 TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.bugs))
                            for k in TORCH_GRAD_KERNELS)
+
+# PyTorch's scaled_dot_product_attention (normprops.backends.torch_attention), one entry per
+# backend and storage type, out alone returned. On the CPU (measured, docs/tolerances.md,
+# "Attention"): a fully masked row gives zeros; the math backend computes in float32, the default
+# one rounds P to a 16-bit storage type before P.V. On CUDA the declarations follow PyTorch's
+# documentation and are not measured here: flash takes no mask but a causal one (passed as
+# is_causal, which these calls do not use) and 16-bit storage only; efficient and cuDNN take
+# arbitrary masks; flash, efficient and cuDNN round P to the storage type.
+_ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
+_SDPA = (
+    # (device, attr, name, dtypes, mask layouts, rounds P)
+    ("cpu", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False),
+    ("cpu", "sdpa_default", "sdpa", ("float32", "bfloat16"), _ALL_LAYOUTS, True),
+    ("cuda", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False),
+    ("cuda", "sdpa_flash", "sdpa-flash", ("bfloat16",), frozenset({"none"}), True),
+    ("cuda", "sdpa_efficient", "sdpa-efficient", ("float32", "bfloat16"), _ALL_LAYOUTS, True),
+    ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("bfloat16",), _ALL_LAYOUTS, True),
+)
+
+
+def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozenset[str],
+                rounds_p: bool) -> KernelSpec:
+    from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
+    from normprops.ops.attention_families import FAMILY_LAYOUTS
+
+    declared = AttentionDeclaration(FOREIGN_ATTENTION.model, online=True, empty_row="zero",
+                                    p_dtype=dtype if rounds_p and dtype != "float32" else None,
+                                    mask_layouts=layouts, returns_lse=False)
+    claims = frozenset(f for f in get_op("attention").families if FAMILY_LAYOUTS[f] & layouts)
+    return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
+                      f"normprops.backends.torch_attention:{attr}", 4, FOREIGN_ATTENTION.model,
+                      claims, f"PyTorch's scaled_dot_product_attention ({attr}), {dtype} on the "
+                      f"{device.upper()}", bench=False, dtype=dtype, framework="torch",
+                      device=device, op_declaration=declared,
+                      # measured on the CPU: a query row computed alone differs in its last bits
+                      # from the same row in a batch (the matrix products block by shape)
+                      exempt=frozenset({"batch_invariance"}))
+
+
+TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds)
+                       for device, attr, name, dtypes, layouts, rounds in _SDPA for dtype in dtypes)

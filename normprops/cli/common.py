@@ -354,7 +354,20 @@ def declaration_from_args(args: argparse.Namespace, *, dtype: str,
         constraints=constraints, threads=args.threads, ftz=args.ftz, reduction=args.reduction,
         arithmetic=args.arithmetic, opt_in=args.check, call_timeout=args.call_timeout,
         row_reduction=args.row_reduction, variance=args.variance, mask=args.mask or "bool",
-        mask_fill=args.mask_fill)
+        mask_fill=args.mask_fill, **_attention_args(args))
+
+
+def _yes_no(value: str | None) -> bool | None:
+    return None if value is None else value == "yes"
+
+
+def _attention_args(args: argparse.Namespace) -> dict[str, object]:
+    """The attention declaration's flags given, as declare()'s keywords (an op that takes none of
+    them names the flag in its error)."""
+    given = {"mask_layouts": args.mask_layouts, "empty_rows": args.empty_rows,
+             "returns_lse": _yes_no(args.returns_lse), "p_dtype": args.p_dtype,
+             "online": _yes_no(args.online)}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _user_only_flags(args: argparse.Namespace) -> list[str]:
@@ -367,7 +380,8 @@ def _user_only_flags(args: argparse.Namespace) -> list[str]:
              ("--variance", args.variance != "two_pass"),
              ("--cols-multiple-of", args.cols_multiple_of != 1),
              ("--min-cols", args.min_cols is not None), ("--max-cols", args.max_cols is not None),
-             ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None)]
+             ("--mask", args.mask is not None), ("--mask-fill", args.mask_fill is not None),
+             *((f"--{key.replace('_', '-')}", True) for key in _attention_args(args))]
     return [flag for flag, used in given if used]
 
 

@@ -187,7 +187,7 @@ def _fixtures_list(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for f in listing.fixtures:
         when, recorded = f.saved_at()
         guessed |= not recorded
-        shapes = "/".join(dict.fromkeys(f"{c.rows}x{c.cols}" for c in f.cases()))
+        shapes = "/".join(dict.fromkeys("x".join(map(str, c.shape)) for c in f.cases()))
         table.append((f.kernel, f.op, f.dtype, f.family, f.property, shapes,
                       when.strftime("%Y-%m-%d %H:%M") + ("" if recorded else "*"), str(f.path)))
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]

@@ -99,6 +99,22 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
                    help="with --mask additive: the value at masked entries, -inf (default), lowest "
                         "(the storage type's lowest finite value) or a negative number (one past "
                         "the type's range is taken as lowest)")
+    g.add_argument("--mask-layouts", metavar="L1,L2",
+                   help="attention: the masks it takes, some of none, causal_top_left, "
+                        "causal_bottom_right, key_padding, arbitrary (default: all); the hunt draws "
+                        "only those")
+    g.add_argument("--empty-rows", choices=("zero", "nan", "either"), default=None,
+                   help="attention: what a query row with no kept key gives in out (default either; "
+                        "never a mixture)")
+    g.add_argument("--returns-lse", choices=("yes", "no"), default=None,
+                   help="attention: yes, fn returns (out, lse); no, out alone (default: either, "
+                        "judged as returned)")
+    g.add_argument("--p-dtype", choices=("float32", "bfloat16", "float16"), default=None,
+                   help="attention: the type P = softmax(scores) is rounded to before P.V "
+                        "(FlashAttention rounds it to the storage type; default float32)")
+    g.add_argument("--online", choices=("yes", "no"), default=None,
+                   help="attention: yes (default), a running max rescales the partial sums "
+                        "(FlashAttention); no, two passes (a tighter P.V bound)")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")

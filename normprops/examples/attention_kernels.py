@@ -1,7 +1,7 @@
 """Attention kernels written like float32 GPU kernels, in numpy: three correct ones and seven with
 one planted bug each.
 
-Each follows the op's contract (:mod:`normprops.attention`): ``fn(q, k, v, mask, scale) -> (out,
+Each follows the op's contract (:mod:`normprops.ops.attention`): ``fn(q, k, v, mask, scale) -> (out,
 lse)`` with ``q``, ``k``, ``v`` in a storage type (float32, ``ml_dtypes.bfloat16`` or float16),
 ``out`` in that type and ``lse`` float32. They compute in float32. Their matrix products sum 16
 products at a time in a wide accumulator, rounded once, and add those partials one after another in
@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 import ml_dtypes
 import numpy as np
 
-from normprops.attention import SENTINEL, AttentionDeclaration
 from normprops.errormodel import ErrorModel
+from normprops.ops.attention_math import SENTINEL, AttentionDeclaration
 
 __all__ = [
     "CORRECT",
@@ -44,14 +44,16 @@ TILE = 32  # keys per tile of the online kernels
 
 
 def _mma(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """``a @ b`` in float32: each run of ``CHUNK`` products summed exactly and rounded once, the
-    partials added in turn."""
+    """``a @ b`` in float32: each run of ``CHUNK`` products summed in float64 (each product of two
+    float32 values exact there) and rounded once, the partials added in turn. The sums run along
+    one axis of an elementwise product, never through BLAS, whose blocking follows the matrices'
+    shapes: a query row gives the same bits alone and in a batch."""
     acc = np.zeros(a.shape[:-1] + b.shape[-1:], F32)
     with np.errstate(all="ignore"):  # inf and NaN propagate as on a GPU
         for start in range(0, a.shape[-1], CHUNK):
             chunk = slice(start, start + CHUNK)
-            part = a[..., chunk].astype(np.float64) @ b[..., chunk, :].astype(np.float64)
-            acc = acc + part.astype(F32)
+            terms = a[..., chunk, None].astype(np.float64) * b[..., None, chunk, :].astype(np.float64)
+            acc = acc + terms.sum(axis=-2).astype(F32)
     return acc
 
 
@@ -195,7 +197,7 @@ def attention_dropped_tail_keys(q, k, v, mask, scale):
 def _pv_fp16(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     acc = np.zeros(p.shape[:-1] + v.shape[-1:], np.float16)
     for j in range(p.shape[-1]):
-        acc = (acc + (p[..., j, None] * v[..., j, :]).astype(np.float16)).astype(np.float16)
+        acc = (acc + (p[..., j, None] * v[..., j, None, :]).astype(np.float16)).astype(np.float16)
     return acc.astype(F32)
 
 
@@ -252,3 +254,17 @@ PLANTED: dict[str, AttentionKernel] = {
 #: Every example's declaration, by name.
 DECLARATIONS: dict[str, AttentionDeclaration] = {
     name: kernel.declaration for name, kernel in {**CORRECT, **PLANTED}.items()}
+
+
+# The examples by their short names, as ``--impl normprops.examples.attention_kernels:online`` names
+# them.
+two_pass = attention_two_pass
+online = attention_online
+online_p_bf16 = attention_online_p_bf16
+finite_sentinel = attention_finite_sentinel
+no_max_subtraction = attention_no_max_subtraction
+masked_row_nan_mixture = attention_masked_row_nan_mixture
+lse_plus_inf = attention_lse_plus_inf
+gqa_wrong_head = attention_gqa_wrong_head
+dropped_tail_keys = attention_dropped_tail_keys
+fp16_accumulate = attention_fp16_accumulate

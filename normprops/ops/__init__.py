@@ -4,12 +4,14 @@ the registry of ops, and the properties a kernel of them is judged on.
 One module per op family holds everything about its ops (signature and outputs, references, bounds,
 families, applicable properties, its own checks and metamorphic copies): :mod:`normprops.ops.softmax`
 (with ``softmax_backward``), :mod:`normprops.ops.masked_softmax`, :mod:`normprops.ops.layernorm`
-(with ``layernorm_backward``) and :mod:`normprops.ops.rmsnorm` (with ``rmsnorm_backward``). An op of
+(with ``layernorm_backward``), :mod:`normprops.ops.rmsnorm` (with ``rmsnorm_backward``) and
+:mod:`normprops.ops.attention` (whose case is named arrays of any shape). An op of
 one's own is an :class:`OpSpec` handed to :func:`register`.
 """
 
 from __future__ import annotations
 
+from normprops.ops.attention import ATTENTION
 from normprops.ops.layernorm import LAYERNORM, LAYERNORM_BACKWARD
 from normprops.ops.masked_softmax import MASKED_SOFTMAX
 from normprops.ops.rmsnorm import RMSNORM, RMSNORM_BACKWARD
@@ -26,6 +28,8 @@ from normprops.ops.spec import (
     PROPERTIES,
     ROW_REDUCTIONS,
     USER_ROW_REDUCTION,
+    NamedArrays,
+    NamedExact,
     OpSpec,
     Transform,
     check_ignore,
@@ -36,13 +40,14 @@ from normprops.ops.spec import (
     unregister,
 )
 
-__all__ = ["OpSpec", "Transform", "OPS", "get_op", "register", "unregister", "FLOAT32_EPS", "PROPERTIES",
+__all__ = ["OpSpec", "NamedArrays", "NamedExact", "Transform",
+           "OPS", "get_op", "register", "unregister", "FLOAT32_EPS", "PROPERTIES",
            "IGNORABLE", "check_ignore", "OPTIONAL", "INFORMATIVE", "check_opt_in", "EVERY_OP",
            "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "USER_ROW_REDUCTION", "APPLICABLE"]
 
 # The built-in ops, in report order: the forward ops, then their gradients.
 for _op in (SOFTMAX, LAYERNORM, RMSNORM, MASKED_SOFTMAX, SOFTMAX_BACKWARD, RMSNORM_BACKWARD,
-            LAYERNORM_BACKWARD):
+            LAYERNORM_BACKWARD, ATTENTION):
     if _op.name not in OPS:
         register(_op)
 del _op

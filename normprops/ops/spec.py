@@ -13,7 +13,8 @@ import numpy as np
 from normprops.case import SIGNATURES
 from normprops.ops.common import ROW_REDUCTIONS
 
-__all__ = ["OpSpec", "Transform", "OPS", "get_op", "register", "FLOAT32_EPS", "PROPERTIES",
+__all__ = ["OpSpec", "NamedArrays", "NamedExact", "Transform",
+           "OPS", "get_op", "register", "FLOAT32_EPS", "PROPERTIES",
            "IGNORABLE", "check_ignore", "OPTIONAL", "INFORMATIVE", "check_opt_in", "EVERY_OP",
            "BACKWARD_FAMILIES", "is_backward", "ROW_REDUCTIONS", "USER_ROW_REDUCTION", "APPLICABLE"]
 
@@ -28,6 +29,52 @@ class Transform:
 
     property: str
     apply: Callable[[Any], tuple[Any, str] | None]  # (case) -> (copy, what) or None
+
+
+@dataclass(frozen=True)
+class NamedExact:
+    """A named-arrays op's exact outputs, their bounds and the elements judged by accuracy (the
+    others, such as an empty query row's, are the op's own checks), each by output name."""
+
+    exact: dict[str, np.ndarray]
+    tol: dict[str, np.ndarray]
+    judged: dict[str, np.ndarray]
+    reference: Any = None  # the op's own reference, for its checks
+
+
+@dataclass(frozen=True)
+class NamedArrays:
+    """An op whose case is named input arrays of any shape rather than a batch of rows (attention):
+    what the pipeline asks it in place of the row machinery. The case type has ``op``, ``family``,
+    ``dtype``, ``params``, ``shape``, ``mask_fill``, ``args()``, ``fields()``, ``float_arrays()``
+    and ``replace()``."""
+
+    # (family, storage type, the op's declaration) -> the family's cases, only those the kernel takes
+    cases: Callable[[str, str, Any], Any]
+    # (case, the op's declaration, number of arrays returned) -> ((name, shape, dtype), ...): what
+    # the call must return, in order; ValueError saying what it returns otherwise
+    outputs: Callable[[Any, Any, int], tuple[tuple[str, tuple[int, ...], str], ...]]
+    # (case, the op's declaration, oracle) -> NamedExact
+    exact: Callable[[Any, Any, str], NamedExact]
+    # (case, outputs by name, NamedExact, the op's declaration, label) -> the op's own verdicts
+    check: Callable[..., list[Any]]
+    # (output name, index) -> how a person names the element: "b 0 h 3 q 5 col 17"
+    element: Callable[[str, tuple[int, ...]], str]
+    # case -> ((smaller case, its place in the case's outputs as a tuple of slices, what), ...):
+    # calls whose outputs must equal the case's there bitwise (batch invariance)
+    pieces: Callable[[Any], tuple[tuple[Any, tuple[slice, ...], str], ...]]
+    # (family, storage type, fields by name, params) -> a case (ValueError naming the bad part)
+    build: Callable[[str, str, dict[str, Any], dict[str, Any]], Any]
+    # (case, verdict or None) -> a few lines a person reads: the drawn parameters, not the arrays
+    describe: Callable[[Any, Any], str]
+    # The op's own declaration: its default, a user's from keywords (ErrorModel, dtype, **keywords,
+    # UsageError naming a bad one), and one read back from a report (doc, ErrorModel)
+    default_declaration: Any
+    declare: Callable[..., Any]
+    from_json: Callable[[Any, Any], Any]
+    keywords: tuple[str, ...] = ()
+    # (family, the op's declaration) -> why the family draws nothing the kernel takes, or None
+    undrawable: Callable[[str, Any], str | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +135,8 @@ class OpSpec:
     # Gradients: the case's x (softmax: y) from the forward case, and the direction dy is taken
     # against (y, or xhat), both exact in the case's dtype: (forward case) -> (x, direction).
     gradient_inputs: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
+    # An op whose case is named arrays of any shape (attention): its hooks; None: a row op.
+    named: NamedArrays | None = None
 
     @property
     def signature(self) -> str:
@@ -137,7 +186,7 @@ def register(op: OpSpec, *, replace: bool = False) -> OpSpec:
     for name in ("reference", "bound"):
         if getattr(op, name) is None:
             raise ValueError(f"op {op.name!r} needs a {name}")
-    if op.forward is None and op.exact_row is None:
+    if op.forward is None and op.exact_row is None and op.named is None:
         raise ValueError(f"op {op.name!r} needs an exact_row (its mpmath reference)")
     if not op.families:
         raise ValueError(f"op {op.name!r} needs at least one family")

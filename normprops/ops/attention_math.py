@@ -1,6 +1,7 @@
-"""Attention, ``fn(q, k, v, mask, scale) -> out`` or ``-> (out, lse)``: its exact reference, its
-error bound (docs/tolerances.md, "Attention") and its judge; its adversarial families are in
-:mod:`normprops.attention_families`.
+"""Attention's mathematics, ``fn(q, k, v, mask, scale) -> out`` or ``-> (out, lse)``: the case, what
+a kernel declares, the exact reference, the error bound (docs/tolerances.md, "Attention") and a
+judge of one call; :mod:`normprops.ops.attention` registers the op, and its adversarial families
+are in :mod:`normprops.ops.attention_families`.
 
 The contract. ``q`` is (B, Hq, Lq, D), ``k`` (B, Hkv, Lk, D), ``v`` (B, Hkv, Lk, Dv), all of one
 storage type (float32, bfloat16 or float16); ``Hq`` is a multiple of ``Hkv`` and query head ``h``
@@ -22,10 +23,14 @@ import numpy as np
 
 from normprops.dtypes import check_representable, get_dtype, numpy_dtype
 from normprops.errormodel import ErrorModel
+from normprops.errors import UsageError
+from normprops.flags import spelled
 
 __all__ = [
     "EMPTY_ROWS",
     "FOREIGN_ATTENTION",
+    "MASK_LAYOUTS",
+    "mask_layouts_of",
     "SENTINEL",
     "AttentionCase",
     "AttentionDeclaration",
@@ -49,6 +54,26 @@ EMPTY_ROWS = ("zero", "nan")
 #: The finite stand-in for -inf that fp16-era kernels use (FlashInfer, flashinfer#4267): the
 #: ``sentinel`` family puts every kept score of some rows below it.
 SENTINEL = -5e4
+#: The masks a kernel may take, as it declares them: none (``mask=None``), a causal mask aligned
+#: to the top-left corner (key j kept for query i when j <= i) or to the bottom-right one
+#: (j <= i + Lk - Lq), a key-padding mask (the same keys kept for every query of a batch element),
+#: or any mask at all.
+MASK_LAYOUTS = ("none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary")
+
+
+def mask_layouts_of(mask: np.ndarray | None) -> frozenset[str]:
+    """The layouts ``mask`` (bool, (B, 1, Lq, Lk), or None) is an instance of: a kernel that takes
+    any one of them can be handed it."""
+    if mask is None:
+        return frozenset({"none"})
+    lq, lk = mask.shape[-2:]
+    found = {"arbitrary"}
+    for name, shift in (("causal_top_left", 0), ("causal_bottom_right", lk - lq)):
+        if np.array_equal(mask, np.broadcast_to(np.tril(np.ones((lq, lk), bool), k=shift), mask.shape)):
+            found.add(name)
+    if (mask == mask[..., :1, :]).all():
+        found.add("key_padding")
+    return frozenset(found)
 
 
 # --- the case ----------------------------------------------------------------------------------
@@ -92,6 +117,43 @@ class AttentionCase:
     def group(self) -> int:
         return self.q.shape[1] // self.k.shape[1]
 
+    @property
+    def op(self) -> str:
+        return "attention"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """q's shape, (B, Hq, Lq, D): what a message quotes as the input's shape."""
+        return tuple(self.q.shape)
+
+    @property
+    def mask_fill(self) -> None:
+        """The mask is handed over as booleans (an additive mask is the masked softmax's)."""
+        return None
+
+    def args(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float]:
+        """The positional arguments of ``fn(q, k, v, mask, scale)``, as float32 values exact in
+        ``dtype`` (the target hands each over in its framework and storage type)."""
+        return self.q, self.k, self.v, self.mask, self.scale
+
+    def fields(self) -> dict[str, Any]:
+        """The inputs by name, as a fixture records them."""
+        return {"q": self.q, "k": self.k, "v": self.v, "mask": self.mask, "scale": self.scale}
+
+    def float_arrays(self) -> tuple[np.ndarray, ...]:
+        return self.q, self.k, self.v
+
+    def replace(self, **changes: Any) -> AttentionCase:
+        return replace(self, **changes)
+
+    def queries(self, batch: slice, rows: slice) -> AttentionCase:
+        """The case made of the query rows ``rows`` of the batch elements ``batch``, with their
+        keys, values and mask rows: the same outputs there, in a smaller call."""
+        mask = None if self.mask is None else np.ascontiguousarray(self.mask[batch, :, rows])
+        return replace(self, q=np.ascontiguousarray(self.q[batch, :, rows]),
+                       k=np.ascontiguousarray(self.k[batch]), v=np.ascontiguousarray(self.v[batch]),
+                       mask=mask)
+
     def inputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float]:
         """The kernel's arguments: arrays of the storage type's numpy dtype (exact)."""
         t = numpy_dtype(self.dtype)
@@ -102,9 +164,10 @@ class AttentionCase:
         b, hq, lq, d = self.q.shape
         hkv, lk, dv = self.k.shape[1], self.k.shape[2], self.v.shape[3]
         shown = ", ".join(f"{key}={value!r}" for key, value in self.params.items())
+        layouts = sorted(mask_layouts_of(self.mask) - {"arbitrary"}) or ["arbitrary"]
         return (f"AttentionCase({self.family}: B={b}, Hq={hq}, Hkv={hkv}, Lq={lq}, Lk={lk}, D={d}, "
                 f"Dv={dv}, {self.dtype}, scale={self.scale!r}, "
-                f"mask={'None' if self.mask is None else 'bool'}{', ' if shown else ''}{shown})")
+                f"mask={'/'.join(layouts)}{', ' if shown else ''}{shown})")
 
 
 # --- what a kernel declares ----------------------------------------------------------------------
@@ -112,26 +175,105 @@ class AttentionCase:
 
 @dataclass(frozen=True)
 class AttentionDeclaration:
-    """What a kernel promises about its arithmetic, which the bound follows.
+    """What a kernel promises about its arithmetic and its calls, which the bound and the hunt
+    follow.
 
     ``model`` sets the depth ``k(n)`` of each of its three reductions (the D-long score dot
     product, the Lk-long softmax sum and the Lk-long P.V sum) and the softmax constants ``rho`` and
     ``c_x`` (:class:`normprops.errormodel.ErrorModel`). ``online``: a running max rescales the
     partial sums (FlashAttention); ``p_dtype``: the type P is rounded to before P.V (FlashAttention
     rounds it to the storage type), None if it stays float32; ``empty_row``: what a query row with
-    no kept key gives, "zero" or "nan", None if either.
+    no kept key gives, "zero" or "nan", None if either; ``mask_layouts``: the masks it takes
+    (:data:`MASK_LAYOUTS`; the hunt draws only those); ``returns_lse``: True, it returns
+    ``(out, lse)``; False, ``out`` alone; None, either (what comes back is judged).
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
     online: bool = False
     p_dtype: str | None = None
     empty_row: str | None = None
+    mask_layouts: frozenset[str] = frozenset(MASK_LAYOUTS)
+    returns_lse: bool | None = None
 
     def __post_init__(self) -> None:
         if self.p_dtype is not None:
             get_dtype(self.p_dtype)
         if self.empty_row is not None and self.empty_row not in EMPTY_ROWS:
             raise ValueError(f"empty_row must be one of {EMPTY_ROWS} or None but was {self.empty_row!r}")
+        if not isinstance(self.mask_layouts, frozenset):
+            object.__setattr__(self, "mask_layouts", frozenset(self.mask_layouts))
+        unknown = sorted(self.mask_layouts - set(MASK_LAYOUTS))
+        if unknown or not self.mask_layouts:
+            raise ValueError(f"mask_layouts must name some of {', '.join(MASK_LAYOUTS)} but was "
+                             f"{sorted(self.mask_layouts)!r}")
+
+    @classmethod
+    def declare(cls, model: ErrorModel, *, dtype: str, mask_layouts: object = None,
+                empty_rows: object = None, returns_lse: object = None, p_dtype: object = None,
+                online: object = None) -> AttentionDeclaration:
+        """A user's declaration from keywords (None: the default), each checked: UsageError naming
+        the argument, its value and the fix."""
+        layouts = frozenset(MASK_LAYOUTS)
+        if mask_layouts is not None:
+            names = ([n.strip() for n in mask_layouts.split(",") if n.strip()]
+                     if isinstance(mask_layouts, str) else mask_layouts)
+            try:
+                layouts = frozenset(names)  # type: ignore[arg-type]
+            except TypeError:
+                layouts = frozenset({repr(mask_layouts)})
+            unknown = sorted(layouts - set(MASK_LAYOUTS))
+            if unknown or not layouts:
+                raise UsageError(f"{spelled('mask_layouts')}: {', '.join(map(repr, unknown)) or 'nothing'} "
+                                 f"{'is' if len(unknown) == 1 else 'are'} not a mask layout; choose "
+                                 f"some of {', '.join(MASK_LAYOUTS)}")
+        if empty_rows is not None and empty_rows not in (*EMPTY_ROWS, "either"):
+            raise UsageError(f"{spelled('empty_rows')} must be zero, nan or either but was "
+                             f"{empty_rows!r}: what the kernel writes on a query row with no kept key")
+        if returns_lse not in (None, True, False):
+            raise UsageError(f"{spelled('returns_lse')} must be True (fn returns (out, lse)), False "
+                             f"(out alone) or None (either) but was {returns_lse!r}")
+        if p_dtype is not None:
+            try:
+                get_dtype(p_dtype)  # type: ignore[arg-type]
+            except ValueError:
+                raise UsageError(f"{spelled('p_dtype')} must be float32, bfloat16 or float16 but was "
+                                 f"{p_dtype!r}: the type P is rounded to before P.V") from None
+            if get_dtype(p_dtype).u < get_dtype(dtype).u:  # type: ignore[arg-type]
+                raise UsageError(f"{spelled('p_dtype', str(p_dtype))} is wider than the storage type "
+                                 f"{dtype}: P is rounded to the storage type at most; drop it")
+        if online not in (None, True, False):
+            raise UsageError(f"{spelled('online')} must be True or False but was {online!r}")
+        rounded = None if p_dtype in (None, "float32") else str(p_dtype)
+        return cls(model, online=True if online is None else bool(online), p_dtype=rounded,
+                   empty_row=None if empty_rows in (None, "either") else str(empty_rows),
+                   mask_layouts=layouts, returns_lse=returns_lse)  # type: ignore[arg-type]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"online": self.online, "p_dtype": self.p_dtype, "empty_rows": self.empty_row or "either",
+                "mask_layouts": [n for n in MASK_LAYOUTS if n in self.mask_layouts],
+                "returns_lse": self.returns_lse, "threads": self.model.threads}
+
+    @classmethod
+    def from_json(cls, doc: Any, model: ErrorModel) -> AttentionDeclaration:
+        doc = doc if isinstance(doc, dict) else {}
+        empty = doc.get("empty_rows")
+        if isinstance(doc.get("threads"), int):
+            model = replace(model, threads=doc["threads"])
+        return cls(model, online=bool(doc.get("online", True)), p_dtype=doc.get("p_dtype"),
+                   empty_row=None if empty in (None, "either") else empty,
+                   mask_layouts=frozenset(doc.get("mask_layouts") or MASK_LAYOUTS),
+                   returns_lse=doc.get("returns_lse"))
+
+    def flag_pairs(self) -> list[tuple[str, object]]:
+        """The fields that differ from a user kernel's default, as (field, value) for a command."""
+        return [
+            ("mask_layouts", None if self.mask_layouts == frozenset(MASK_LAYOUTS)
+             else ",".join(n for n in MASK_LAYOUTS if n in self.mask_layouts)),
+            ("empty_rows", self.empty_row),
+            ("returns_lse", None if self.returns_lse is None else ("yes" if self.returns_lse else "no")),
+            ("p_dtype", self.p_dtype),
+            ("online", None if self.online else "no"),
+        ]
 
 
 #: A kernel we did not write (PyTorch's): every reduction as deep as a plain loop (BLAS sums a dot

@@ -1,4 +1,4 @@
-"""The attention op's adversarial families (:mod:`normprops.attention` is the op itself): each
+"""The attention op's adversarial families (:mod:`normprops.ops.attention` is the op itself): each
 draws a handful of parameters (a shape, a storage type, a level, a seed) and builds its arrays with
 numpy from them, so a shrunk counterexample reads as a few numbers, not thousands of floats.
 docs/tolerances.md, "Attention", says what each aims at.
@@ -12,10 +12,10 @@ from typing import Any, Callable
 import numpy as np
 from hypothesis import strategies as st
 
-from normprops.attention import AttentionCase
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
+from normprops.ops.attention_math import AttentionCase
 
-__all__ = ["ATTENTION_FAMILIES", "attention_case", "attention_cases"]
+__all__ = ["ATTENTION_FAMILIES", "FAMILY_LAYOUTS", "attention_case", "attention_cases"]
 
 F32 = np.float32
 
@@ -201,6 +201,20 @@ _FAMILIES: dict[str, tuple[Callable[[tuple[str, ...]], dict[str, st.SearchStrate
                                     lk=st.sampled_from([1, 63, 65, 127, 129, 255, 257]), d=_ODD),
                            "Dv": st.sampled_from(_ODD), "dtype": _dtypes(dt), "masked": st.booleans()},
                _ragged),
+}
+
+#: The mask layouts (normprops.ops.attention_math.MASK_LAYOUTS) each family's cases can have: a
+#: kernel that takes none of them is not hunted on the family; one that takes some is handed only
+#: those cases.
+FAMILY_LAYOUTS: dict[str, frozenset[str]] = {
+    "ordinary": frozenset({"none", "arbitrary"}),
+    "large_scores": frozenset({"none"}),
+    "sentinel": frozenset({"none", "key_padding", "arbitrary"}),
+    "fully_masked": frozenset({"arbitrary"}),
+    "causal": frozenset({"causal_top_left", "causal_bottom_right", "arbitrary"}),
+    "gqa": frozenset({"none"}),
+    "cancelling_v": frozenset({"none"}),
+    "ragged": frozenset({"none", "arbitrary"}),
 }
 
 #: The families' names, in the order of docs/tolerances.md, "Attention".

@@ -1,0 +1,218 @@
+"""The attention op, ``fn(q, k, v, mask, scale) -> out`` or ``-> (out, lse)``, registered as
+``attention``: what the pipeline asks it (:class:`~normprops.ops.spec.NamedArrays`). Its
+mathematics (the case, the declaration, the exact reference, the bound) is in
+:mod:`normprops.ops.attention_math`, its families in :mod:`normprops.ops.attention_families`.
+
+Properties judged: ``contract`` (the outputs' type, shape and storage type, lse float32),
+``finite`` and ``accuracy`` on every element of ``out`` and ``lse`` of a query row with a kept
+key, ``masked_rows`` (a query row with no kept key: all zeros or all NaN as declared, never a
+mixture, lse -inf), ``determinism`` (two calls bitwise equal) and ``batch_invariance`` (a query
+row's outputs bitwise the same computed alone, and a batch element's computed alone). Not judged:
+``nan_propagation`` (no family draws a non-finite input), ``range_safety`` (no declared arithmetic
+leaves float32's range on a finite case: the exact scores of the drawn inputs stay below 1e5),
+and softmax's own properties (the weights P are not an output).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normprops.dtypes import get_dtype
+from normprops.errormodel import ErrorModel
+from normprops.ops.attention_math import (
+    EMPTY_ROWS,
+    FOREIGN_ATTENTION,
+    MASK_LAYOUTS,
+    SENTINEL,
+    AttentionCase,
+    AttentionDeclaration,
+    AttentionReference,
+    AttentionTolerance,
+    AttentionVerdict,
+    attention_reference,
+    attention_tolerance,
+    check_attention,
+    judge_attention,
+    mask_layouts_of,
+)
+from normprops.ops.spec import NamedArrays, NamedExact, OpSpec
+from normprops.verdict import Verdict
+
+__all__ = ["ATTENTION", "ATTENTION_PROPERTIES", "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS",
+           "SENTINEL", "AttentionCase", "AttentionDeclaration", "AttentionReference",
+           "AttentionTolerance", "AttentionVerdict", "attention_reference", "attention_tolerance",
+           "check_attention", "judge_attention", "mask_layouts_of", "user_attention_declaration"]
+
+#: The properties an attention kernel is judged on (the module's docstring says why not the others).
+ATTENTION_PROPERTIES = frozenset({"contract", "finite", "masked_rows", "accuracy", "determinism",
+                                  "batch_invariance"})
+
+#: The families in report order, as :mod:`normprops.ops.attention_families` defines them (that
+#: module imports Hypothesis, which the op's registration must not).
+_FAMILIES = ("ordinary", "large_scores", "sentinel", "fully_masked", "causal", "gqa", "cancelling_v",
+             "ragged")
+
+
+def user_attention_declaration(model: ErrorModel, *, dtype: str, **keywords: Any) -> AttentionDeclaration:
+    """A user's declaration (:meth:`AttentionDeclaration.declare`) on a depth model whose softmax
+    constants are the online softmax's; a reduction deeper than a plain loop is never assumed
+    unless declared (``threads``)."""
+    return AttentionDeclaration.declare(model, dtype=dtype, **keywords)
+
+
+def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
+    from normprops.ops.attention_families import FAMILY_LAYOUTS, attention_cases
+
+    why = _undrawable(family, declaration)
+    if why is not None:
+        raise ValueError(why)
+    layouts = declaration.mask_layouts
+    strategy = attention_cases(family, dtypes=(dtype,))
+    if FAMILY_LAYOUTS[family] <= layouts:
+        return strategy
+    return strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
+
+
+def _undrawable(family: str, declaration: AttentionDeclaration) -> str | None:
+    from normprops.ops.attention_families import FAMILY_LAYOUTS
+
+    if family not in FAMILY_LAYOUTS:
+        return f"family must be one of {', '.join(_FAMILIES)} but was {family!r}"
+    if FAMILY_LAYOUTS[family] & declaration.mask_layouts:
+        return None
+    return (f"family {family} draws masks of the layouts {', '.join(sorted(FAMILY_LAYOUTS[family]))}, "
+            f"none of which the kernel takes (mask layouts: "
+            f"{', '.join(n for n in MASK_LAYOUTS if n in declaration.mask_layouts)}); leave the "
+            f"family out or declare one of its layouts")
+
+
+def _outputs(case: AttentionCase, declaration: AttentionDeclaration,
+             returned: int) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    b, hq, lq, _ = case.q.shape
+    out = ("out", (b, hq, lq, case.v.shape[3]), case.dtype)
+    lse = ("lse", (b, hq, lq), "float32")
+    want = {True: 2, False: 1, None: returned if returned in (1, 2) else 2}[declaration.returns_lse]
+    if returned != want:
+        says = {True: "declared to return (out, lse)", False: "declared to return out alone",
+                None: "returns out or (out, lse)"}[declaration.returns_lse]
+        raise ValueError(f"returned {returned} array{'' if returned == 1 else 's'}; attention "
+                         f"{says}")
+    return (out, lse) if want == 2 else (out,)
+
+
+def _exact(case: AttentionCase, declaration: AttentionDeclaration, oracle: str) -> NamedExact:
+    ref = attention_reference(case.q, case.k, case.v, case.mask, case.scale, oracle=oracle)
+    tol = attention_tolerance(ref, dtype=case.dtype, declaration=declaration)
+    full = ~ref.empty
+    return NamedExact({"out": ref.out, "lse": ref.lse}, {"out": tol.out, "lse": tol.lse},
+                      {"out": np.broadcast_to(full[..., None], ref.out.shape), "lse": full}, ref)
+
+
+def _element(name: str, index: tuple[int, ...]) -> str:
+    words = ("b", "h", "q", "col")
+    return " ".join(f"{w} {int(i)}" for w, i in zip(words, index))
+
+
+def _check(case: AttentionCase, outs: dict[str, np.ndarray], exact: NamedExact,
+           declaration: AttentionDeclaration, label: str) -> list[Verdict]:
+    """``masked_rows``: a query row with no kept key gives all zeros or all NaN (only what the
+    kernel declares, where it does), never a mixture, and its lse is -inf."""
+    empty = exact.reference.empty
+    if not empty.any():
+        return []
+    got = outs["out"].astype(np.float64)
+    zeros, nans = np.all(got == 0, axis=-1), np.all(np.isnan(got), axis=-1)
+    allowed = {"zero": zeros, "nan": nans, None: zeros | nans}[declaration.empty_row]
+    said = {"zero": "all zeros, as declared", "nan": "all NaN, as declared",
+            None: "all zeros or all NaN, not a mixture"}[declaration.empty_row]
+    bad = empty & ~allowed
+    if bad.any():
+        index = tuple(int(i) for i in np.argwhere(bad)[0])
+        row = got[index]
+        c = int(np.argmax(~np.isnan(row) & (row != 0))) if declaration.empty_row != "nan" else int(
+            np.argmax(~np.isnan(row)))
+        return [Verdict(label, "masked_rows", case.family, None, None, float(row[c]), None, None,
+                        None, float("inf"), f"query row with no kept key must be {said}; got "
+                        f"{float(row[c])!r} in its column {c}", output="out",
+                        element=_element("out", index + (c,)))]
+    if "lse" in outs:
+        lse = outs["lse"].astype(np.float64)
+        wrong = empty & ~np.isneginf(lse)
+        if wrong.any():
+            index = tuple(int(i) for i in np.argwhere(wrong)[0])
+            return [Verdict(label, "masked_rows", case.family, None, None, float(lse[index]),
+                            float("-inf"), None, None, float("inf"),
+                            f"query row with no kept key must have lse -inf; got {float(lse[index])!r}",
+                            output="lse", element=_element("lse", index))]
+    return []
+
+
+def _pieces(case: AttentionCase) -> tuple[tuple[AttentionCase, tuple[slice, ...], str], ...]:
+    b, _, lq, _ = case.q.shape
+    i, n = lq // 2, b // 2
+    found = [(case.queries(slice(None), slice(i, i + 1)), (slice(None), slice(None), slice(i, i + 1)),
+              f"query row {i} alone (Lq = 1)")]
+    if b > 1:
+        found.append((case.queries(slice(n, n + 1), slice(None)), (slice(n, n + 1),),
+                      f"batch element {n} alone (B = 1)"))
+    return tuple(found)
+
+
+def _build(family: str, dtype: str, fields: dict[str, Any], params: dict[str, Any]) -> AttentionCase:
+    missing = sorted({"q", "k", "v", "scale"} - set(fields))
+    if missing:
+        raise ValueError(f"attention needs {', '.join(missing)}")
+    return AttentionCase(fields["q"], fields["k"], fields["v"], fields.get("mask"), fields["scale"],
+                         dtype=dtype, family=family, params=params)
+
+
+def _describe(case: AttentionCase, verdict: Any = None) -> str:
+    b, hq, lq, d = case.q.shape
+    hkv, lk, dv = case.k.shape[1], case.k.shape[2], case.v.shape[3]
+    layouts = sorted(mask_layouts_of(case.mask) - {"arbitrary"}) or ["arbitrary"]
+    lines = [f"input: B={b} Hq={hq} Hkv={hkv} Lq={lq} Lk={lk} D={d} Dv={dv} {case.dtype}, "
+             f"scale={float(case.scale)!r}, mask {'/'.join(layouts)}; drawn with "
+             + ", ".join(f"{k}={v!r}" for k, v in case.params.items())]
+    if case.mask is not None:
+        kept = case.mask.sum(axis=-1)
+        lines.append(f"keys kept per query row: {int(kept.min())} to {int(kept.max())} of {lk}"
+                     f"{'; some rows keep none' if (kept == 0).any() else ''}")
+    if verdict is not None and getattr(verdict, "batch", None):
+        lines.append(f"failing output: {verdict.batch}")
+    qf, kf = case.q.astype(np.float64), np.repeat(case.k.astype(np.float64), case.group, axis=1)
+    with np.errstate(all="ignore"):
+        s = case.scale * (qf @ kf.swapaxes(-1, -2))
+    if case.mask is not None:
+        s = np.where(case.mask, s, np.nan)
+    if np.isfinite(s).any():
+        lines.append(f"scaled scores of kept keys: {np.nanmin(s):.6g} to {np.nanmax(s):.6g}; "
+                     f"|v| up to {float(np.max(np.abs(case.v))):.6g}")
+    return "\n".join(lines)
+
+
+def _from_json(doc: Any, model: ErrorModel) -> AttentionDeclaration:
+    return AttentionDeclaration.from_json(doc, model)
+
+
+def _storage(dtype: str) -> str:
+    get_dtype(dtype)
+    return dtype
+
+
+ATTENTION = OpSpec(
+    "attention", ("q", "k", "v", "mask", "scale"), None,
+    "softmax(scale * q k^T, masked) v per query row; lse = ln sum exp(scale q.k) over kept keys",
+    outputs=("out", "lse"), families=_FAMILIES, properties=ATTENTION_PROPERTIES,
+    reference=lambda case, oracle="float64": attention_reference(
+        case.q, case.k, case.v, case.mask, case.scale, oracle=oracle),
+    bound=lambda case, ref, declaration=FOREIGN_ATTENTION: attention_tolerance(
+        ref, dtype=_storage(case.dtype), declaration=declaration),
+    named=NamedArrays(
+        cases=_cases, outputs=_outputs, exact=_exact, check=_check, element=_element,
+        pieces=_pieces, build=_build, describe=_describe, default_declaration=FOREIGN_ATTENTION,
+        declare=user_attention_declaration, from_json=_from_json,
+        keywords=("mask_layouts", "empty_rows", "returns_lse", "p_dtype", "online"),
+        undrawable=_undrawable),
+)

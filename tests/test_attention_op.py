@@ -1,0 +1,98 @@
+"""The attention op hunted end to end: the CLI, the API, a saved fixture replayed, and the
+declarations a user gets wrong, each named in one line."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import normprops
+from normprops.errors import UsageError
+from normprops.examples import attention_kernels as kernels
+from normprops.ops.attention import AttentionCase
+
+IMPL = "normprops.examples.attention_kernels"
+
+
+def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "normprops", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def test_the_cli_catches_a_finite_sentinel_and_replays_its_fixture(tmp_path):
+    run = _cli("hunt", "--op", "attention", "--impl", f"{IMPL}:finite_sentinel", "--families",
+               "sentinel", "--seed", "0", "--max-examples", "50", "--fixtures-dir", "fx", cwd=tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "sentinel accuracy: out[b 0 h 0 q 0 col 0]" in run.stdout
+    assert "input: B=1 Hq=1 Hkv=1 Lq=1 Lk=1" in run.stdout
+    saved = sorted((tmp_path / "fx" / "attention").glob("*.json"))
+    assert saved
+    bad = _cli("replay", "--op", "attention", "--impl", f"{IMPL}:finite_sentinel", "--fixtures-dir",
+               "fx", cwd=tmp_path)
+    good = _cli("replay", "--op", "attention", "--impl", f"{IMPL}:online", "--fixtures-dir", "fx",
+                cwd=tmp_path)
+    assert bad.returncode == 1 and "FAIL" in bad.stdout, bad.stdout + bad.stderr
+    assert good.returncode == 0, good.stdout + good.stderr
+
+
+def test_the_cli_passes_the_online_kernel_on_every_family(tmp_path):
+    run = _cli("hunt", "--op", "attention", "--impl", f"{IMPL}:online", "--seed", "0",
+               "--max-examples", "25", "--no-fixtures", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "clean: 8 families" in run.stdout
+
+
+def test_the_api_and_assert_robust():
+    report = normprops.hunt_kernel(kernels.gqa_wrong_head, op="attention", families=["gqa"],
+                                   max_examples=60, seed=0)
+    assert not report.passed
+    assert "out[b 0 h" in report.failures[0].message
+    normprops.assert_robust(kernels.two_pass, op="attention", families=["ordinary", "causal"],
+                            max_examples=20, seed=0)
+    with pytest.raises(AssertionError, match="masked_rows"):
+        normprops.assert_robust(kernels.lse_plus_inf, op="attention", families=["fully_masked"],
+                                max_examples=60, seed=0)
+
+
+def test_a_declared_empty_row_is_held_to_it():
+    # The two-pass kernel writes zeros on an empty row: declared NaN, that is a finding.
+    report = normprops.hunt_kernel(kernels.two_pass, op="attention", families=["fully_masked"],
+                                   max_examples=40, seed=0, empty_rows="nan")
+    assert not report.passed and report.failures[0].property == "masked_rows"
+
+
+@pytest.mark.parametrize("keywords, message", [
+    pytest.param(dict(mask_layouts="diagonal"), "'diagonal' is not a mask layout", id="layout"),
+    pytest.param(dict(empty_rows="ones"), "must be zero, nan or either but was 'ones'", id="empty"),
+    pytest.param(dict(mask_layouts="none", families=["causal"]), "family causal draws masks",
+                 id="undrawable"),
+])
+def test_a_bad_declaration_is_named(keywords, message):
+    with pytest.raises(UsageError, match=message):
+        normprops.hunt_kernel(kernels.online, op="attention", max_examples=5, **keywords)
+
+
+def test_an_attention_keyword_for_another_op_is_named():
+    with pytest.raises(UsageError, match="applies to --op attention only"):
+        normprops.hunt_kernel(lambda x: x, op="softmax", max_examples=5, empty_rows="zero")
+
+
+def test_hq_not_a_multiple_of_hkv_is_named():
+    q, k = np.zeros((1, 3, 2, 8), np.float32), np.zeros((1, 2, 4, 8), np.float32)
+    with pytest.raises(ValueError, match="Hq must be a multiple of Hkv but Hq was 3 and Hkv 2"):
+        AttentionCase(q, k, k, None, 0.25)
+
+
+def test_a_wrong_output_shape_is_a_contract_finding():
+    def transposed(q, k, v, mask, scale):
+        out, lse = kernels.online(q, k, v, mask, scale)
+        return out.swapaxes(1, 2).copy(), lse
+
+    report = normprops.hunt_kernel(transposed, op="attention", families=["gqa"], max_examples=10,
+                                   seed=0)
+    finding = report.failures[0]
+    assert finding.property == "contract"
+    assert "out is numpy.ndarray" in finding.message and "expected a numpy float32 array" in finding.message
