@@ -158,8 +158,10 @@ class Target:
     @property
     def information(self) -> frozenset[str]:
         """Properties hunted though not judged, their findings shown as information (range safety
-        for a kernel that does not ask for it); never those it declines with ``ignore``."""
-        return (INFORMATIVE & self.unjudged) - self.ignore
+        for a kernel that does not ask for it); never those it declines with ``ignore``, nor range
+        safety for an op none of whose families draws a row outside its accuracy domain."""
+        shown = INFORMATIVE if get_op(self.op).range_families else INFORMATIVE - {"range_safety"}
+        return (shown & self.unjudged) - self.ignore
 
     def run(self, case: Case, *, check_inputs: bool = True) -> np.ndarray | tuple[np.ndarray, ...]:
         """Call the target on fresh copies of ``case``'s inputs; the output as float32 numpy (a

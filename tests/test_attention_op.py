@@ -96,3 +96,26 @@ def test_a_wrong_output_shape_is_a_contract_finding():
     finding = report.failures[0]
     assert finding.property == "contract"
     assert "out is numpy.ndarray" in finding.message and "expected a numpy float32 array" in finding.message
+
+
+def test_a_case_widened_and_without_gqa_is_the_same_attention() -> None:
+    """A kernel declaring head dimensions of multiples of 8 and no GQA (PyTorch's memory-efficient
+    SDPA) is handed the drawn case with zero columns added and its kv heads repeated: the exact
+    output is the drawn one's, with zero columns beside it."""
+    from normprops.ops.attention import AttentionDeclaration, as_taken, attention_reference
+
+    rng = np.random.default_rng(0)
+    f32 = np.float32
+    q, k, v = (rng.standard_normal(s).astype(f32) for s in ((1, 4, 3, 5), (1, 2, 6, 5), (1, 2, 6, 3)))
+    mask = rng.random((1, 1, 3, 6)) < 0.7
+    case = AttentionCase(q, k, v, mask, 0.5)
+    taken = as_taken(case, declaration=AttentionDeclaration(head_dims_multiple_of=8, gqa=False))
+    assert taken.q.shape == (1, 4, 3, 8) and taken.k.shape == (1, 4, 6, 8)
+    assert taken.v.shape == (1, 4, 6, 8)
+    drawn = attention_reference(q, k, v, mask, 0.5)
+    widened = attention_reference(taken.q, taken.k, taken.v, mask, 0.5)
+    assert np.array_equal(widened.out[..., :3], drawn.out, equal_nan=True)
+    assert np.array_equal(widened.lse, drawn.lse, equal_nan=True)
+    kept = ~np.isnan(widened.out[..., 3:])
+    assert kept.any() and not widened.out[..., 3:][kept].any()
+    assert as_taken(case, declaration=AttentionDeclaration()) is case

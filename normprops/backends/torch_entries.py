@@ -196,31 +196,41 @@ TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.b
 # PyTorch's scaled_dot_product_attention (normprops.backends.torch_attention), one entry per
 # backend and storage type, out alone returned. On the CPU (measured, docs/tolerances.md,
 # "Attention"): a fully masked row gives zeros; the math backend computes in float32, the default
-# one rounds P to a 16-bit storage type before P.V. On CUDA the declarations follow PyTorch's
-# documentation and are not measured here: flash takes no mask but a causal one (passed as
-# is_causal, which these calls do not use) and 16-bit storage only; efficient and cuDNN take
-# arbitrary masks; flash, efficient and cuDNN round P to the storage type.
+# one rounds P to a 16-bit storage type before P.V. On CUDA (torch 2.11, H200): the math backend
+# takes every case drawn; flash takes no mask (but a causal one passed as is_causal, which these
+# calls do not use), 16-bit storage only and head dimensions that are multiples of 8 (D = 1 raised
+# "No available kernel"); the memory-efficient backend raised "No available kernel" for every
+# case with fewer kv heads than query heads and for D = 1, so it is declared without GQA and with
+# head dimensions of multiples of 8 (4 in float32: 16-byte rows). The cuDNN backend refused
+# cases of one query row and gave a fully masked query row a nonzero output: what it takes is not
+# yet measured, so it claims no family (it is hunted, its findings reported, none gated on).
 _ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
+_NONE = frozenset({"none"})
 _SDPA = (
-    # (device, attr, name, dtypes, mask layouts, rounds P)
-    ("cpu", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False),
-    ("cpu", "sdpa_default", "sdpa", ("float32", "bfloat16"), _ALL_LAYOUTS, True),
-    ("cuda", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False),
-    ("cuda", "sdpa_flash", "sdpa-flash", ("bfloat16",), frozenset({"none"}), True),
-    ("cuda", "sdpa_efficient", "sdpa-efficient", ("float32", "bfloat16"), _ALL_LAYOUTS, True),
-    ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("bfloat16",), _ALL_LAYOUTS, True),
+    # (device, attr, name, dtypes, mask layouts, rounds P, head dims a multiple of, GQA, claims)
+    ("cpu", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1, True, True),
+    ("cpu", "sdpa_default", "sdpa", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 1, True, True),
+    ("cuda", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1, True, True),
+    ("cuda", "sdpa_flash", "sdpa-flash", ("bfloat16",), _NONE, True, 8, True, True),
+    ("cuda", "sdpa_efficient", "sdpa-efficient", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 8,
+     False, True),
+    ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("bfloat16",), _ALL_LAYOUTS, True, 8, True, False),
 )
 
 
 def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozenset[str],
-                rounds_p: bool) -> KernelSpec:
+                rounds_p: bool, shapes: tuple[int, bool, bool]) -> KernelSpec:
     from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
     from normprops.ops.attention_families import FAMILY_LAYOUTS
 
+    multiple, gqa, claiming = shapes
     declared = AttentionDeclaration(FOREIGN_ATTENTION.model, online=True, empty_row="zero",
                                     p_dtype=dtype if rounds_p and dtype != "float32" else None,
-                                    mask_layouts=layouts, returns_lse=False)
-    claims = frozenset(f for f in get_op("attention").families if FAMILY_LAYOUTS[f] & layouts)
+                                    mask_layouts=layouts, returns_lse=False,
+                                    head_dims_multiple_of=4 if multiple == 8 and dtype == "float32"
+                                    else multiple, gqa=gqa)
+    claims = frozenset(f for f in get_op("attention").families
+                       if claiming and FAMILY_LAYOUTS[f] & layouts)
     return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
                       f"normprops.backends.torch_attention:{attr}", 4, FOREIGN_ATTENTION.model,
                       claims, f"PyTorch's scaled_dot_product_attention ({attr}), {dtype} on the "
@@ -231,5 +241,6 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                       exempt=frozenset({"batch_invariance"}))
 
 
-TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds)
-                       for device, attr, name, dtypes, layouts, rounds in _SDPA for dtype in dtypes)
+TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds, tuple(shapes))
+                       for device, attr, name, dtypes, layouts, rounds, *shapes in _SDPA
+                       for dtype in dtypes)

@@ -15,6 +15,8 @@ and softmax's own properties (the weights P are not an output).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from typing import Any
 
 import numpy as np
@@ -42,7 +44,7 @@ from normprops.verdict import Verdict
 
 __all__ = ["ATTENTION", "ATTENTION_PROPERTIES", "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS",
            "SENTINEL", "AttentionCase", "AttentionDeclaration", "AttentionReference",
-           "AttentionTolerance", "AttentionVerdict", "attention_reference", "attention_tolerance",
+           "AttentionTolerance", "AttentionVerdict", "as_taken", "attention_reference", "attention_tolerance",
            "check_attention", "judge_attention", "mask_layouts_of", "user_attention_declaration"]
 
 #: The properties an attention kernel is judged on (the module's docstring says why not the others).
@@ -70,9 +72,31 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
         raise ValueError(why)
     layouts = declaration.mask_layouts
     strategy = attention_cases(family, dtypes=(dtype,))
-    if FAMILY_LAYOUTS[family] <= layouts:
-        return strategy
-    return strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
+    if not FAMILY_LAYOUTS[family] <= layouts:
+        strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
+    if declaration.head_dims_multiple_of > 1 or not declaration.gqa:
+        strategy = strategy.map(functools.partial(as_taken, declaration=declaration))
+    return strategy
+
+
+def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> AttentionCase:
+    """``case`` in the shapes a kernel declared it takes, the same attention: head dimensions
+    widened to a multiple of ``head_dims_multiple_of`` with zero columns (of q and k: every score
+    unchanged; of v: output columns that are exactly zero), and, for a kernel without GQA, each kv
+    head repeated for the query heads that read it."""
+    m = declaration.head_dims_multiple_of
+    q, k, v = case.q, case.k, case.v
+    if m > 1:
+        def widened(a: np.ndarray) -> np.ndarray:
+            extra = -a.shape[3] % m
+            return np.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))) if extra else a
+        q, k, v = widened(q), widened(k), widened(v)
+    if not declaration.gqa and k.shape[1] != q.shape[1]:
+        group = q.shape[1] // k.shape[1]
+        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+    if q is case.q and k is case.k and v is case.v:
+        return case
+    return dataclasses.replace(case, q=q, k=k, v=v)
 
 
 def _undrawable(family: str, declaration: AttentionDeclaration) -> str | None:

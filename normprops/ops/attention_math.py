@@ -186,6 +186,10 @@ class AttentionDeclaration:
     no kept key gives, "zero" or "nan", None if either; ``mask_layouts``: the masks it takes
     (:data:`MASK_LAYOUTS`; the hunt draws only those); ``returns_lse``: True, it returns
     ``(out, lse)``; False, ``out`` alone; None, either (what comes back is judged).
+    ``head_dims_multiple_of``: the head dimensions it takes are multiples of this (a drawn case is
+    widened with zero columns of q, k and v: the scores do not change, the extra output columns are
+    zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
+    are repeated for it: the same attention).
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -194,8 +198,13 @@ class AttentionDeclaration:
     empty_row: str | None = None
     mask_layouts: frozenset[str] = frozenset(MASK_LAYOUTS)
     returns_lse: bool | None = None
+    head_dims_multiple_of: int = 1
+    gqa: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
+            raise ValueError(f"head_dims_multiple_of must be a positive int but was "
+                             f"{self.head_dims_multiple_of!r}")
         if self.p_dtype is not None:
             get_dtype(self.p_dtype)
         if self.empty_row is not None and self.empty_row not in EMPTY_ROWS:
