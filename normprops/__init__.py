@@ -29,6 +29,7 @@ _EXPORTS = {
     "ShapeConstraints": "normprops.case",
     "cases": "normprops.strategies",
     "make_case": "normprops.strategies",
+    "Extras": "normprops.strategies",
     "FAMILIES": "normprops.strategies",
     "families_for": "normprops.strategies",
     "Target": "normprops.launch",

@@ -80,8 +80,11 @@ __all__ = [
     "widest_cols",
     "cases",
     "make_case",
+    "Extras",
+    "Drawn",
     "grad_cases",
     "make_grad_case",
+    "grad_case_from_fields",
 ]
 
 MAX_COLS = 16385
@@ -203,13 +206,36 @@ def _beta(rng: np.random.Generator, kind: str, cols: int, large: float = 1e4) ->
     return _f32(scale * rng.standard_normal(cols))
 
 
+@dataclass(frozen=True)
+class Extras:
+    """The op's drawn inputs besides x: the kinds of gamma and beta (:data:`GAMMA_KINDS`,
+    :data:`BETA_KINDS`; used where the op has them), eps (None: the op's default) and a masked
+    softmax's scale (a float32 value)."""
+
+    gamma_kind: str = "ones"
+    beta_kind: str = "zeros"
+    eps: float | None = None
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """A kind and the parameters drawn for it: a gradient case's forward family and its x's
+    parameters, or its kind of dy and dy's (:mod:`normprops.dy_kinds`)."""
+
+    kind: str
+    params: dict[str, Any]
+
+
 def make_case(*, op: str, family: str, rows: int, cols: int, seed: int, params: dict[str, Any],
-              gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None,
-              dtype: str = "float32", scale: float = 1.0, mask_fill: float | None = None) -> Case:
+              extras: Extras = Extras(), dtype: str = "float32",
+              mask_fill: float | None = None) -> Case:
     """Build a case deterministically from drawn parameters (what the strategies call); for a
     narrow ``dtype`` x, gamma and beta are rounded to it (:func:`to_dtype`). A masked softmax
-    takes ``scale`` (a float32 value) and its mask from the family's layout (every entry kept in a
-    family without one), handed over as ``mask_fill`` says (:class:`~normprops.case.Case`)."""
+    takes ``extras.scale`` (a float32 value) and its mask from the family's layout (every entry
+    kept in a family without one), handed over as ``mask_fill`` says
+    (:class:`~normprops.case.Case`)."""
+    gamma_kind, beta_kind, eps, scale = extras.gamma_kind, extras.beta_kind, extras.eps, extras.scale
     spec = get_op(op)
     kind = get_dtype(dtype)
     fam = get_family(family)
@@ -387,6 +413,8 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
+        # Drawn in this order (arguments are evaluated left to right): rows, cols, seed, params,
+        # gamma, beta, eps, scale; a new order would change every counterexample.
         return make_case(
             op=op,
             family=family,
@@ -394,11 +422,13 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
             cols=draw(cols_strategy, label="cols"),
             seed=draw(seed_strategy, label="seed"),
             params=draw(params_strategy, label="params"),
-            gamma_kind=draw(gamma_strategy, label="gamma") if spec.has_gamma else "ones",
-            beta_kind=draw(beta_strategy, label="beta") if spec.has_beta else "zeros",
-            eps=draw(eps_strategy, label="eps"),
+            extras=Extras(
+                gamma_kind=draw(gamma_strategy, label="gamma") if spec.has_gamma else "ones",
+                beta_kind=draw(beta_strategy, label="beta") if spec.has_beta else "zeros",
+                eps=draw(eps_strategy, label="eps"),
+                scale=draw(scale_strategy, label="scale") if spec.has_mask else 1.0,
+            ),
             dtype=dtype,
-            scale=draw(scale_strategy, label="scale") if spec.has_mask else 1.0,
             mask_fill=mask_fill,
         )
 
@@ -412,13 +442,14 @@ def cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_col
 # for the forward families, only parameters are drawn and numpy builds the rows.
 
 
-def make_grad_case(*, op: str, family: str, rows: int, cols: int, seed: int, x_family: str,
-                   x_params: dict[str, Any], dy_kind: str, dy_params: dict[str, Any],
-                   gamma_kind: str = "ones", beta_kind: str = "zeros", eps: float | None = None,
-                   dtype: str = "float32") -> Case:
-    """A gradient case, built deterministically from drawn parameters: the forward family's case
-    (:func:`make_case`), the op's inputs from it (``OpSpec.gradient_inputs``: softmax's y from its
-    logits), and dy of ``dy_kind`` (:mod:`normprops.dy_kinds`); every array exact in ``dtype``."""
+def make_grad_case(*, op: str, family: str, rows: int, cols: int, seed: int, x: Drawn, dy: Drawn,
+                   extras: Extras = Extras(), dtype: str = "float32") -> Case:
+    """A gradient case, built deterministically from drawn parameters: the case of the forward
+    family ``x.kind`` with ``x.params`` (:func:`make_case`, with ``extras``' gamma, beta and eps),
+    the op's inputs from it (``OpSpec.gradient_inputs``: softmax's y from its logits), and dy of
+    the kind ``dy.kind`` with ``dy.params`` (:mod:`normprops.dy_kinds`); every array exact in
+    ``dtype``."""
+    x_family, x_params, dy_kind, dy_params = x.kind, x.params, dy.kind, dy.params
     spec = get_op(op)
     if spec.forward is None:
         raise ValueError(f"op must be a gradient op but was {op!r}")
@@ -427,20 +458,34 @@ def make_grad_case(*, op: str, family: str, rows: int, cols: int, seed: int, x_f
     if dy_kind not in DY_KINDS:
         raise ValueError(f"dy_kind must be one of {', '.join(DY_KINDS)} but was {dy_kind!r}")
     forward = make_case(op=spec.forward, family=x_family, rows=rows, cols=cols, seed=seed,
-                        params=x_params, gamma_kind=gamma_kind, beta_kind=beta_kind,
-                        eps=eps if spec.default_eps is not None else None, dtype=dtype)
-    x, direction = spec.gradient_inputs(forward)
+                        params=x_params,
+                        extras=Extras(gamma_kind=extras.gamma_kind, beta_kind=extras.beta_kind,
+                                      eps=extras.eps if spec.default_eps is not None else None),
+                        dtype=dtype)
+    x_in, direction = spec.gradient_inputs(forward)
     rng = np.random.default_rng([seed, 1])  # its own stream: the forward case stays as drawn
-    dy = draw_dy(rng, dy_kind, dy_params, (rows, cols), direction, forward.gamma,
-                 centred=spec.centred)
+    dy_values = draw_dy(rng, dy_kind, dy_params, (rows, cols), direction, forward.gamma,
+                        centred=spec.centred)
     with np.errstate(all="ignore"):
-        dy = to_dtype(np.clip(dy, -FLT_MAX, FLT_MAX).astype(np.float32), dtype)
+        dy_values = to_dtype(np.clip(dy_values, -FLT_MAX, FLT_MAX).astype(np.float32), dtype)
     params = {"x": x_family, **{k: v for k, v in forward.params.items() if k != "dtype"},
               "dy": dy_kind, **{f"dy_{k}": v for k, v in dy_params.items()}}
     if dtype != "float32":
         params["dtype"] = dtype
-    return Case(op=op, family=family, x=x, gamma=forward.gamma, beta=forward.beta, eps=forward.eps,
-                params=params, dtype=dtype, dy=dy)
+    return Case(op=op, family=family, x=x_in, gamma=forward.gamma, beta=forward.beta,
+                eps=forward.eps, params=params, dtype=dtype, dy=dy_values)
+
+
+def grad_case_from_fields(fields: dict[str, Any]) -> Case:
+    """:func:`make_grad_case` from its fields given flat, as a JSON object of a drawn case holds
+    them (tools/cases/): ``op``, ``family``, ``rows``, ``cols``, ``seed``, ``x_family``,
+    ``x_params``, ``dy_kind``, ``dy_params``, and optionally ``gamma_kind``, ``beta_kind``,
+    ``eps`` and ``dtype``."""
+    rest = dict(fields)
+    x = Drawn(rest.pop("x_family"), rest.pop("x_params"))
+    dy = Drawn(rest.pop("dy_kind"), rest.pop("dy_params"))
+    extras = Extras(**{k: rest.pop(k) for k in ("gamma_kind", "beta_kind", "eps") if k in rest})
+    return make_grad_case(**rest, x=x, dy=dy, extras=extras)
 
 
 def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, min_cols: int = 1,
@@ -495,14 +540,16 @@ def grad_cases(*, op: str, family: str, min_rows: int = 2, max_rows: int = 5, mi
 
     @st.composite
     def draw_case(draw: st.DrawFn) -> Case:
-        x_family, x_drawn = draw(x_strategy, label="x")
-        dy_kind, dy_drawn = draw(dy_strategy, label="dy")
+        # Drawn in this order: x, dy, rows, cols, seed, gamma, beta, eps.
+        x = Drawn(*draw(x_strategy, label="x"))
+        dy = Drawn(*draw(dy_strategy, label="dy"))
         return make_grad_case(
             op=op, family=family, rows=draw(rows_strategy, label="rows"),
             cols=draw(cols_strategy, label="cols"), seed=draw(seed_strategy, label="seed"),
-            x_family=x_family, x_params=x_drawn, dy_kind=dy_kind, dy_params=dy_drawn,
-            gamma_kind=draw(gamma_strategy, label="gamma") if has_gamma else "ones",
-            beta_kind=draw(beta_strategy, label="beta") if has_beta else "zeros",
-            eps=draw(eps_strategy, label="eps"), dtype=dtype)
+            x=x, dy=dy,
+            extras=Extras(gamma_kind=draw(gamma_strategy, label="gamma") if has_gamma else "ones",
+                          beta_kind=draw(beta_strategy, label="beta") if has_beta else "zeros",
+                          eps=draw(eps_strategy, label="eps")),
+            dtype=dtype)
 
     return draw_case()

@@ -29,7 +29,14 @@ from normprops.oracles import grad_reference, grad_tolerance, row_depth
 from normprops.properties import evaluate
 from normprops.regressions import load_fixture, replay, save_fixture
 from normprops.specs import KERNELS
-from normprops.strategies import families_for, grad_cases, make_grad_case
+from normprops.strategies import (
+    Drawn,
+    Extras,
+    families_for,
+    grad_case_from_fields,
+    grad_cases,
+    make_grad_case,
+)
 from tests.cli_harness import run
 
 GRADS = [op for op in OPS if is_backward(op)]
@@ -41,10 +48,10 @@ def _case(op: str, family: str = "ordinary", *, rows: int = 3, cols: int = 7, se
           x_params: dict | None = None, **kw) -> Case:
     x_params = x_params if x_params is not None else {"loc": 0.5, "scale": 1.0, "spikes": []}
     dy_params = dy_params if dy_params is not None else {"loc": 0.1, "scale": 1.0}
-    return make_grad_case(op=op, family=family, rows=rows, cols=cols, seed=seed, x_family=x_family,
-                          x_params=x_params, dy_kind=dy_kind, dy_params=dy_params,
-                          gamma_kind=kw.pop("gamma_kind", "random"),
-                          beta_kind=kw.pop("beta_kind", "random"), eps=kw.pop("eps", None), **kw)
+    extras = Extras(gamma_kind=kw.pop("gamma_kind", "random"), beta_kind=kw.pop("beta_kind", "random"),
+                    eps=kw.pop("eps", None))
+    return make_grad_case(op=op, family=family, rows=rows, cols=cols, seed=seed,
+                          x=Drawn(x_family, x_params), dy=Drawn(dy_kind, dy_params), extras=extras, **kw)
 
 
 # --- the ops and their families ---------------------------------------------------------------
@@ -557,9 +564,9 @@ def test_dx_accepts_xhat_over_c_rounded_below_flt_min_then_scaled_by_the_rows_su
 
     case = make_grad_case(
         op="rmsnorm_backward", family="cancelling_dy", rows=2, cols=75, seed=0,
-        x_family="wide_span", x_params={"top": float(np.finfo(F32).tiny), "span": 100.0, "position": 0},
-        dy_kind="cancelling", dy_params={"level": 9.646616199111993, "slope": 2.0, "noise": 0.1},
-        eps=float(F32(2.0**-23)))
+        x=Drawn("wide_span", {"top": float(np.finfo(F32).tiny), "span": 100.0, "position": 0}),
+        dy=Drawn("cancelling", {"level": 9.646616199111993, "slope": 2.0, "noise": 0.1}),
+        extras=Extras(eps=float(F32(2.0**-23))))
     replica, exact, bound = judged(case)
     assert float(replica[0, 0]) == pytest.approx(1.1995e-42, rel=1e-4)
     error = abs(float(replica[0, 0]) - exact[0, 0])
@@ -736,7 +743,7 @@ def test_the_compiled_layer_norm_backwards_known_case_overflows_n_dy_gamma() -> 
     example = known_example(bug.example)
     cases = Path(__file__).parents[1] / "tools" / "cases"
     path = cases / "layernorm_backward-dy_scale-n-dy-gamma-overflow.json"
-    case = make_grad_case(**json.loads(path.read_text()))
+    case = grad_case_from_fields(json.loads(path.read_text()))
     assert all(np.array_equal(getattr(case, a), getattr(example, a)) for a in ("x", "dy", "gamma", "beta"))
     assert np.max(np.abs(case.dy.astype(np.float64) * case.gamma)) * case.cols > np.finfo(np.float32).max
     target = replace(target_from_callable(_replica("layernorm_backward"), op="layernorm_backward",
@@ -762,7 +769,8 @@ def test_the_n_dy_gamma_overflow_is_declared_in_tiny_with_its_case(op, entries, 
 
     tools = Path(__file__).parents[1] / "tools"
     replica = _replica(op)
-    case = make_grad_case(**json.loads((tools / "cases" / f"{op}-tiny-n-dy-gamma-overflow.json").read_text()))
+    path = tools / "cases" / f"{op}-tiny-n-dy-gamma-overflow.json"
+    case = grad_case_from_fields(json.loads(path.read_text()))
     arrays = ("x", "dy", "gamma", "beta") if op == "layernorm_backward" else ("x", "dy", "gamma")
     for backend, name in entries:
         bug = next(k for k in KERNELS if (k.backend, k.name) == (backend, name)).bug_in("tiny")
@@ -785,7 +793,8 @@ def test_a_finding_quotes_the_exact_value_where_float64_cannot_resolve_it() -> N
     1 - xhat^2 = 1.2e-19, below float64's resolution. float64 says 1.436e11 and judges by it (the
     bound, 2.3e21, allows that); the finding quotes the 200-bit value, 7.6468e7."""
     cases = Path(__file__).parents[1] / "tools" / "cases"
-    case = make_grad_case(**json.loads((cases / "rmsnorm_backward-tall-product-overflow.json").read_text()))
+    path = cases / "rmsnorm_backward-tall-product-overflow.json"
+    case = grad_case_from_fields(json.loads(path.read_text()))
     target = replace(target_from_callable(_replica("rmsnorm_backward"), op="rmsnorm_backward",
                                           name="compute_gI", row_reduction="sequential"),
                      examples=(case,))

@@ -17,7 +17,7 @@ from normprops.ops import ROW_REDUCTIONS, get_op, is_backward
 from normprops.properties import evaluate
 from normprops.registry_hunt import registry_target
 from normprops.specs import KERNELS
-from normprops.strategies import families_for, make_grad_case
+from normprops.strategies import Drawn, Extras, families_for, make_grad_case
 
 GRAD_ENTRIES = [k for k in KERNELS if is_backward(k.op)]
 
@@ -74,10 +74,10 @@ def test_the_row_reduction_reaches_the_target_and_its_bounds() -> None:
     """A kernel that sums dgamma row after row, on 1024 rows of the same terms (0.1 * xhat): its
     entry's declaration is what the hunt judges it by, through the registry's own target."""
     case = make_grad_case(op="rmsnorm_backward", family="tall", rows=1024, cols=4, seed=1,
-                          x_family="constant",
-                          x_params={"pattern": "constant", "value": 3.0, "spike": 0.0, "position": 0},
-                          dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 0.0},
-                          gamma_kind="random", beta_kind="random", eps=None)
+                          x=Drawn("constant",
+                                  {"pattern": "constant", "value": 3.0, "spike": 0.0, "position": 0}),
+                          dy=Drawn("ordinary", {"loc": 0.1, "scale": 0.0}),
+                          extras=Extras(gamma_kind="random", beta_kind="random", eps=None))
     declared = _running_sum_entry("sequential")
     target = registry_target(declared, "tall")
     assert target.row_reduction == "sequential" == target_from_spec(declared).row_reduction
@@ -90,9 +90,10 @@ def test_the_row_reduction_reaches_the_target_and_its_bounds() -> None:
 def _evaluate_ordinary(spec: KernelSpec):
     """``spec`` as the registry hunts it, on one ordinary case of 3 rows of 33 columns."""
     case = make_grad_case(op=spec.op, family="ordinary", rows=3, cols=33, seed=0,
-                          x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
-                          dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0},
-                          gamma_kind="random", beta_kind="random", eps=get_op(spec.op).default_eps)
+                          x=Drawn("ordinary", {"loc": 0.5, "scale": 1.0, "spikes": []}),
+                          dy=Drawn("ordinary", {"loc": 0.1, "scale": 1.0}),
+                          extras=Extras(gamma_kind="random", beta_kind="random",
+                                        eps=get_op(spec.op).default_eps))
     return evaluate(registry_target(spec, "ordinary"), case)
 
 
@@ -135,9 +136,9 @@ def test_a_gradient_hunt_launches_no_stress_batch() -> None:
 
     target = replace(target_from_callable(recording, op="rmsnorm_backward"), stress_rows=GPU_STRESS_ROWS)
     case = make_grad_case(op="rmsnorm_backward", family="ordinary", rows=5, cols=16, seed=0,
-                          x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
-                          dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0},
-                          gamma_kind="random", beta_kind="random", eps=None)
+                          x=Drawn("ordinary", {"loc": 0.5, "scale": 1.0, "spikes": []}),
+                          dy=Drawn("ordinary", {"loc": 0.1, "scale": 1.0}),
+                          extras=Extras(gamma_kind="random", beta_kind="random", eps=None))
     assert evaluate(target, case).passed
     assert len(launched) >= 3 and max(launched) <= case.rows + 1
 

@@ -24,7 +24,7 @@ from normprops.masking import SCALES, mask_fill_value
 from normprops.oracles import mp_reference, reference, tolerance
 from normprops.properties import evaluate
 from normprops.regressions import load_fixture
-from normprops.strategies import FAMILIES, cases, families_for, make_case
+from normprops.strategies import FAMILIES, Extras, cases, families_for, make_case
 
 USER_MODULE = textwrap.dedent('''
     import numpy as np
@@ -108,7 +108,8 @@ def test_the_kernel_receives_a_bool_mask_and_the_scale_as_a_float() -> None:
         return _kernel("masked_f64")(x, mask, scale)
 
     target = target_from_callable(kernel, op="masked_softmax")
-    case = make_case(op="masked_softmax", family="masked", rows=3, cols=40, seed=1, scale=0.125,
+    case = make_case(op="masked_softmax", family="masked", rows=3, cols=40, seed=1,
+                     extras=Extras(scale=0.125),
                      params=_masked_params(patterns=["left_pad", "causal", "none", "none"]))
     assert evaluate(target, case, metamorphic=False).passed
     assert seen == [(np.dtype(bool), True, float, False)]
@@ -123,14 +124,14 @@ def _masked_params(**changes) -> dict:
 
 
 def test_draws_hand_every_family_a_mask_and_a_scale() -> None:
-    masked = make_case(op="masked_softmax", family="masked", rows=2, cols=33, seed=0, scale=SCALES[3],
-                       params=_masked_params())
+    masked = make_case(op="masked_softmax", family="masked", rows=2, cols=33, seed=0,
+                       extras=Extras(scale=SCALES[3]), params=_masked_params())
     assert masked.mask.dtype == bool and not masked.mask[0].all()
     assert np.all(masked.x[~masked.mask] == 1e4) and np.isfinite(masked.x).all()
     assert masked.params["masks"][0] == "left_pad masks [0, 8)"
     assert masked.params["softmax_scale"] == masked.scale == float(np.float32(1 / math.sqrt(80)))
-    ordinary = make_case(op="masked_softmax", family="ordinary", rows=2, cols=5, seed=0, scale=1e20,
-                         params={"loc": 0.0, "scale": 1.0, "spikes": []})
+    ordinary = make_case(op="masked_softmax", family="ordinary", rows=2, cols=5, seed=0,
+                         extras=Extras(scale=1e20), params={"loc": 0.0, "scale": 1.0, "spikes": []})
     assert ordinary.mask.all() and ordinary.params["masks"] == "none"
     assert ordinary.scale == float(np.float32(1e20))
 
@@ -157,8 +158,8 @@ def test_the_additive_mask_holds_zero_and_the_fill_in_the_storage_type() -> None
         return _kernel("additive_f32")(x, mask, scale)
 
     target = target_from_callable(kernel, op="masked_softmax", mask="additive", mask_fill="lowest")
-    case = make_case(op="masked_softmax", family="masked", rows=2, cols=16, seed=0, scale=1.0,
-                     params=_masked_params(), mask_fill=target.mask_fill)
+    case = make_case(op="masked_softmax", family="masked", rows=2, cols=16, seed=0,
+                     extras=Extras(scale=1.0), params=_masked_params(), mask_fill=target.mask_fill)
     assert evaluate(target, case, metamorphic=False).passed
     assert seen == [(np.dtype(np.float32), [-float(np.finfo(np.float32).max), 0.0])]
 
@@ -201,7 +202,8 @@ def test_a_fully_masked_row_with_the_lowest_fill_may_come_out_uniform() -> None:
 @pytest.mark.parametrize("fill", [None, -math.inf, -10000.0, -30.0])
 @pytest.mark.parametrize("scale", [0.125, SCALES[3], -0.125])
 def test_float64_reference_agrees_with_mpmath(fill: float | None, scale: float) -> None:
-    case = make_case(op="masked_softmax", family="masked", rows=4, cols=40, seed=3, scale=scale,
+    case = make_case(op="masked_softmax", family="masked", rows=4, cols=40, seed=3,
+                     extras=Extras(scale=scale),
                      params=_masked_params(patterns=["random", "left_pad", "full", "causal"],
                                            masked_values="drawn"), mask_fill=fill)
     ref = reference(case)
@@ -213,8 +215,8 @@ def test_float64_reference_agrees_with_mpmath(fill: float | None, scale: float) 
 
 def test_the_bound_adds_the_rounding_of_scale_x_only_where_it_rounds() -> None:
     params = _masked_params(patterns=["random", "none", "none", "none"], masked_values="drawn")
-    exact = make_case(op="masked_softmax", family="masked", rows=2, cols=64, seed=5, scale=0.125,
-                      params=params)
+    exact = make_case(op="masked_softmax", family="masked", rows=2, cols=64, seed=5,
+                      extras=Extras(scale=0.125), params=params)
     # A power-of-two scale rounds nothing: the bound is softmax's on the exact logits.
     logits = np.where(exact.mask, exact.x * np.float32(0.125), -np.inf).astype(np.float32)
     plain = exact.replace(op="softmax", x=logits, mask=None, scale=None)

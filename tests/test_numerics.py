@@ -165,14 +165,14 @@ def test_the_smallness_check_fails_when_nothing_shrinks() -> None:
 def test_a_tall_gradient_case_is_small_at_its_familys_fewest_rows() -> None:
     """The gradients' ``tall`` family draws 64 rows or more: a counterexample of 64 rows is as
     small as it shrinks; 65 rows, or 64 rows of another family, is not."""
-    from normprops.strategies import make_grad_case
+    from normprops.strategies import Drawn, make_grad_case
 
     bug = KnownBug("tall", "a stand-in")
 
     def tall(rows: int, family: str = "tall"):
         return make_grad_case(op="rmsnorm_backward", family=family, rows=rows, cols=1, seed=0,
-                              x_family="ordinary", x_params={"loc": 0.5, "scale": 1.0, "spikes": []},
-                              dy_kind="ordinary", dy_params={"loc": 0.1, "scale": 1.0})
+                              x=Drawn("ordinary", {"loc": 0.5, "scale": 1.0, "spikes": []}),
+                              dy=Drawn("ordinary", {"loc": 0.1, "scale": 1.0}))
 
     assert is_small(tall(64), bug) and not is_small(tall(65), bug)
     assert not is_small(tall(64, family="ordinary"), bug)

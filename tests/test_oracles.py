@@ -16,7 +16,7 @@ from normprops.examples import correct, planted
 from normprops.family_rows import LONG_COLS
 from normprops.judge import judge_output
 from normprops.oracles import FLT_MIN, U, mp_reference, reference, row_sum, tolerance
-from normprops.strategies import cases, make_case
+from normprops.strategies import Extras, cases, make_case
 
 F32 = np.float32
 
@@ -198,7 +198,7 @@ def _judge_longest_rows(op: str, fn) -> tuple[set[str], float]:
     # loc 0: layer norm's mean cancels, so its row sum is taken exactly (math.fsum).
     case = make_case(op=op, family="long_rows", rows=2, cols=LONG_COLS[1], seed=0,
                      params={"loc": 0.0, "scale": 1.0, "spikes": [(5, 50.0)]},
-                     gamma_kind="random", beta_kind="random")
+                     extras=Extras(gamma_kind="random", beta_kind="random"))
     out = fn(*case.args())
     start = time.perf_counter()
     ref = reference(case)

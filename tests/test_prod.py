@@ -26,7 +26,7 @@ from normprops.cuda.shape import (
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
 from normprops.oracles import reference, tolerance
 from normprops.specs import KERNELS
-from normprops.strategies import make_case
+from normprops.strategies import Extras, make_case
 
 F32 = np.float32
 
@@ -179,8 +179,8 @@ def test_to_dtype_rounds_to_nearest_even_and_saturates() -> None:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_narrow_cases_hold_exact_values(dtype: str) -> None:
     case = make_case(op="layernorm", family="ordinary", rows=3, cols=100, seed=1,
-                     params={"loc": 0.5, "scale": 3.0, "spikes": []}, gamma_kind="large", beta_kind="large",
-                     dtype=dtype)
+                     params={"loc": 0.5, "scale": 3.0, "spikes": []},
+                     extras=Extras(gamma_kind="large", beta_kind="large"), dtype=dtype)
     assert case.dtype == dtype
     for a in (case.x, case.gamma, case.beta):
         assert np.array_equal(to_dtype(a, dtype), a)

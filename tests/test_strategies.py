@@ -20,6 +20,7 @@ from normprops.strategies import (
     EDGE_COLS,
     FAMILIES,
     MAX_COLS,
+    Extras,
     cases,
     families_for,
     make_case,
@@ -309,13 +310,13 @@ def test_invalid_arguments_name_the_problem(kwargs: dict, message: str) -> None:
 def test_make_case_rejects_bad_eps() -> None:
     with pytest.raises(ValueError, match="eps must be a positive float32 but was 0.0"):
         make_case(op="rmsnorm", family="ordinary", rows=2, cols=3, seed=0,
-                  params={"loc": 0.0, "scale": 1.0, "spikes": []}, eps=0.0)
+                  params={"loc": 0.0, "scale": 1.0, "spikes": []}, extras=Extras(eps=0.0))
 
 
 def test_cases_are_deterministic_in_their_parameters() -> None:
     kw = dict(op="layernorm", family="large_mean", rows=3, cols=100, seed=42,
-              params={"mean": 1e4, "sign": -1.0, "ratio": 1e5}, gamma_kind="random",
-              beta_kind="large", eps=1e-6)
+              params={"mean": 1e4, "sign": -1.0, "ratio": 1e5},
+              extras=Extras(gamma_kind="random", beta_kind="large", eps=1e-6))
     a, b = make_case(**kw), make_case(**kw)
     assert np.array_equal(a.x, b.x) and np.array_equal(a.gamma, b.gamma)
     assert a.eps == float(np.float32(1e-6))

@@ -847,7 +847,7 @@ def test_the_torch_adapter_copies_the_inputs_together_and_hands_each_its_own_ten
 
     from normprops.errors import ContractError
     from normprops.launch import target_from_callable
-    from normprops.strategies import make_case
+    from normprops.strategies import Extras, make_case
 
     seen = {}
 
@@ -860,7 +860,7 @@ def test_the_torch_adapter_copies_the_inputs_together_and_hands_each_its_own_ten
         return x.clone()
 
     case = make_case(op="layernorm", family="ordinary", rows=3, cols=5, seed=1, dtype=dtype,
-                     gamma_kind="random", beta_kind="random",
+                     extras=Extras(gamma_kind="random", beta_kind="random"),
                      params={"loc": 0.0, "scale": 1.0, "spikes": []})
     target = target_from_callable(records, op="layernorm", dtype=dtype, framework="torch", device="cpu")
     out = target.run(case)
@@ -886,7 +886,7 @@ def test_the_torch_adapter_on_cuda_hands_over_exact_inputs_and_names_a_changed_o
 
     from normprops.errors import ContractError
     from normprops.launch import target_from_callable
-    from normprops.strategies import make_case
+    from normprops.strategies import Extras, make_case
 
     seen = {}
 
@@ -899,7 +899,7 @@ def test_the_torch_adapter_on_cuda_hands_over_exact_inputs_and_names_a_changed_o
         return x.clone()
 
     case = make_case(op="rmsnorm", family="ordinary", rows=3, cols=4099, seed=2, dtype=dtype,
-                     gamma_kind="random", params={"loc": 0.0, "scale": 1.0, "spikes": []})
+                     extras=Extras(gamma_kind="random"), params={"loc": 0.0, "scale": 1.0, "spikes": []})
     good = target_from_callable(records, op="rmsnorm", dtype=dtype, framework="torch", device="cuda")
     assert good.run(case).shape == (3, 4099)
     assert np.array_equal(seen["x"], case.x) and np.array_equal(seen["gamma"], case.gamma)

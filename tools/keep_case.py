@@ -1,7 +1,8 @@
 """Judge registry kernels on one gradient case and keep what fails as fixtures: the way a case met
 by a suite run becomes a known bug's example. The case is given by the parameters the run printed
 (``drawn with ...``), as a JSON object of :func:`normprops.strategies.make_grad_case`'s
-arguments. Usage on the machine that runs the kernels:
+arguments given flat (:func:`normprops.strategies.grad_case_from_fields`). Usage on the machine
+that runs the kernels:
 
     python tools/keep_case.py --case CASE.json --kernel torch-cuda:F.rms_norm.backward \\
         --known F.rms_norm.backward-cuda-tall.json --out DIR
@@ -26,14 +27,14 @@ from normprops.hunt import HuntConfig, hunt
 from normprops.launch import target_from_spec
 from normprops.regressions import save_fixture
 from normprops.specs import KERNELS
-from normprops.strategies import make_grad_case
+from normprops.strategies import grad_case_from_fields
 
 KNOWN = Path(__file__).resolve().parents[1] / "normprops" / "known"
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--case", type=Path, required=True, help="JSON of make_grad_case's arguments")
+    ap.add_argument("--case", type=Path, required=True, help="JSON of make_grad_case's arguments, flat")
     ap.add_argument("--kernel", action="append", required=True, metavar="BACKEND:NAME")
     ap.add_argument("--known", action="append", default=[], metavar="NAME")
     ap.add_argument("--out", type=Path, required=True)
@@ -41,7 +42,7 @@ def main() -> int:
     if args.known and len(args.known) != len(args.kernel):
         ap.error(f"--known must be given once per --kernel ({len(args.kernel)}) but was given "
                  f"{len(args.known)} times")
-    case = make_grad_case(**json.loads(args.case.read_text()))
+    case = grad_case_from_fields(json.loads(args.case.read_text()))
     specs = {(k.backend, k.name): k for k in KERNELS}
     status = 0
     for i, pair in enumerate(args.kernel):
