@@ -119,3 +119,17 @@ def test_a_case_widened_and_without_gqa_is_the_same_attention() -> None:
     kept = ~np.isnan(widened.out[..., 3:])
     assert kept.any() and not widened.out[..., 3:][kept].any()
     assert as_taken(case, declaration=AttentionDeclaration()) is case
+
+
+def test_a_case_with_equal_head_dims_widens_the_narrower() -> None:
+    """Flash attention takes v's head dimension only equal to q's: the narrower is widened with
+    zero columns, the same attention."""
+    from normprops.ops.attention import AttentionDeclaration, as_taken, attention_reference
+
+    rng = np.random.default_rng(1)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((1, 2, 2, 8), (1, 1, 3, 8), (1, 1, 3, 24)))
+    case = AttentionCase(q, k, v, None, 0.25)
+    taken = as_taken(case, declaration=AttentionDeclaration(equal_head_dims=True))
+    assert taken.q.shape == (1, 2, 2, 24) and taken.k.shape == (1, 1, 3, 24) and taken.v is v
+    widened = attention_reference(taken.q, taken.k, taken.v, None, 0.25)
+    assert np.array_equal(widened.out, attention_reference(q, k, v, None, 0.25).out)

@@ -198,12 +198,14 @@ TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.b
 # "Attention"): a fully masked row gives zeros; the math backend computes in float32, the default
 # one rounds P to a 16-bit storage type before P.V. On CUDA (torch 2.11, H200): the math backend
 # takes every case drawn; flash takes no mask (but a causal one passed as is_causal, which these
-# calls do not use), 16-bit storage only and head dimensions that are multiples of 8 (D = 1 raised
-# "No available kernel"); the memory-efficient backend raised "No available kernel" for every
-# case with fewer kv heads than query heads and for D = 1, so it is declared without GQA and with
-# head dimensions of multiples of 8 (4 in float32: 16-byte rows). The cuDNN backend refused
-# cases of one query row and gave a fully masked query row a nonzero output: what it takes is not
-# yet measured, so it claims no family (it is hunted, its findings reported, none gated on).
+# calls do not use), 16-bit storage only and v's head dimension equal to q's (Dv = 24 beside
+# D = 8 raised "No available kernel"). Probed on an H100 over D 1-64, 1 or 16 queries and keys,
+# with and without GQA and a mask: flash took every mask-free bfloat16 case; the memory-efficient backend
+# takes no GQA case and no head dimension off a multiple of 8 (4 in float32); cuDNN takes no
+# float32, no head dimension off a multiple of 8 and no single key, and gives a fully masked query
+# row a nonzero output (-0.12 where the math and memory-efficient backends give 0; H100 and H200).
+# Neither has been hunted on the cases it takes yet, so both claim no family (hunted, their
+# findings reported, none gated on).
 _ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
 _NONE = frozenset({"none"})
 _SDPA = (
@@ -211,9 +213,9 @@ _SDPA = (
     ("cpu", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1, True, True),
     ("cpu", "sdpa_default", "sdpa", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 1, True, True),
     ("cuda", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1, True, True),
-    ("cuda", "sdpa_flash", "sdpa-flash", ("bfloat16",), _NONE, True, 8, True, True),
+    ("cuda", "sdpa_flash", "sdpa-flash", ("bfloat16",), _NONE, True, 1, True, True),
     ("cuda", "sdpa_efficient", "sdpa-efficient", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 8,
-     False, True),
+     False, False),
     ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("bfloat16",), _ALL_LAYOUTS, True, 8, True, False),
 )
 
@@ -228,7 +230,10 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                                     p_dtype=dtype if rounds_p and dtype != "float32" else None,
                                     mask_layouts=layouts, returns_lse=False,
                                     head_dims_multiple_of=4 if multiple == 8 and dtype == "float32"
-                                    else multiple, gqa=gqa)
+                                    else multiple, gqa=gqa,
+                                    # flash: "No available kernel" for v's head dimension 24 beside
+                                    # q's 8 (torch 2.11, H100)
+                                    equal_head_dims=attr == "sdpa_flash")
     claims = frozenset(f for f in get_op("attention").families
                        if claiming and FAMILY_LAYOUTS[f] & layouts)
     return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",

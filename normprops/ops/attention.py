@@ -74,23 +74,29 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     strategy = attention_cases(family, dtypes=(dtype,))
     if not FAMILY_LAYOUTS[family] <= layouts:
         strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
-    if declaration.head_dims_multiple_of > 1 or not declaration.gqa:
+    if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
         strategy = strategy.map(functools.partial(as_taken, declaration=declaration))
     return strategy
 
 
 def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> AttentionCase:
     """``case`` in the shapes a kernel declared it takes, the same attention: head dimensions
-    widened to a multiple of ``head_dims_multiple_of`` with zero columns (of q and k: every score
-    unchanged; of v: output columns that are exactly zero), and, for a kernel without GQA, each kv
-    head repeated for the query heads that read it."""
+    widened to a multiple of ``head_dims_multiple_of`` (and q's and v's to the wider of the two,
+    ``equal_head_dims``) with zero columns (of q and k: every score unchanged; of v: output
+    columns that are exactly zero), and, for a kernel without GQA, each kv head repeated for the
+    query heads that read it."""
     m = declaration.head_dims_multiple_of
     q, k, v = case.q, case.k, case.v
-    if m > 1:
-        def widened(a: np.ndarray) -> np.ndarray:
-            extra = -a.shape[3] % m
-            return np.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))) if extra else a
-        q, k, v = widened(q), widened(k), widened(v)
+    d, dv = q.shape[3], v.shape[3]
+    if declaration.equal_head_dims:
+        d = dv = max(d, dv)
+    d, dv = d + -d % m, dv + -dv % m
+
+    def widened(a: np.ndarray, width: int) -> np.ndarray:
+        extra = width - a.shape[3]
+        return np.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))) if extra else a
+
+    q, k, v = widened(q, d), widened(k, d), widened(v, dv)
     if not declaration.gqa and k.shape[1] != q.shape[1]:
         group = q.shape[1] // k.shape[1]
         k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)

@@ -189,7 +189,8 @@ class AttentionDeclaration:
     ``head_dims_multiple_of``: the head dimensions it takes are multiples of this (a drawn case is
     widened with zero columns of q, k and v: the scores do not change, the extra output columns are
     zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
-    are repeated for it: the same attention).
+    are repeated for it: the same attention); ``equal_head_dims``: it takes v's head dimension only
+    equal to q's and k's (the narrower widened with zero columns).
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -200,6 +201,7 @@ class AttentionDeclaration:
     returns_lse: bool | None = None
     head_dims_multiple_of: int = 1
     gqa: bool = True
+    equal_head_dims: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
