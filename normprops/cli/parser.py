@@ -28,11 +28,23 @@ from normprops.dtypes import DTYPES
 from normprops.errormodel import REDUCTIONS, VARIANCES
 from normprops.frameworks import FRAMEWORKS
 from normprops.masking import MASK_KINDS
-from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS
+from normprops.ops import IGNORABLE, OPS, OPTIONAL, ROW_REDUCTIONS, OpSpec
 from normprops.oracles import ORACLES, POLICIES
 
 _FIXTURES_DIR = _path(str(DEFAULT_FIXTURES))
 
+
+
+def _signatures() -> str:
+    """Each op's call and what it returns, as --impl's help lists them: from the registry, so an
+    op registered later is listed too."""
+    def returns(op: OpSpec) -> str:
+        if op.returns is not None:
+            return f" -> {op.returns}"
+        if op.outputs == ("y",):
+            return ""
+        return f" -> {op.outputs[0]}" if len(op.outputs) == 1 else f" -> ({', '.join(op.outputs)})"
+    return ", ".join(f"{op.name} {op.signature}{returns(op)}" for op in OPS.values())
 
 def _add_width_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> None:
     shape = p.add_argument_group(
@@ -146,11 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     h.add_argument("--op", choices=sorted(OPS), help="the op (required with --impl)")
     what = h.add_mutually_exclusive_group()
     what.add_argument("--impl", metavar="MODULE:FUNC",
-                      help="a Python function with the op's signature: softmax fn(x), masked_softmax "
-                           "fn(x, mask, scale), layernorm fn(x, gamma, beta, eps), rmsnorm fn(x, gamma, "
-                           "eps); gradients: softmax_backward fn(dy, y) -> dx, rmsnorm_backward fn(dy, x, "
-                           "gamma, eps) -> (dx, dgamma), layernorm_backward fn(dy, x, gamma, beta, eps) "
-                           "-> (dx, dgamma, dbeta)")
+                      help=f"a Python function with the op's signature: {_signatures()}")
     what.add_argument("--cuda-source", type=_path("kernels.cu"), metavar="FILE",
                       help="a CUDA file holding an extern \"C\" kernel with the standard signature "
                            "(softmax (const float* in, float* out, size_t cols); layernorm adds "

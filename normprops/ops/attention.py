@@ -234,7 +234,7 @@ def _storage(dtype: str) -> str:
 ATTENTION = OpSpec(
     "attention", ("q", "k", "v", "mask", "scale"), None,
     "softmax(scale * q k^T, masked) v per query row; lse = ln sum exp(scale q.k) over kept keys",
-    outputs=("out", "lse"), families=_FAMILIES, properties=ATTENTION_PROPERTIES,
+    outputs=("out", "lse"), returns="out or (out, lse)", families=_FAMILIES, properties=ATTENTION_PROPERTIES,
     reference=lambda case, oracle="float64": attention_reference(
         case.q, case.k, case.v, case.mask, case.scale, oracle=oracle),
     bound=lambda case, ref, declaration=FOREIGN_ATTENTION: attention_tolerance(

@@ -137,6 +137,9 @@ class OpSpec:
     gradient_inputs: Callable[[Any], tuple[np.ndarray, np.ndarray]] | None = None
     # An op whose case is named arrays of any shape (attention): its hooks; None: a row op.
     named: NamedArrays | None = None
+    # What a kernel returns, as help and docs write it ("out or (out, lse)"); None: the outputs in
+    # order (nothing said for a forward op's one ``y``).
+    returns: str | None = None
 
     @property
     def signature(self) -> str:
