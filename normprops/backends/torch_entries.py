@@ -206,6 +206,13 @@ TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.b
 # row a nonzero output (-0.12 where the math and memory-efficient backends give 0; H100 and H200).
 # Neither has been hunted on the cases it takes yet, so both claim no family (hunted, their
 # findings reported, none gated on).
+# cuDNN's backend gives a query row with no kept key a nonzero output where the math and
+# memory-efficient backends give zeros (torch 2.11, cuDNN 9.19, H100 and H200; bfloat16 and float16;
+# docs/reproducers/torch_sdpa_cudnn_masked_rows.py). A key-padding mask that keeps no key of a row
+# shows it, and so does a bottom-right causal mask with more queries than keys.
+_CUDNN_MASKED_ROWS = tuple(
+    KnownBug(family, "a query row with no kept key gives a nonzero output (the other backends give "
+             "zeros)", property="masked_rows") for family in ("fully_masked", "causal"))
 _ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
 _NONE = frozenset({"none"})
 _SDPA = (
@@ -233,9 +240,12 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                                     else multiple, gqa=gqa,
                                     # flash: "No available kernel" for v's head dimension 24 beside
                                     # q's 8 (torch 2.11, H100)
-                                    equal_head_dims=attr == "sdpa_flash")
+                                    equal_head_dims=attr == "sdpa_flash",
+                                    # cuDNN: "No available kernel" for a single key (torch 2.11, H100)
+                                    min_keys=2 if attr == "sdpa_cudnn" else 1)
     claims = frozenset(f for f in get_op("attention").families
                        if claiming and FAMILY_LAYOUTS[f] & layouts)
+    bugs = _CUDNN_MASKED_ROWS if attr == "sdpa_cudnn" else ()
     return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
                       f"normprops.backends.torch_attention:{attr}", 4, FOREIGN_ATTENTION.model,
                       claims, f"PyTorch's scaled_dot_product_attention ({attr}), {dtype} on the "
@@ -243,7 +253,7 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                       device=device, op_declaration=declared,
                       # measured on the CPU: a query row computed alone differs in its last bits
                       # from the same row in a batch (the matrix products block by shape)
-                      exempt=frozenset({"batch_invariance"}))
+                      exempt=frozenset({"batch_invariance"}), bugs=bugs)
 
 
 TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds, tuple(shapes))
