@@ -88,7 +88,9 @@ def _launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tenso
         return out, lse
     # tl.dot needs every block dimension of 16 or more.
     block_d, block_dv = (max(16, triton.next_power_of_2(n)) for n in (d, dv))
-    block_m = block_n = 16 if q.device.type == "cpu" else 64
+    # Small blocks under the interpreter (each program is numpy work); on a GPU 64 query rows and
+    # keys, 32 for head dimensions past 64 (the float32 tiles must fit the registers).
+    block_m = block_n = 16 if q.device.type == "cpu" else 64 if max(block_d, block_dv) <= 64 else 32
     if mask is None:
         mask_arg, mask_strides = torch.zeros(1, dtype=torch.int8, device=q.device), (0, 0, 0)
     else:  # (B, 1, Lq, Lk): the head stride is never read
