@@ -190,8 +190,9 @@ def _pieces(case: AttentionCase) -> tuple[tuple[AttentionCase, tuple[slice, ...]
     b, _, lq, _ = case.q.shape
     i, n = lq // 2, b // 2
     # One query row (a decode step) alone is the case itself: determinism's second call judged it.
-    found = [] if lq == 1 else [(case.queries(slice(None), slice(i, i + 1)),
-                                 (slice(None), slice(None), slice(i, i + 1)), f"query row {i} alone (Lq = 1)")]
+    row = (slice(None), slice(None), slice(i, i + 1))
+    found = [] if lq == 1 else [(case.queries(slice(None), slice(i, i + 1)), row,
+                                 f"query row {i} alone (Lq = 1)")]
     if b > 1:
         found.append((case.queries(slice(n, n + 1), slice(None)), (slice(n, n + 1),),
                       f"batch element {n} alone (B = 1)"))
