@@ -25,12 +25,15 @@ from normprops.dtypes import check_representable, get_dtype, numpy_dtype
 from normprops.errormodel import ErrorModel
 from normprops.errors import UsageError
 from normprops.flags import spelled
+from normprops.frameworks import laid_like
 
 __all__ = [
     "EMPTY_ROWS",
     "FOREIGN_ATTENTION",
     "MASK_LAYOUTS",
     "mask_layouts_of",
+    "MEMORY_LAYOUTS",
+    "laid_out",
     "SENTINEL",
     "AttentionCase",
     "AttentionDeclaration",
@@ -74,6 +77,21 @@ def mask_layouts_of(mask: np.ndarray | None) -> frozenset[str]:
     if (mask == mask[..., :1, :]).all():
         found.add("key_padding")
     return frozenset(found)
+
+
+#: How q, k and v may lie in memory, each a permutation of (B, H, L, D) from the slowest axis to
+#: the fastest: "bhsd", contiguous; "bshd", a (B, H, L, D) view of a (B, L, H, D) array, as a
+#: model's projections leave them before the transpose.
+MEMORY_LAYOUTS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
+
+
+def laid_out(a: np.ndarray, layout: str) -> np.ndarray:
+    """``a`` (B, H, L, D) as a view of an array in the memory order ``layout`` (:data:`MEMORY_LAYOUTS`):
+    the same values, other strides."""
+    if layout not in MEMORY_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(MEMORY_LAYOUTS)} but was {layout!r}")
+    order = MEMORY_LAYOUTS[layout]
+    return np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order))
 
 
 # --- the case ----------------------------------------------------------------------------------
@@ -150,9 +168,9 @@ class AttentionCase:
         """The case made of the query rows ``rows`` of the batch elements ``batch``, with their
         keys, values and mask rows: the same outputs there, in a smaller call."""
         mask = None if self.mask is None else np.ascontiguousarray(self.mask[batch, :, rows])
-        return replace(self, q=np.ascontiguousarray(self.q[batch, :, rows]),
-                       k=np.ascontiguousarray(self.k[batch]), v=np.ascontiguousarray(self.v[batch]),
-                       mask=mask)
+        return replace(self, q=laid_like(np.ascontiguousarray(self.q[batch, :, rows]), self.q),
+                       k=laid_like(np.ascontiguousarray(self.k[batch]), self.k),
+                       v=laid_like(np.ascontiguousarray(self.v[batch]), self.v), mask=mask)
 
     def inputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float]:
         """The kernel's arguments: arrays of the storage type's numpy dtype (exact)."""
@@ -361,7 +379,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
         s = np.where(keep, scale * dot, -np.inf)
         kept = keep.sum(axis=-1)
         empty = kept == 0
-        m = np.max(s, axis=-1)
+        m = np.max(s, axis=-1, initial=-np.inf)  # Lk = 0: every row empty
         m0 = np.where(empty, 0.0, m)
         e = np.where(keep, np.exp(s - m0[..., None]), 0.0)
         total = e.sum(axis=-1)  # positive terms: float64's pairwise sum is accurate
