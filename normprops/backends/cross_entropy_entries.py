@@ -5,8 +5,10 @@ cross_entropy_kernels`): PyTorch's ``F.cross_entropy`` on the CPU and on CUDA (e
 Each declares what it computes (``CrossEntropyDeclaration``: its reduction, a softcap) on the
 foreign model (every row sum as deep as a plain loop, fast-math exp). PyTorch's entries claim
 every family; the others are hunted without claims until a hunt has measured them (their findings
-reported, none gated on). Liger's loss comes back in the logits' type, so its forward entries are
-float32 only; optax takes no label smoothing (declared: the hunt draws 0).
+reported, none gated on), and so are those of a summed or averaged loss (the committed fixtures
+are cases of losses per row, another loss for them). Liger's loss comes back in the logits' type,
+so its forward entries are float32 only; optax takes no label smoothing (declared: the hunt draws
+0).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
     where = "" if device is None else f" on {device.upper()}"
     return KernelSpec(f"{name}{'.backward' if gradient else ''}-{_SHORT[dtype]}", op, backend,
                       f"{_MODULE}:{attr}{'_backward' if gradient else ''}", 3, declared.model,
-                      _FAMILIES if claims else frozenset(),
+                      _FAMILIES if claims and reduction == "none" else frozenset(),
                       f"{name}{' backward' if gradient else ''} ({attr}), {dtype}{where}", bench=False,
                       dtype=dtype, framework=framework, device=device, op_declaration=declared,
                       exempt=frozenset() if backend == "torch-cuda" else _NOT_PROMISED)
