@@ -13,6 +13,8 @@ so its forward entries are float32 only; optax takes no label smoothing (declare
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from normprops.kernelspec import KernelSpec
 from normprops.ops.cross_entropy_math import FOREIGN_CROSS_ENTROPY, CrossEntropyDeclaration
 
@@ -51,8 +53,12 @@ _GRAD_DTYPES = {"liger": ("float32", "bfloat16")}
 
 def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
     backend, device, attr, name, _, reduction, softcap, smoothing, claims = row
-    declared = CrossEntropyDeclaration(FOREIGN_CROSS_ENTROPY.model, softcap=softcap, reduction=reduction,
-                                       smoothing=smoothing)
+    model = FOREIGN_CROSS_ENTROPY.model
+    if backend == "jax":
+        # XLA flushes subnormals on the CPU (docs/ecosystem.md): measured here, optax's gradient
+        # gave 0 for dloss 504 times a softmax entry of 5e-39.
+        model = replace(model, ftz=True)
+    declared = CrossEntropyDeclaration(model, softcap=softcap, reduction=reduction, smoothing=smoothing)
     op = "cross_entropy_backward" if gradient else "cross_entropy"
     framework = "jax" if backend == "jax" else "torch"
     where = "" if device is None else f" on {device.upper()}"

@@ -455,11 +455,13 @@ def grad_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
 
         r_j = u (rho + k(V) + c_x (|x_j - m| + W) + 2) + eta_j + sum p eta
         tol_j = |g| c'_j (r_j p_j (1 + 2 z |lse|) + 2 z p_j d_lse + u |d_j| + u eps / V)
-                + |g d_j| u (3 + 2 (CAP + 1) t_j^2) [softcap] + (2 u + u_s) |dlogits_j| + tiny
+                + |g d_j| u (3 + 2 (CAP + 1) t_j^2) [softcap] + (2 u + u_s) |dlogits_j|
+                + |g| c'_j tiny_a + tiny
 
     where ``u_s`` is the storage type's unit roundoff (bfloat16 dlogits: half an ulp of bfloat16
-    on each element; 0 for float32) and ``tiny`` the storage type's smallest subnormal plus FLT_MIN
-    of float32 underflow. On ignored rows the least subnormal (the gradient must be 0 there)."""
+    on each element; 0 for float32), ``tiny_a`` what p_j loses below FLT_MIN (the arithmetic's
+    least subnormal, FLT_MIN for a flushing kernel) and ``tiny`` the storage type's smallest
+    subnormal plus FLT_MIN of float32 underflow. On ignored rows the least subnormal (the gradient must be 0 there)."""
     model = declaration.model
     u = model.unit_roundoff
     n, v = case.logits.shape
@@ -480,6 +482,9 @@ def grad_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
         t2 = 1.0 - ref.cap_d
         tol = tol + g * np.abs(ref.d) * u * (3 + 2 * (_CAP_ROUNDINGS + 1) * t2)
     grad = np.abs(ref.dlogits) if ref.dlogits is not None else g * np.abs(ref.d) * ref.cap_d
-    tol = tol + (2 * u + u_s) * grad + kind.tiny + FLT_MIN
+    # p_j below FLT_MIN loses up to the arithmetic's least subnormal (all of FLT_MIN where the
+    # kernel flushes), which g then scales.
+    lost = FLT_MIN if model.ftz else model.smallest_subnormal
+    tol = tol + (2 * u + u_s) * grad + g * ref.cap_d * lost + kind.tiny + FLT_MIN
     # An ignored row's gradient is exactly 0: the least subnormal of room, so that 0 passes.
     return np.where(ref.valid[:, None], tol, kind.tiny)
