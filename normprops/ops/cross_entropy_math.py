@@ -461,7 +461,8 @@ def grad_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
     where ``u_s`` is the storage type's unit roundoff (bfloat16 dlogits: half an ulp of bfloat16
     on each element; 0 for float32), ``tiny_a`` what p_j loses below FLT_MIN (the arithmetic's
     least subnormal, FLT_MIN for a flushing kernel) and ``tiny`` the storage type's smallest
-    subnormal plus FLT_MIN of float32 underflow. On ignored rows the least subnormal (the gradient must be 0 there)."""
+    subnormal plus FLT_MIN of float32 underflow. On ignored rows the least subnormal (the gradient
+    must be 0 there)."""
     model = declaration.model
     u = model.unit_roundoff
     n, v = case.logits.shape
