@@ -130,7 +130,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 mask_fill: float | str | None = None, variance: str = "two_pass",
                 mask_layouts: Iterable[str] | str | None = None, empty_rows: str | None = None,
                 returns_lse: bool | None = None, p_dtype: str | None = None,
-                online: bool | None = None) -> Report:
+                online: bool | None = None, softcap: float | None = None,
+                z_loss: float | None = None, loss_reduction: str | None = None,
+                smoothing: bool | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
 
     ``fn`` has the op's user signature (softmax ``fn(x)``, layernorm ``fn(x, gamma, beta, eps)``,
@@ -180,6 +182,11 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       what a query row with no kept key gives ("zero", "nan" or "either"), whether it returns lse
       (None: either), the type P is rounded to before P.V, and whether a running max rescales its
       sums (default True; False tightens the P.V bound). docs/hunting.md, "Attention".
+    - ``softcap``, ``z_loss``, ``loss_reduction``, ``smoothing`` (cross_entropy and its gradient
+      only): the cap ``c`` of ``c tanh(x / c)`` applied to the logits first (Gemma 2: 30), the
+      coefficient of ``lse^2`` added to each row's loss, what the loss is ("none", the default:
+      per row; "sum"; "mean" over the rows not ignored) and whether ``fn`` takes a label smoothing
+      other than 0 (default True).
     - ``mask`` (masked_softmax only): ``"bool"`` hands ``fn`` a boolean mask (True: the entry
       takes part); ``"additive"`` a float one of 0 and ``mask_fill`` (``"-inf"``, the default;
       ``"lowest"``, the storage type's lowest finite value; or a negative number), for an ``fn``
@@ -208,7 +215,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         row_reduction=row_reduction, mask=mask, mask_fill=mask_fill, variance=variance,
         **{key: value for key, value in (("mask_layouts", mask_layouts), ("empty_rows", empty_rows),
                                          ("returns_lse", returns_lse), ("p_dtype", p_dtype),
-                                         ("online", online)) if value is not None})
+                                         ("online", online), ("softcap", softcap),
+                                         ("z_loss", z_loss), ("loss_reduction", loss_reduction),
+                                         ("smoothing", smoothing)) if value is not None})
     target = target_from_callable(fn, declaration=declaration)
     # The default object itself (not an equal value the caller passed): asked for by default, a
     # timeout that cannot be kept is dropped quietly; asked for by name, it is said.

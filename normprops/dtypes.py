@@ -90,8 +90,9 @@ def to_dtype(a: np.ndarray, dtype: str) -> np.ndarray:
 def to_numpy_storage(a: np.ndarray, dtype: str, *, name: str = "array") -> np.ndarray:
     """float32 values exact in ``dtype`` -> a numpy array of that type (exact; never rounds).
 
-    Raises ValueError naming ``name`` and the first value that is not exactly representable."""
-    a = np.ascontiguousarray(a, dtype=F32)
+    Raises ValueError naming ``name`` and the first value that is not exactly representable. A
+    0-d array (a reduced loss's gradient) stays 0-d."""
+    a = np.asarray(a, dtype=F32) if np.ndim(a) == 0 else np.ascontiguousarray(a, dtype=F32)
     if dtype == "float32":
         return a.copy()
     with np.errstate(all="ignore"):
@@ -127,8 +128,10 @@ def not_representable(a: np.ndarray, flat_index: int, *, dtype: str, name: str) 
 
 
 def from_numpy_storage(a: np.ndarray) -> np.ndarray:
-    """A numpy float32, bfloat16 or float16 array -> float32 (exact: every value widens)."""
-    return np.ascontiguousarray(np.asarray(a).astype(F32))
+    """A numpy float32, bfloat16 or float16 array -> float32 (exact: every value widens); a 0-d
+    array (a reduced loss) stays 0-d."""
+    out = np.asarray(a).astype(F32)
+    return out if out.ndim == 0 else np.ascontiguousarray(out)
 
 
 def split_exact(x: np.ndarray, dtype: str) -> tuple[np.ndarray, np.ndarray]:

@@ -129,8 +129,11 @@ def _decode_fields(blob: dict[str, Any], *, op: str, family: str, what: str) -> 
             fields[name] = decode_array(value, what=f"{what}.{name}")
         elif isinstance(value, str):
             fields[name] = _hex_float(blob, name, what=what, op=op)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            fields[name] = value  # an index (cross-entropy's ignore_index)
         elif value is not None:
-            raise ValueError(f"{what}.{name}: {value!r} is neither an array, a mask nor a hex float")
+            raise ValueError(f"{what}.{name}: {value!r} is neither an array, a mask, an integer nor a "
+                             f"hex float")
     dtype = blob.get("dtype", "float32")
     if not isinstance(dtype, str) or dtype not in DTYPES:
         raise ValueError(f"{what}: dtype {dtype!r} is not one of {', '.join(DTYPES)}")

@@ -28,7 +28,8 @@ from normprops.dtypes import (
 from normprops.errors import ContractError, UsageError
 from normprops.flags import spelled
 
-__all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status", "memory_order", "laid_like"]
+__all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status", "memory_order", "laid_like",
+           "index_to_native"]
 
 FRAMEWORKS = ("numpy", "torch", "jax", "cupy")
 
@@ -160,11 +161,13 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         return upload([(a, name, check)])[0]
 
     def upload(items: list[tuple[np.ndarray, str, bool]]) -> list[Any]:
-        flats, orders = [], []
+        flats, orders, shapes = [], [], []
         for a, name, check in items:
             # In its own memory order (a permuted view arrives permuted, strides and all).
             order = memory_order(a)
-            a = np.ascontiguousarray(a.transpose(order), dtype=np.float32)
+            a = a.transpose(order)
+            shapes.append(np.shape(a))  # a 0-d array (a reduced loss's gradient) stays 0-d
+            a = np.ascontiguousarray(a, dtype=np.float32)
             if check:  # on the host: a check on the device would cost a round trip of its own
                 check_representable(a, dtype, name=name)
             flats.append(a)
@@ -176,13 +179,13 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in flats]))
         wide = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host.to(dev)
         arrays, start = [], 0
-        for a, back in zip(flats, orders):
-            part = wide[start:start + a.size].view(a.shape)
+        for a, back, shape in zip(flats, orders, shapes):
+            part = wide[start:start + a.size].view(shape)
             start += a.size
             # Each input its own tensor, as a user's call would pass them (never a view of another
             # input's memory, never the case's own); narrowed where it lives, in microseconds.
             own = part.clone() if dtype == "float32" else part.to(want)
-            arrays.append(own if back == tuple(range(a.ndim)) else own.permute(back))
+            arrays.append(own if back == tuple(range(len(shape))) else own.permute(back))
         return arrays
 
     def check_output(obj: Any, shape: tuple[int, ...], what: str) -> None:
@@ -273,6 +276,23 @@ def _jax_adapter(dtype: str, device: str | None) -> Adapter:
     return Adapter("jax", dtype, str(dev), dev.platform == "gpu", to_native, from_native,
                    lambda m: jax.device_put(np.array(m, dtype=bool), dev), mask_from_native,
                    lambda a: a, changed)
+
+
+def index_to_native(adapter: Adapter, a: np.ndarray) -> Any:
+    """An integer array (cross-entropy's target) as the framework's int64 array on the adapter's
+    device, a copy of its own (JAX without x64 keeps int32, its widest)."""
+    host = np.array(a, dtype=np.int64, copy=True)
+    if adapter.framework == "numpy":
+        return host
+    if adapter.framework == "torch":
+        torch = _import("torch")
+        return torch.from_numpy(host).to(adapter.device)
+    if adapter.framework == "jax":
+        jax = _import("jax")
+        return jax.numpy.asarray(host)
+    cupy = _import("cupy")
+    with cupy.cuda.Device(int(adapter.device.split(":")[1])):
+        return cupy.asarray(host)
 
 
 def _jax_platform(device: str) -> str:

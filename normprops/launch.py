@@ -24,7 +24,7 @@ from normprops.declaration import VARIANCE_OPS, Declaration
 from normprops.errormodel import ErrorModel
 from normprops.errors import ContractError, FatalTargetError, ImplError, UsageError, a_or_an
 from normprops.flags import flag
-from normprops.frameworks import Adapter, get_adapter
+from normprops.frameworks import Adapter, get_adapter, index_to_native
 from normprops.kernelspec import KernelSpec
 from normprops.ops import (
     INFORMATIVE,
@@ -179,7 +179,7 @@ class Target:
         spec = get_op(self.op)
         params = spec.params
         args = case.args()
-        native = self._natives(params, args, check_inputs)
+        native = self._natives(params, args, check_inputs, spec)
         arrays = [(name, before, after) for name, before, after in zip(params, args, native)
                   if check_inputs and isinstance(before, np.ndarray)]
         snapshot = self.adapter.snapshot
@@ -220,26 +220,52 @@ class Target:
             if how is not None:
                 raise ContractError(how)
             return result
+        wide = spec.named.float32_inputs if spec.named is not None else ()
         for name, before, after in arrays:  # read back and compared on the host
             what = f"input {name} after the call"
-            now = (self.adapter.mask_from_native(after, before.shape, what) if before.dtype == bool
-                   else self.adapter.from_native(after, before.shape, what))
+            if before.dtype == bool:
+                now = self.adapter.mask_from_native(after, before.shape, what)
+            elif before.dtype.kind in "iu":
+                now = np.asarray(after)
+            elif name in wide:
+                now = self._float32_adapter().from_native(after, before.shape, what)
+            else:
+                now = self.adapter.from_native(after, before.shape, what)
             if _unchanged(before, now):
                 continue
             if not np.array_equal(before, now, equal_nan=before.dtype != bool):
                 raise ContractError(f"modified its input {name} in place")
         return result
 
-    def _natives(self, params: tuple[str, ...], args: tuple[object, ...], check: bool) -> tuple[object, ...]:
-        """The arguments as the framework's arrays: masks as its bool arrays, float inputs in one
-        copy where the adapter can (``Adapter.upload``), else one at a time."""
+    def _natives(self, params: tuple[str, ...], args: tuple[object, ...], check: bool,
+                 spec: OpSpec) -> tuple[object, ...]:
+        """The arguments as the framework's arrays: masks as its bool arrays, integer arrays as its
+        int64 arrays, float inputs in one copy where the adapter can (``Adapter.upload``), else
+        one at a time; those an op hands over in float32 whatever the storage type
+        (``NamedArrays.float32_inputs``) through a float32 adapter."""
+        wide = spec.named.float32_inputs if spec.named is not None else ()
         floats = [(a, name, check) for name, a in zip(params, args)
-                  if isinstance(a, np.ndarray) and a.dtype != bool]
+                  if isinstance(a, np.ndarray) and a.dtype.kind == "f" and name not in wide]
         uploaded = iter(self.adapter.upload(floats) if self.adapter.upload is not None and floats
                         else [self.adapter.to_native(*item) for item in floats])
-        return tuple(a if not isinstance(a, np.ndarray)
-                     else self.adapter.mask_to_native(a) if a.dtype == bool else next(uploaded)
-                     for a in args)
+
+        def native(name: str, a: object) -> object:
+            if not isinstance(a, np.ndarray):
+                return a
+            if a.dtype == bool:
+                return self.adapter.mask_to_native(a)
+            if a.dtype.kind in "iu":
+                return index_to_native(self.adapter, a)
+            if name in wide:
+                return self._float32_adapter().to_native(a, name, check)
+            return next(uploaded)
+
+        return tuple(native(name, a) for name, a in zip(params, args))
+
+    def _float32_adapter(self) -> Adapter:
+        if self.adapter.dtype == "float32":
+            return self.adapter
+        return get_adapter(self.adapter.framework, dtype="float32", device=self.adapter.device)
 
 
 def _unchanged(before: np.ndarray, now: np.ndarray) -> bool:

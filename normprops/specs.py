@@ -1,6 +1,7 @@
 """The registry: every kernel normprops knows how to hunt, joined from the entries each backend
 declares beside its code (:mod:`normprops.cuda.entries`, :mod:`normprops.backends.numpy_entries`,
-:mod:`normprops.backends.torch_entries`, :mod:`normprops.backends.ecosystem_entries`).
+:mod:`normprops.backends.torch_entries`, :mod:`normprops.backends.ecosystem_entries`,
+:mod:`normprops.backends.cross_entropy_entries`).
 
 Tests, the CLI and the benchmark iterate over ``KERNELS``; nothing else keeps a list of kernels. An
 entry (:class:`normprops.kernelspec.KernelSpec`) says what a kernel computes, where it runs, how its
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from normprops.backends.cross_entropy_entries import CROSS_ENTROPY_KERNELS
 from normprops.backends.ecosystem_entries import ECOSYSTEM_GRAD_KERNELS, ECOSYSTEM_KERNELS
 from normprops.backends.numpy_entries import NUMPY_EXAMPLE_KERNELS
 from normprops.backends.torch_entries import TORCH_GRAD_KERNELS, TORCH_KERNELS
@@ -29,6 +31,7 @@ KERNELS: tuple[KernelSpec, ...] = (
     *ECOSYSTEM_KERNELS,
     *TORCH_GRAD_KERNELS,
     *ECOSYSTEM_GRAD_KERNELS,
+    *CROSS_ENTROPY_KERNELS,
 )
 
 

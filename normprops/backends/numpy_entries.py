@@ -107,3 +107,35 @@ def _attention_entries() -> tuple[KernelSpec, ...]:
 
 
 NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _attention_entries()
+
+
+# --- cross-entropy: the example kernels of normprops.examples.cross_entropy_kernels --------------
+# Each with its own declaration (numpy's pairwise sums, a softcap or a mean where it computes one).
+# The correct ones claim every family, but for a reduced loss: the committed fixtures are cases of
+# losses per row, which a kernel that sums or averages them computes as another loss. Each planted
+# one is a known bug of the family that shows it.
+
+
+def _cross_entropy_entries() -> tuple[KernelSpec, ...]:
+    from normprops.examples.cross_entropy_kernels import CORRECT as CE_CORRECT
+    from normprops.examples.cross_entropy_kernels import PLANTED as CE_PLANTED
+
+    # A first hunt (no --families) runs each op's correct kernels where its planted ones are caught.
+    shown = {op: frozenset(k.family for k in CE_PLANTED.values() if k.op == op)
+             for op in ("cross_entropy", "cross_entropy_backward")}
+    entries = []
+    for name, kernel in {**CE_CORRECT, **CE_PLANTED}.items():
+        bugs = () if kernel.family is None else (KnownBug(kernel.family, kernel.bug),)
+        entries.append(KernelSpec(
+            name, kernel.op, "numpy", f"normprops.examples.cross_entropy_kernels:{name}", _TOUCHES,
+            kernel.declaration.model,
+            frozenset(get_op(kernel.op).families) if not bugs and kernel.declaration.reduction == "none"
+            else frozenset(),
+            (kernel.func.__doc__ or "").split("\n")[0] if not bugs else f"planted: {kernel.bug}",
+            bugs=bugs, bench=False, dtype=kernel.dtype,
+            default_families=shown[kernel.op] if not bugs else frozenset({kernel.family}),
+            op_declaration=kernel.declaration))
+    return tuple(entries)
+
+
+NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _cross_entropy_entries()

@@ -362,11 +362,12 @@ def _yes_no(value: str | None) -> bool | None:
 
 
 def _attention_args(args: argparse.Namespace) -> dict[str, object]:
-    """The attention declaration's flags given, as declare()'s keywords (an op that takes none of
-    them names the flag in its error)."""
+    """The declaration flags of the ops of named arrays (attention's, cross-entropy's) given, as
+    declare()'s keywords (an op that takes none of them names the flag in its error)."""
     given = {"mask_layouts": args.mask_layouts, "empty_rows": args.empty_rows,
              "returns_lse": _yes_no(args.returns_lse), "p_dtype": args.p_dtype,
-             "online": _yes_no(args.online)}
+             "online": _yes_no(args.online), "softcap": args.softcap, "z_loss": args.z_loss,
+             "loss_reduction": args.loss_reduction, "smoothing": _yes_no(args.smoothing)}
     return {key: value for key, value in given.items() if value is not None}
 
 

@@ -13,6 +13,9 @@ from normprops.cli.common import BACKEND_PREFERENCE
 from normprops.kernelspec import KernelSpec
 from normprops.ops import get_op
 from normprops.specs import KERNELS, backend_status
+
+#: Storage types as the table writes them (the kernels' own names end in the same).
+SHORT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 from normprops.strategies import families_for
 
 
@@ -27,7 +30,7 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     columns += ["T"] if args.wide else ["claims", "bugs"]
     table = [columns]
     for k in KERNELS:
-        row = [k.name, k.op, k.backend, k.dtype, k.framework]
+        row = [k.name, k.op, k.backend, SHORT_DTYPES[k.dtype], k.framework]
         if args.wide:
             row.append(str(k.error_model.threads))
         else:
@@ -44,7 +47,8 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                 print(textwrap.fill(part, width, initial_indent="    ", subsequent_indent="      ",
                                     break_on_hyphens=False), file=out)
     if not args.wide:
-        print("\n" + textwrap.fill("claims: the families the kernel claims, of its op's; bugs: the "
+        print("\n" + textwrap.fill("dtype: its storage type (f32, bf16, f16); claims: the families "
+                                   "the kernel claims, of its op's; bugs: the "
                                    "known bugs it carries. --wide lists them, with what each kernel "
                                    "does not promise, the widths it takes, how it sums rows and "
                                    "its threads per row (T).", width), file=out)

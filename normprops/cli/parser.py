@@ -127,6 +127,15 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--online", choices=("yes", "no"), default=None,
                    help="attention: yes (default), a running max rescales the partial sums "
                         "(FlashAttention); no, two passes (a tighter P.V bound)")
+    g.add_argument("--softcap", type=float, default=None, metavar="C",
+                   help="cross_entropy: the logits pass through C tanh(x / C) first (Gemma 2: 30)")
+    g.add_argument("--z-loss", type=float, default=None, metavar="Z",
+                   help="cross_entropy: Z lse^2 is added to each row's loss (default 0)")
+    g.add_argument("--loss-reduction", choices=("none", "mean", "sum"), default=None,
+                   help="cross_entropy: the loss per row (none, default), its sum, or its mean over "
+                        "the rows not ignored")
+    g.add_argument("--smoothing", choices=("yes", "no"), default=None,
+                   help="cross_entropy: yes (default), it takes a label smoothing other than 0")
     g.add_argument("--call-timeout", type=_positive_seconds, default=60.0, metavar="SECONDS",
                    help="a call that does not return within SECONDS stops the run and is reported "
                         "(default 60)")

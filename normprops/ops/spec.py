@@ -80,6 +80,9 @@ class NamedArrays:
     keywords: tuple[str, ...] = ()
     # (family, the op's declaration) -> why the family draws nothing the kernel takes, or None
     undrawable: Callable[[str, Any], str | None] | None = None
+    # Float inputs handed over in float32 whatever the storage type (cross-entropy's dloss); the
+    # others in the storage type. Integer arrays (a target's class indices) go over as int64.
+    float32_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

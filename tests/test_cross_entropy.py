@@ -1,0 +1,250 @@
+"""The cross-entropy ops: the exact reference against mpmath and PyTorch, the bounds against the
+correct kernels (tight enough to catch the planted ones), the planted bugs caught with readable
+counterexamples, PyTorch's CPU entries clean, the declaration's errors, and a fixture replayed
+through the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import normprops
+from normprops.errors import UsageError
+from normprops.examples import cross_entropy_kernels as kernels
+from normprops.ops.cross_entropy import as_declared
+from normprops.ops.cross_entropy_families import (
+    CROSS_ENTROPY_FAMILIES,
+    VOCABULARIES,
+    cross_entropy_cases,
+    with_dloss,
+)
+from normprops.ops.cross_entropy_math import (
+    CrossEntropyCase,
+    CrossEntropyDeclaration,
+    cross_entropy_reference,
+    exact_grad_rows,
+    exact_loss_rows,
+    grad_tolerance,
+    loss_tolerance,
+)
+
+IMPL = "normprops.examples.cross_entropy_kernels"
+_NUMPY = kernels.CORRECT["ce"].declaration
+
+
+def _case(logits, target, **kw) -> CrossEntropyCase:
+    return CrossEntropyCase(np.asarray(logits, np.float32), np.asarray(target, np.int64), **kw)
+
+
+# --- the reference ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw", [
+    pytest.param({}, id="plain"),
+    pytest.param({"label_smoothing": 0.1}, id="smoothing"),
+    pytest.param({"label_smoothing": 1.0}, id="smoothing-1"),
+    pytest.param({"softcap": 30.0}, id="softcap"),
+    pytest.param({"z_loss": 1e-4, "label_smoothing": 0.1}, id="z_loss"),
+])
+def test_reference_matches_mpmath_per_row_and_per_element(kw) -> None:
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((5, 37)) * 4
+    x[0, 7] += 45.0  # target 7 dominant: the loss is ~1e-14, matched to 1e-12 of itself
+    x[1] += 1e6  # an offset
+    target = np.array([7, 3, -100, 36, 0])
+    dloss = np.array([1.0, -2.5, 3.0, 0.125, 1e-3], np.float32)
+    case = _case(x, target, dloss=dloss, **kw)
+    ref = cross_entropy_reference(case)
+    exact = exact_loss_rows(case, np.array([0, 1, 3, 4]))
+    for r, value in exact.items():
+        assert ref.row_loss[r] == pytest.approx(value, rel=1e-12, abs=1e-300), (r, ref.row_loss[r], value)
+    assert ref.row_loss[2] == 0.0
+    assert 0 < ref.row_loss[0] < 1e-10 or kw.get("label_smoothing") or kw.get("z_loss") or kw.get("softcap")
+    grads = exact_grad_rows(case, np.array([0, 1, 3, 4]))
+    for r, row in grads.items():
+        # per element, relative to the element, the target column's p_t - 1 included
+        np.testing.assert_allclose(ref.dlogits[r], row, rtol=1e-11, atol=1e-300)
+    assert not ref.dlogits[2].any()
+
+
+def test_reference_matches_pytorch_in_float64() -> None:
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((6, 50)).astype(np.float32) * 3
+    target = np.array([1, -100, 49, 0, 7, 7])
+    for eps in (0.0, 0.1, 1.0):
+        for reduction in ("none", "sum", "mean"):
+            case = _case(x, target, label_smoothing=eps, reduction=reduction)
+            want = F.cross_entropy(torch.from_numpy(x).double(), torch.from_numpy(target),
+                                   label_smoothing=eps, reduction=reduction).numpy()
+            np.testing.assert_allclose(cross_entropy_reference(case).loss, want, rtol=1e-13)
+
+
+def test_a_mean_over_no_row_is_not_judged() -> None:
+    case = _case(np.zeros((2, 3)), [-100, -100], reduction="mean")
+    ref = cross_entropy_reference(case)
+    assert np.isnan(ref.loss) and np.isnan(loss_tolerance(ref, case, declaration=_NUMPY))
+
+
+# --- the bounds --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("family", CROSS_ENTROPY_FAMILIES)
+def test_correct_kernels_stay_within_the_bound_and_not_far_below_it(family: str) -> None:
+    """The numpy kernels' worst err/tol over 30 drawn cases is at most 1, and above 0.01 (a bound
+    that a correct kernel never came near would hide bugs)."""
+    worst = {"loss": 0.0, "dlogits": 0.0}
+
+    @settings(max_examples=30, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(case=cross_entropy_cases(family, dtypes=("float32", "bfloat16"), gradient=True))
+    def check(case: CrossEntropyCase) -> None:
+        ref = cross_entropy_reference(case)
+        loss = kernels.ce(*case.inputs()[1:])
+        tol = loss_tolerance(ref, case, declaration=_NUMPY)
+        ratio = np.abs(loss.astype(np.float64) - ref.loss) / tol
+        assert np.all(ratio <= 1), (case, ratio.max())
+        worst["loss"] = max(worst["loss"], float(ratio.max()))
+        grad = kernels.ce_backward(*case.inputs()).astype(np.float64)
+        gt = grad_tolerance(ref, case, declaration=_NUMPY)
+        gratio = np.abs(grad - ref.dlogits) / gt
+        assert np.all(gratio <= 1), (case, gratio.max())
+        worst["dlogits"] = max(worst["dlogits"], float(gratio.max()))
+
+    check()
+    assert worst["loss"] > 0.01 or family == "ignored"
+    assert worst["dlogits"] > 0.01
+
+
+def test_bfloat16_dlogits_get_half_an_ulp_of_bfloat16() -> None:
+    case = _case(np.array([[0.0, 1.0, 2.0]]), [0], dloss=np.ones(1, np.float32), dtype="bfloat16")
+    ref = cross_entropy_reference(case)
+    wide = grad_tolerance(ref, case, declaration=_NUMPY)
+    narrow = grad_tolerance(ref, case.replace(dtype="float32"), declaration=_NUMPY)
+    half_ulp = 2.0**-8 * np.abs(ref.dlogits) + 2.0**-133 - 2.0**-149  # and bfloat16's least subnormal
+    np.testing.assert_allclose(wide - narrow, half_ulp, rtol=1e-9)
+
+
+def test_the_loss_bound_grows_with_the_offset_it_must_allow() -> None:
+    x = np.array([[0.5, -1.0, 2.0, 0.0]])
+    tol = [float(loss_tolerance(cross_entropy_reference(c), c, declaration=_NUMPY)[0])
+           for c in (_case(x, [1]), _case(x + 1e6, [1]))]
+    assert tol[1] > 1e5 * tol[0] / 10  # u (|lse| + ...) with |lse| ~ 1e6
+
+
+# --- hunts -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(kernels.PLANTED))
+def test_planted_bug_is_caught_with_a_readable_counterexample(name: str) -> None:
+    k = kernels.PLANTED[name]
+    d = k.declaration
+    report = normprops.hunt_kernel(k.func, op=k.op, families=[k.family], max_examples=100, seed=0,
+                                   dtype=k.dtype, softcap=d.softcap, loss_reduction=d.reduction,
+                                   threads=1, reduction="tree")
+    assert not report.passed
+    message = report.failures[0].message
+    assert ("loss[" if k.op == "cross_entropy" else "dlogits[row ") in message, message
+    text = str(report)
+    assert "input: N=" in text and "rows not ignored" in text, text
+
+
+@pytest.mark.parametrize("name", ["ce", "ce_backward", "ce_softcap30"])
+def test_correct_kernels_pass_every_family(name: str) -> None:
+    k = kernels.CORRECT[name]
+    d = k.declaration
+    normprops.assert_robust(k.func, op=k.op, max_examples=15, seed=0, softcap=d.softcap,
+                            threads=1, reduction="tree")
+
+
+def test_a_bfloat16_user_kernel_returns_dlogits_in_bfloat16() -> None:
+    normprops.assert_robust(kernels.ce_backward, op="cross_entropy_backward", dtype="bfloat16",
+                            families=["dominant", "ordinary"], max_examples=20, seed=0, threads=1,
+                            reduction="tree")
+
+
+def test_pytorch_cpu_entries_are_clean() -> None:
+    pytest.importorskip("torch")
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_spec
+    from normprops.specs import KERNELS
+
+    specs = [k for k in KERNELS if k.backend == "torch-cpu" and k.op.startswith("cross_entropy")]
+    assert len(specs) == 8
+    for spec in specs:
+        target = target_from_spec(spec)
+        for family in ("dominant", "ignored", "offset"):
+            result = hunt(target, family=family, config=HuntConfig(max_examples=10, seed=0))
+            assert result.passed, (spec.label, family, result.failures[0].message())
+
+
+def test_the_vocab_family_draws_released_vocabularies() -> None:
+    @settings(max_examples=10, deadline=None, database=None, derandomize=True)
+    @given(case=cross_entropy_cases("vocab"))
+    def check(case: CrossEntropyCase) -> None:
+        assert case.logits.shape[1] in VOCABULARIES and case.logits.shape[0] <= 2
+
+    check()
+    assert {32000, 50257, 128256, 151936, 256000, 256001, 31999} <= set(VOCABULARIES)
+
+
+def test_a_gradient_case_of_a_mean_carries_one_dloss() -> None:
+    from normprops.ops.cross_entropy_families import cross_entropy_case
+
+    case = cross_entropy_case("ordinary", N=3, V=5, seed=1, spread=1.0, dtype="float32", smoothing=0.0)
+    grad = with_dloss(case, "mean", reduction="mean")
+    assert grad.dloss.shape == () and grad.op == "cross_entropy_backward" and grad.reduction == "mean"
+    again = as_declared(grad, declaration=CrossEntropyDeclaration(softcap=30.0, reduction="mean"))
+    assert again.softcap == 30.0 and again.params["softcap"] == 30.0
+
+
+# --- the declaration ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kw, match", [
+    pytest.param({"softcap": 0}, r"--softcap \(softcap=\) must be positive", id="softcap-0"),
+    pytest.param({"softcap": "x"}, r"--softcap \(softcap=\) must be a number", id="softcap-text"),
+    pytest.param({"loss_reduction": "avg"},
+                 r"--loss-reduction \(loss_reduction=\) must be one of none, mean, sum", id="reduction"),
+    pytest.param({"z_loss": 2.0}, r"--z-loss \(z_loss=\) must be a number in \[0, 1\)", id="z_loss"),
+])
+def test_a_bad_declaration_is_named(kw, match) -> None:
+    with pytest.raises(UsageError, match=match):
+        normprops.hunt_kernel(kernels.ce, op="cross_entropy", max_examples=1, **kw)
+
+
+def test_a_cross_entropy_keyword_on_another_op_is_refused() -> None:
+    with pytest.raises(UsageError, match="applies to --op cross_entropy"):
+        normprops.hunt_kernel(lambda x: x, op="softmax", softcap=30.0, max_examples=1)
+
+
+def test_the_cli_catches_the_shift_unsafe_loss_and_replays_its_fixture(tmp_path) -> None:
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "normprops", *args], capture_output=True, text=True,
+                              cwd=tmp_path, timeout=300)
+
+    run = cli("hunt", "--op", "cross_entropy", "--impl", f"{IMPL}:ce_no_max", "--families", "offset",
+              "--seed", "0", "--max-examples", "50", "--fixtures-dir", "fx")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert "offset" in run.stdout and "loss[row 0]" in run.stdout
+    assert sorted((tmp_path / "fx" / "cross_entropy").glob("*.json"))
+    bad = cli("replay", "--op", "cross_entropy", "--impl", f"{IMPL}:ce_no_max", "--fixtures-dir", "fx")
+    good = cli("replay", "--op", "cross_entropy", "--impl", f"{IMPL}:ce", "--fixtures-dir", "fx")
+    assert bad.returncode == 1 and "FAIL" in bad.stdout, bad.stdout + bad.stderr
+    assert good.returncode == 0, good.stdout + good.stderr
+
+
+def test_a_kernel_that_writes_into_its_target_breaks_the_contract() -> None:
+    def writes_target(logits, target, ignore_index, label_smoothing):
+        out = kernels.ce(logits, target, ignore_index, label_smoothing)
+        target[...] = 0
+        return out
+
+    report = normprops.hunt_kernel(writes_target, op="cross_entropy", families=["ordinary"],
+                                   max_examples=5, seed=0)
+    assert not report.passed and "modified its input target" in report.failures[0].message
