@@ -5,13 +5,15 @@ One module per op family holds everything about its ops (signature and outputs, 
 families, applicable properties, its own checks and metamorphic copies): :mod:`normprops.ops.softmax`
 (with ``softmax_backward``), :mod:`normprops.ops.masked_softmax`, :mod:`normprops.ops.layernorm`
 (with ``layernorm_backward``), :mod:`normprops.ops.rmsnorm` (with ``rmsnorm_backward``) and
-:mod:`normprops.ops.attention` (whose case is named arrays of any shape). An op of
+:mod:`normprops.ops.attention` (whose case is named arrays of any shape) with
+:mod:`normprops.ops.attention_backward`. An op of
 one's own is an :class:`OpSpec` handed to :func:`register`.
 """
 
 from __future__ import annotations
 
 from normprops.ops.attention import ATTENTION
+from normprops.ops.attention_backward import ATTENTION_BACKWARD
 from normprops.ops.layernorm import LAYERNORM, LAYERNORM_BACKWARD
 from normprops.ops.masked_softmax import MASKED_SOFTMAX
 from normprops.ops.rmsnorm import RMSNORM, RMSNORM_BACKWARD
@@ -47,7 +49,7 @@ __all__ = ["OpSpec", "NamedArrays", "NamedExact", "Transform",
 
 # The built-in ops, in report order: the forward ops, then their gradients.
 for _op in (SOFTMAX, LAYERNORM, RMSNORM, MASKED_SOFTMAX, SOFTMAX_BACKWARD, RMSNORM_BACKWARD,
-            LAYERNORM_BACKWARD, ATTENTION):
+            LAYERNORM_BACKWARD, ATTENTION, ATTENTION_BACKWARD):
     if _op.name not in OPS:
         register(_op)
 del _op

@@ -40,6 +40,7 @@ __all__ = [
     "attention_reference",
     "attention_tolerance",
     "check_attention",
+    "weight_errors",
     "judge_attention",
 ]
 
@@ -190,7 +191,9 @@ class AttentionDeclaration:
     widened with zero columns of q, k and v: the scores do not change, the extra output columns are
     zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
     are repeated for it: the same attention); ``equal_head_dims``: it takes v's head dimension only
-    equal to q's and k's (the narrower widened with zero columns).
+    equal to q's and k's (the narrower widened with zero columns). ``group_sum_dtype`` (the
+    attention backward only): the type dk and dv of a kv head's query heads are each rounded to
+    and summed in (autograd's sum over an expanded kv head in the storage type), None if float32.
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -202,13 +205,15 @@ class AttentionDeclaration:
     head_dims_multiple_of: int = 1
     gqa: bool = True
     equal_head_dims: bool = False
+    group_sum_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
             raise ValueError(f"head_dims_multiple_of must be a positive int but was "
                              f"{self.head_dims_multiple_of!r}")
-        if self.p_dtype is not None:
-            get_dtype(self.p_dtype)
+        for name in ("p_dtype", "group_sum_dtype"):
+            if getattr(self, name) is not None:
+                get_dtype(getattr(self, name))
         if self.empty_row is not None and self.empty_row not in EMPTY_ROWS:
             raise ValueError(f"empty_row must be one of {EMPTY_ROWS} or None but was {self.empty_row!r}")
         if not isinstance(self.mask_layouts, frozenset):
@@ -262,7 +267,8 @@ class AttentionDeclaration:
     def to_json(self) -> dict[str, Any]:
         return {"online": self.online, "p_dtype": self.p_dtype, "empty_rows": self.empty_row or "either",
                 "mask_layouts": [n for n in MASK_LAYOUTS if n in self.mask_layouts],
-                "returns_lse": self.returns_lse, "threads": self.model.threads}
+                "returns_lse": self.returns_lse, "threads": self.model.threads,
+                **({"group_sum_dtype": self.group_sum_dtype} if self.group_sum_dtype else {})}
 
     @classmethod
     def from_json(cls, doc: Any, model: ErrorModel) -> AttentionDeclaration:
@@ -273,7 +279,7 @@ class AttentionDeclaration:
         return cls(model, online=bool(doc.get("online", True)), p_dtype=doc.get("p_dtype"),
                    empty_row=None if empty in (None, "either") else empty,
                    mask_layouts=frozenset(doc.get("mask_layouts") or MASK_LAYOUTS),
-                   returns_lse=doc.get("returns_lse"))
+                   returns_lse=doc.get("returns_lse"), group_sum_dtype=doc.get("group_sum_dtype"))
 
     def flag_pairs(self) -> list[tuple[str, object]]:
         """The fields that differ from a user kernel's default, as (field, value) for a command."""
@@ -416,6 +422,29 @@ def _float64_not_enough(ref: AttentionReference) -> np.ndarray:
 # --- the bound -----------------------------------------------------------------------------------
 
 
+def weight_errors(ref: AttentionReference, *, declaration: AttentionDeclaration = FOREIGN_ATTENTION
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The relative errors of the weights P that :func:`attention_tolerance` derives, each
+    (B, Hq, Lq, Lk) but ``log_q`` (B, Hq, Lq): the scores' absolute errors ``delta_j``, ``log_q =
+    ln sum_j p_j exp(delta_j)``, and ``eps_j``, the bound on ``|P^_j - p_j| / p_j`` (0 at masked
+    keys). The attention backward's bound reads them too."""
+    model = declaration.model
+    u = model.unit_roundoff
+    k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
+    kept = ref.p > 0
+    with np.errstate(all="ignore"):
+        delta = np.where(kept, (k_d + 3) * u * ref.score_size, 0.0)
+        log_q = np.log(np.sum(ref.p * np.exp(delta), axis=-1))
+        log_q = np.where(ref.empty, 0.0, log_q)
+        big_e = np.expm1(delta + log_q[..., None])
+        dist = np.where(kept, np.abs(ref.scores - ref.row_max[..., None]), 0.0)
+        r = u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
+        if declaration.p_dtype is not None:
+            r = r + get_dtype(declaration.p_dtype).u
+        eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
+    return delta, log_q, eps
+
+
 @dataclass(frozen=True)
 class AttentionTolerance:
     """Per-element bounds: ``out`` (B, Hq, Lq, Dv) and ``lse`` (B, Hq, Lq); NaN on empty rows."""
@@ -446,18 +475,9 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     kind = get_dtype(dtype)
     model = declaration.model
     u = model.unit_roundoff
-    k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
-    kept = ref.p > 0
+    k_l = model.k(ref.keys)
+    delta, log_q, eps = weight_errors(ref, declaration=declaration)
     with np.errstate(all="ignore"):
-        delta = np.where(kept, (k_d + 3) * u * ref.score_size, 0.0)
-        log_q = np.log(np.sum(ref.p * np.exp(delta), axis=-1))
-        log_q = np.where(ref.empty, 0.0, log_q)
-        big_e = np.expm1(delta + log_q[..., None])
-        dist = np.where(kept, np.abs(ref.scores - ref.row_max[..., None]), 0.0)
-        r = u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
-        if declaration.p_dtype is not None:
-            r = r + get_dtype(declaration.p_dtype).u
-        eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
         k_pv = (2 * k_l if declaration.online else k_l) + 1
         pe = np.nan_to_num(ref.p * eps, nan=np.inf)
         out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
