@@ -357,3 +357,19 @@ def test_torch_default_backward_needs_its_bfloat16_group_sum_declared():
 
     run()
     assert any(seen)
+
+
+def test_the_pytest_plugin_saves_a_users_attention_backward_finding(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_mine="""
+        import pytest
+        import normprops
+        from normprops.examples.attention_backward_kernels import masked_row_nan
+
+        def test_masked_row_nan():
+            with pytest.raises(AssertionError, match="replay: .* --fixtures-dir fx"):
+                normprops.assert_robust(masked_row_nan, op="attention_backward",
+                                        families=["fully_masked"], max_examples=40, seed=0)
+    """)
+    result = pytester.runpytest_subprocess("--normprops-fixtures-dir", "fx")
+    result.assert_outcomes(passed=1)
+    assert list((pytester.path / "fx" / "attention_backward").glob("fully_masked-*.json"))
