@@ -28,7 +28,7 @@ from normprops.dtypes import (
 from normprops.errors import ContractError, UsageError
 from normprops.flags import spelled
 
-__all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status"]
+__all__ = ["FRAMEWORKS", "Adapter", "get_adapter", "framework_status", "memory_order", "laid_like"]
 
 FRAMEWORKS = ("numpy", "torch", "jax", "cupy")
 
@@ -85,6 +85,30 @@ def _mismatch(obj: Any, what: str, expected: str) -> ContractError:
     return ContractError(f"{what} is {_describe(obj)}; expected {expected}")
 
 
+# --- strided inputs ----------------------------------------------------------------------------
+# A case may hold an input as a permuted view of a contiguous array (attention's q as a (B, H, L, D)
+# view of a (B, L, H, D) projection): a kernel receives it with the same order in memory, so that
+# one that assumes contiguity reads the wrong elements, as it would in a model.
+
+
+def memory_order(a: np.ndarray) -> tuple[int, ...]:
+    """``a``'s axes from the slowest-varying in memory to the fastest (C order for a contiguous
+    array): ``np.ascontiguousarray(a.transpose(order))`` holds its elements in its own memory order."""
+    if a.flags.c_contiguous:
+        return tuple(range(a.ndim))
+    # Axes of length 1 have no meaningful stride: they go last, where they move nothing.
+    keys = sorted((-abs(s) if n > 1 else 0, i) for i, (s, n) in enumerate(zip(a.strides, a.shape)))
+    return tuple(i for _, i in keys)
+
+
+def laid_like(a: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``a`` (C-contiguous, ``like``'s shape) as a view with ``like``'s memory order: the same values."""
+    order = memory_order(like)
+    if order == tuple(range(a.ndim)):
+        return a
+    return np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order))
+
+
 # --- numpy -------------------------------------------------------------------------------------
 
 
@@ -94,7 +118,7 @@ def _numpy_adapter(dtype: str, device: str | None) -> Adapter:
     want = numpy_dtype(dtype)
 
     def to_native(a: np.ndarray, name: str, check: bool = True) -> np.ndarray:
-        return to_numpy_storage(a, dtype, name=name)
+        return laid_like(to_numpy_storage(a, dtype, name=name), a)
 
     def from_native(obj: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
         expected = f"a numpy {want.name} array of shape {shape}"
@@ -136,12 +160,15 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         return upload([(a, name, check)])[0]
 
     def upload(items: list[tuple[np.ndarray, str, bool]]) -> list[Any]:
-        flats = []
+        flats, orders = [], []
         for a, name, check in items:
-            a = np.ascontiguousarray(a, dtype=np.float32)
+            # In its own memory order (a permuted view arrives permuted, strides and all).
+            order = memory_order(a)
+            a = np.ascontiguousarray(a.transpose(order), dtype=np.float32)
             if check:  # on the host: a check on the device would cost a round trip of its own
                 check_representable(a, dtype, name=name)
             flats.append(a)
+            orders.append(tuple(int(i) for i in np.argsort(order)))
         # One copy of every input. On CUDA, from page-locked memory, queued on the current stream
         # without waiting for the device (the host buffer is kept until the copy is done): the
         # inputs arrive as a model's do, and a kernel that launches on a stream of its own must wait
@@ -149,12 +176,13 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in flats]))
         wide = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host.to(dev)
         arrays, start = [], 0
-        for a in flats:
+        for a, back in zip(flats, orders):
             part = wide[start:start + a.size].view(a.shape)
             start += a.size
             # Each input its own tensor, as a user's call would pass them (never a view of another
             # input's memory, never the case's own); narrowed where it lives, in microseconds.
-            arrays.append(part.clone() if dtype == "float32" else part.to(want))
+            own = part.clone() if dtype == "float32" else part.to(want)
+            arrays.append(own if back == tuple(range(a.ndim)) else own.permute(back))
         return arrays
 
     def check_output(obj: Any, shape: tuple[int, ...], what: str) -> None:

@@ -31,8 +31,8 @@ __all__ = ["hints", "TOLERANCE_PROPERTIES"]
 #: The properties an error model's bounds decide: the findings a declaration of how the kernel
 #: computes (its arithmetic, flushing, reduction) can explain.
 TOLERANCE_PROPERTIES = frozenset({"accuracy", "ratios", "sum_to_one", "shift_invariance",
-                                  "scale_invariance"})
-_THROUGH_COPIES = frozenset({"shift_invariance", "scale_invariance"})
+                                  "scale_invariance", "permutation_invariance"})
+_THROUGH_COPIES = frozenset({"shift_invariance", "scale_invariance", "permutation_invariance"})
 #: Vector widths tried for --cols-multiple-of.
 _MULTIPLES = (2, 4, 8, 16, 32, 64, 128)
 

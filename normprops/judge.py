@@ -45,6 +45,7 @@ __all__ = [
     "with_exact",
     "judge_named",
     "judge_named_bitwise",
+    "judge_named_close",
 ]
 
 
@@ -414,3 +415,34 @@ def judge_named_bitwise(prop: str, first: dict[str, np.ndarray], second: dict[st
                        f"{what}: {b!r} vs {a!r} (differs by {abs(b - a):.3g}; must be bitwise "
                        f"equal)", batch=batch, output=name, element=element(name, origin))
     return None
+
+
+def judge_named_close(prop: str, first: dict[str, np.ndarray], second: dict[str, np.ndarray],
+                      exact: NamedExact, other: NamedExact, *, case: Any, label: str,
+                      element: Callable[[str, tuple[int, ...]], str], what: str) -> Verdict | None:
+    """A named-arrays op's outputs on a copy of the case (``second``, exact values ``other``) against
+    its outputs on the case (``first``, ``exact``), element for element, where both are judged:
+    within the two bounds plus the difference of the exact values (zero where the copy is exact).
+    ``|a - b| <= |a - z| + |z - z'| + |z' - b|``, so a kernel within both bounds always passes."""
+    worst_verdict: Verdict | None = None
+    for name, b_out in second.items():
+        a = np.asarray(first[name]).astype(np.float64)
+        b = np.asarray(b_out).astype(np.float64)
+        z, z2 = exact.exact[name], other.exact[name]
+        judged = exact.judged[name] & other.judged[name] & np.isfinite(z) & np.isfinite(z2)
+        with np.errstate(all="ignore"):
+            err = np.abs(a - b)
+            allowed = exact.tol[name] + other.tol[name] + np.abs(z - z2)
+            ok = (err <= allowed) | (a == b) | (np.isnan(a) & np.isnan(b))
+            ratio = np.where(np.isfinite(err), err / allowed, np.inf)
+        bad = judged & ~ok
+        if not bad.any():
+            continue
+        ratio = np.where(bad, np.where(np.isnan(ratio), np.inf, ratio), -1.0)
+        index = tuple(int(i) for i in np.unravel_index(int(np.argmax(ratio)), ratio.shape))
+        if worst_verdict is None or ratio[index] > worst_verdict.ratio:
+            worst_verdict = Verdict(label, prop, case.family, None, None, float(b[index]), float(a[index]),
+                                    float(err[index]), float(allowed[index]), float(ratio[index]),
+                                    what, output=name,
+                                    element=element(name, index))
+    return worst_verdict

@@ -26,11 +26,13 @@ from normprops.judge import (
     judge_grads_bitwise,
     judge_named,
     judge_named_bitwise,
+    judge_named_close,
     range_rows,
     with_exact,
 )
 from normprops.launch import Target
 from normprops.ops import PROPERTIES, check_opt_in, get_op
+from normprops.ops.spec import NamedExact
 from normprops.ops.transforms import exact_scale, exact_shift
 from normprops.oracles import (
     GradReference,
@@ -298,15 +300,17 @@ def _evaluate_named(target: Target, case: Case, out: np.ndarray | tuple[np.ndarr
     failures += named.check(case, outs, exact, promises, target.label)
     failures = [v for v in failures if v.property not in skip]
     if not failures and metamorphic:
-        found = _named_metamorphic(target, case, outs, skip)
+        found = _named_metamorphic(target, case, outs, exact, skip, oracle)
         if found is not None and found.property not in skip:
             failures = [found]
     failures.sort(key=lambda v: _ORDER[v.property])
     return Evaluation(tuple(failures), worst)
 
 
-def _named_metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray],
-                       skip: frozenset[str]) -> Verdict | None:
+def _named_metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray], exact: NamedExact,
+                       skip: frozenset[str], oracle: str) -> Verdict | None:
+    """Determinism and batch invariance (bitwise), then the op's metamorphic copies
+    (``OpSpec.transforms``), each judged element for element within both bounds."""
     named = get_op(target.op).named
     names = tuple(outs)
     calls: list[tuple[str, Case, tuple[slice, ...], str, str | None]] = []
@@ -321,6 +325,21 @@ def _named_metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray],
             return other
         found = judge_named_bitwise(prop, outs, _by_name(other, names), case=case, label=target.label,
                                     element=named.element, what=what, place=place, batch=batch)
+        if found:
+            return found
+    promises = target.declaration.op_promises
+    for transform in get_op(target.op).transforms:
+        made = None if transform.property in skip else transform.apply(case)
+        if made is None:
+            continue
+        copy, what = made
+        other = _call(target, copy)
+        if isinstance(other, Verdict):
+            return other
+        copied = exact if transform.same_exact else named.exact(copy, promises, oracle)
+        found = judge_named_close(transform.property, outs, _by_name(other, names), exact,
+                                  copied, case=case, label=target.label,
+                                  element=named.element, what=f"the copy is {what}")
         if found:
             return found
     return None

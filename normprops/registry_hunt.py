@@ -29,12 +29,13 @@ from normprops.engine import hunt_families
 from normprops.hunt import HuntConfig, HuntResult
 from normprops.kernelspec import KernelSpec
 from normprops.launch import Target, target_from_spec
+from normprops.ops import get_op
 from normprops.regressions import load_fixture
 from normprops.report import cell_text, declared
 from normprops.strategies import families_for
 
 __all__ = ["registry_target", "known_example", "caught", "as_declared", "registry_cell_text", "plan_cells",
-           "RegistryRun", "hunt_registry"]
+           "draws", "RegistryRun", "hunt_registry"]
 
 
 def registry_target(spec: KernelSpec, family: str, *, base: Target | None = None) -> Target:
@@ -92,11 +93,22 @@ def plan_cells(specs: Sequence[KernelSpec], *, families: Sequence[str] | None,
             return families
         return families_for(spec.op) if spec.default_families is None else spec.default_families
 
-    cells = [(spec, f) for spec in specs for f in families_for(spec.op) if f in wanted(spec)]
+    cells = [(spec, f) for spec in specs for f in families_for(spec.op)
+             if f in wanted(spec) and draws(spec, f)]
     if shard is not None:
         k, n = shard
         cells = cells[k - 1::n]
     return cells
+
+
+def draws(spec: KernelSpec, family: str) -> bool:
+    """Whether ``family`` draws any case the entry takes: a kernel that takes no mask is not hunted
+    on a family of masked cases only (the op's ``undrawable`` says which)."""
+    op = get_op(spec.op)
+    if op.named is None or op.named.undrawable is None:
+        return True
+    declaration = op.named.default_declaration if spec.op_declaration is None else spec.op_declaration
+    return op.named.undrawable(family, declaration) is None
 
 
 @dataclass

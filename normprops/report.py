@@ -35,7 +35,7 @@ REPORT_FORMAT = "normprops-report/1"
 SHORT = {"contract": "contract", "finite": "finite", "nan_propagation": "nan",
          "masked_rows": "masked", "range_safety": "range", "accuracy": "acc", "sum_to_one": "sum",
          "bounds": "bounds", "argmax": "argmax", "determinism": "det", "batch_invariance": "batch",
-         "shift_invariance": "shift", "scale_invariance": "scale"}
+         "shift_invariance": "shift", "scale_invariance": "scale", "permutation_invariance": "perm"}
 
 
 def _value(v: float) -> str:

@@ -180,6 +180,76 @@ def test_large_scores_reach_past_exp_overflow_before_the_shift(case):
     assert np.max(np.abs(ref.scores)) >= 0.5 * case.params["top"]
 
 
+@FEW
+@given(attention_cases("sliding_window"))
+def test_sliding_window_keeps_the_last_w_keys_bottom_right(case):
+    lq, lk, w = case.q.shape[2], case.k.shape[2], case.params["window"]
+    kept = case.mask[0, 0]
+    for i in range(lq):
+        last = i + lk - lq
+        assert kept[i].sum() == max(0, min(w, last + 1)) and (last < 0 or kept[i, min(last, lk - 1)])
+
+
+@FEW
+@given(attention_cases("decode"))
+def test_decode_has_one_query_against_a_tile_edge(case):
+    lk = case.k.shape[2]
+    assert case.q.shape[2] == 1
+    assert lk in (0, 1, 64, 192) or lk % 32 == 1 or lk % 128 == 64 or ((lk + 1) & lk == 0) or (
+        (lk - 1) & (lk - 2) == 0)
+
+
+def test_decode_reaches_zero_keys_and_an_empty_cache():
+    none = attention_case("decode", B=1, Hkv=1, group=4, Lq=1, Lk=0, D=64, seed=0, dtype="float32",
+                          cached=False)
+    ref = attention_reference(none.q, none.k, none.v, none.mask, none.scale)
+    assert ref.empty.all() and np.isneginf(ref.lse).all()
+    for kernel in CORRECT.values():
+        _assert_ok(check_attention(kernel.func, none, declaration=kernel.declaration), "Lk = 0")
+    emptied = find(attention_cases("decode"), lambda c: c.mask is not None and not c.mask.all(axis=-1).all()
+                   and (~c.mask.any(axis=-1)).any(), settings=SEARCH)
+    assert (~emptied.mask.any(axis=-1)).any()
+
+
+@FEW
+@given(attention_cases("extreme_lse", dtypes=("float32",)))
+def test_extreme_lse_rows_are_past_exp_range(case):
+    ref = attention_reference(case.q, case.k, case.v, case.mask, case.scale)
+    level = case.params["level"]
+    assert np.all(np.sign(ref.lse) == np.sign(level))
+    assert np.max(np.abs(ref.lse)) > 88.7
+    assert np.all(ref.row_max - np.min(ref.scores, axis=-1) < 20 + 1e-3 * abs(level))
+
+
+@FEW
+@given(attention_cases("head_dims"))
+def test_head_dims_are_models(case):
+    assert {case.q.shape[3], case.v.shape[3]} <= {32, 64, 72, 80, 96, 104, 128, 192, 256}
+
+
+def test_head_dims_draw_v_apart_from_q():
+    find(attention_cases("head_dims"), lambda c: c.v.shape[3] != c.q.shape[3], settings=SEARCH)
+
+
+@FEW
+@given(attention_cases("outlier_key", dtypes=("float32",)))
+def test_outlier_key_scores_its_gap_above_the_rest(case):
+    ref = attention_reference(case.q, case.k, case.v, case.mask, case.scale)
+    at = {"first": 0, "last": case.k.shape[2] - 1, "middle": case.k.shape[2] // 2}[case.params["position"]]
+    others = np.delete(ref.scores, at, axis=-1).max(axis=-1)
+    assert np.all(ref.scores[..., at] - others > 0.5 * case.params["gap"] - 10)
+
+
+@FEW
+@given(attention_cases("strided"))
+def test_strided_inputs_are_transposed_views(case):
+    for a in (case.q, case.k, case.v):
+        assert not a.flags.c_contiguous
+        assert np.ascontiguousarray(a.transpose(0, 2, 1, 3)).strides == a.transpose(0, 2, 1, 3).strides
+    q = case.inputs()[0]
+    assert not q.flags.c_contiguous  # the kernel receives the view as it is
+
+
 @pytest.mark.parametrize("call, message", [
     pytest.param(lambda: attention_cases("nope"), "family must be one of", id="family"),
     pytest.param(lambda: attention_cases("ordinary", dtypes=("float64",)), "dtypes must name", id="dtype"),
@@ -227,6 +297,12 @@ def _explicit(name: str) -> AttentionCase:
         return attention_case("gqa", **dict(shape, Hkv=2, group=4, Lk=8))
     if name == "attention_dropped_tail_keys":
         return attention_case("ragged", **dict(shape, Lk=65, D=17), Dv=3, masked=False)
+    if name == "attention_first_key_max":  # the outlier last: key 0 scores 200 below the max
+        return attention_case("outlier_key", **dict(shape, Lk=9), gap=200.0, position="last",
+                              sink_value=1.0)
+    if name == "attention_ignores_strides":
+        return attention_case("strided", **dict(shape, Hkv=2, Lq=3, Lk=5, D=8), Dv=8, masked=False,
+                              memory="bshd")
     return attention_case("ordinary", **dict(shape, Lk=40), masked=False, spread=1.0, offset=1.0)
 
 
@@ -254,6 +330,15 @@ def test_planted_kernel_is_found_by_searching_its_family(name):
     find(attention_cases(kernel.family),
          lambda case: not check_attention(kernel.func, case, declaration=kernel.declaration).ok,
          settings=SEARCH)
+
+
+def test_no_max_subtraction_is_found_past_both_ends_of_exp():
+    """Rows whose lse is above 88.7 (exp overflows) and below -88.7 (exp underflows to 0)."""
+    kernel = PLANTED["attention_no_max_subtraction"]
+    for sign in (1.0, -1.0):
+        find(attention_cases("extreme_lse").filter(lambda c: np.sign(c.params["level"]) == sign),
+             lambda case: not check_attention(kernel.func, case, declaration=kernel.declaration).ok,
+             settings=SEARCH)
 
 
 # --- PyTorch ---------------------------------------------------------------------------------------
@@ -293,6 +378,74 @@ def test_torch_sdpa_passes_every_family(backend, dtype):
         _assert_ok(check_attention(sdpa, case, declaration=declaration), f"sdpa {backend} on {case!r}")
 
     run()
+
+
+@pytest.mark.parametrize("framework, dtype", [("numpy", "float32"), ("numpy", "bfloat16"),
+                                              ("torch", "float32"), ("torch", "bfloat16")])
+def test_a_transposed_view_reaches_the_kernel_with_its_strides(framework, dtype):
+    """The adapters hand a (B, H, L, D) view of a (B, L, H, D) array over as such a view, values
+    unchanged: a kernel that ignores strides meets it as it would in a model."""
+    if framework == "torch":
+        pytest.importorskip("torch")
+    from normprops.frameworks import get_adapter, memory_order
+    from normprops.ops.attention_math import laid_out
+
+    base = np.arange(2 * 3 * 5 * 4, dtype=F32).reshape(2, 3, 5, 4)
+    view = laid_out(base, "bshd")
+    assert memory_order(view) == (0, 2, 1, 3) and memory_order(base) == (0, 1, 2, 3)
+    adapter = get_adapter(framework, dtype=dtype, device="cpu")
+    native = adapter.to_native(view, "q", True)
+    strides = native.strides if framework == "numpy" else native.stride()
+    itemsize = native.itemsize if framework == "numpy" else 1
+    assert [s // itemsize for s in strides][1] < [s // itemsize for s in strides][2]
+    np.testing.assert_array_equal(adapter.from_native(native, view.shape, "q"), view)
+
+
+# --- the invariances ---------------------------------------------------------------------------
+
+
+def _evaluate(func, case, *, skip=frozenset()):
+    from normprops.launch import target_from_callable
+    from normprops.properties import evaluate
+
+    target = target_from_callable(func, op="attention", dtype=case.dtype, empty_rows="zero",
+                                  threads=16)
+    return [f.property for f in evaluate(target, case, skip=frozenset(skip)).failures]
+
+
+def test_a_kernel_without_max_subtraction_fails_key_shift_alone():
+    """Ordinary scores are small: exp(s) is safe and accurate; the keys shifted along q move the
+    scores by 200 and it overflows."""
+    from normprops.examples.attention_kernels import attention_no_max_subtraction
+
+    case = _explicit("attention_fp16_accumulate")  # an ordinary case
+    assert _evaluate(attention_no_max_subtraction, case) == ["shift_invariance"]
+    assert _evaluate(attention_no_max_subtraction, case, skip={"shift_invariance"}) == []
+    assert _evaluate(CORRECT["attention_online"].func, case) == []
+
+
+def test_a_kernel_that_takes_key_0_for_the_max_fails_key_order_alone():
+    """An attention sink at the first key holds the max: the kernel is exact there, and wrong once
+    the keys are reversed."""
+    from normprops.examples.attention_kernels import attention_first_key_max
+
+    case = attention_case("outlier_key", B=1, Hkv=1, group=2, Lq=2, Lk=9, D=16, seed=3, dtype="float32",
+                          gap=200.0, position="first", sink_value=1.0)
+    _assert_ok(check_attention(attention_first_key_max, case, declaration=CORRECT["attention_two_pass"]
+                               .declaration), "key 0 holds the max")
+    assert _evaluate(attention_first_key_max, case) == ["permutation_invariance"]
+    assert _evaluate(attention_first_key_max, case, skip={"permutation_invariance"}) == []
+    assert _evaluate(CORRECT["attention_two_pass"].func, case) == []
+
+
+def test_a_kernel_that_ignores_strides_is_right_on_contiguous_inputs():
+    from normprops.examples.attention_kernels import attention_ignores_strides
+
+    case = _explicit("attention_ignores_strides")
+    contiguous = replace(case, q=np.ascontiguousarray(case.q), k=np.ascontiguousarray(case.k),
+                         v=np.ascontiguousarray(case.v))
+    assert _evaluate(attention_ignores_strides, contiguous) == []
+    assert "accuracy" in _evaluate(attention_ignores_strides, case)
 
 
 def test_torch_flash_backend_needs_its_p_rounding_declared():

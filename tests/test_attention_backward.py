@@ -24,6 +24,7 @@ from normprops.ops.attention_backward import (
     attention_backward_reference,
     attention_backward_tolerance,
     backward_as_taken,
+    backward_declaration,
 )
 from normprops.ops.attention_backward_families import (
     ATTENTION_BACKWARD_FAMILIES,
@@ -143,7 +144,7 @@ def test_the_bound_is_positive_finite_and_no_looser_than_the_terms_it_charges():
 
 def test_a_bfloat16_group_sum_is_allowed_only_where_declared_and_only_with_groups():
     grouped, alone = _case(hq=4, hkv=1), _case(hq=1, hkv=1)
-    declared = replace(FOREIGN_ATTENTION, group_sum_dtype="bfloat16")
+    declared = backward_declaration(FOREIGN_ATTENTION, group_sum_dtype="bfloat16")
     for case, widens in ((grouped, True), (alone, False)):
         ref = attention_backward_reference(case.dout, case.q, case.k, case.v, None, case.scale)
         plain = attention_backward_tolerance(ref)

@@ -3,6 +3,7 @@ declarations a user gets wrong, each named in one line."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -42,7 +43,7 @@ def test_the_cli_passes_the_online_kernel_on_every_family(tmp_path):
     run = _cli("hunt", "--op", "attention", "--impl", f"{IMPL}:online", "--seed", "0",
                "--max-examples", "25", "--no-fixtures", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "clean: 8 families" in run.stdout
+    assert "clean: 14 families" in run.stdout
 
 
 def test_the_api_and_assert_robust():
@@ -133,3 +134,23 @@ def test_a_case_with_equal_head_dims_widens_the_narrower() -> None:
     assert taken.q.shape == (1, 2, 2, 24) and taken.k.shape == (1, 1, 3, 24) and taken.v is v
     widened = attention_reference(taken.q, taken.k, taken.v, None, 0.25)
     assert np.array_equal(widened.out, attention_reference(q, k, v, None, 0.25).out)
+
+
+def test_a_kernel_with_a_least_key_length_is_never_handed_a_shorter_case() -> None:
+    # cuDNN's SDPA has no kernel for a single key: declared, such cases are not drawn (and without
+    # the declaration they are, so the filter is what keeps them out).
+    from hypothesis import find, settings
+    from hypothesis.errors import NoSuchExample
+
+    from normprops.ops import get_op
+    from normprops.ops.attention import AttentionDeclaration
+
+    named = get_op("attention").named
+    plain = AttentionDeclaration()
+    quick = settings(max_examples=100, database=None)
+    assert find(named.cases("ordinary", "float32", plain), lambda c: c.k.shape[2] == 1, settings=quick)
+    with pytest.raises(NoSuchExample):
+        find(named.cases("ordinary", "float32", dataclasses.replace(plain, min_keys=2)),
+             lambda c: c.k.shape[2] == 1, settings=quick)
+    with pytest.raises(ValueError, match="min_keys"):
+        AttentionDeclaration(min_keys=0)

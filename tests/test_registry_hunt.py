@@ -725,3 +725,15 @@ def test_the_suite_timing_counts_the_workers_that_ran_each_backend(
     lines = capsys.readouterr().out.splitlines()
     assert lines[1].split()[-1] == "workers"
     assert {line.split()[0]: line.split()[-1] for line in lines[2:]} == {"liger": "2", "numpy": "1"}
+
+
+def test_a_family_the_entry_cannot_draw_is_not_planned() -> None:
+    # An attention kernel that takes no mask (SDPA's flash backend) is not hunted on a family
+    # whose cases all carry a mask: the cell is left out of the plan rather than failing the hunt.
+    spec = next(s for s in KERNELS if s.name == "attention_online" and s.backend == "numpy")
+    no_mask = replace(spec, op_declaration=replace(spec.op_declaration, mask_layouts=frozenset({"none"})))
+    planned = {family for _, family in plan_cells([no_mask], families=families_for("attention"))}
+    assert "ordinary" in planned
+    assert "fully_masked" not in planned
+    assert {family for _, family in plan_cells([spec], families=families_for("attention"))} == set(
+        families_for("attention"))

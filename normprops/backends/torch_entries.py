@@ -206,6 +206,13 @@ TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.b
 # row a nonzero output (-0.12 where the math and memory-efficient backends give 0; H100 and H200).
 # Neither has been hunted on the cases it takes yet, so both claim no family (hunted, their
 # findings reported, none gated on).
+# cuDNN's backend gives a query row with no kept key a nonzero output where the math and
+# memory-efficient backends give zeros (torch 2.11, cuDNN 9.19, H100 and H200; bfloat16 and float16;
+# docs/reproducers/torch_sdpa_cudnn_masked_rows.py). A key-padding mask that keeps no key of a row
+# shows it, and so does a bottom-right causal mask with more queries than keys.
+_CUDNN_MASKED_ROWS = tuple(
+    KnownBug(family, "a query row with no kept key gives a nonzero output (the other backends give "
+             "zeros)", property="masked_rows") for family in ("fully_masked", "causal"))
 _ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
 _NONE = frozenset({"none"})
 _SDPA = (
@@ -233,9 +240,12 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                                     else multiple, gqa=gqa,
                                     # flash: "No available kernel" for v's head dimension 24 beside
                                     # q's 8 (torch 2.11, H100)
-                                    equal_head_dims=attr == "sdpa_flash")
+                                    equal_head_dims=attr == "sdpa_flash",
+                                    # cuDNN: "No available kernel" for a single key (torch 2.11, H100)
+                                    min_keys=2 if attr == "sdpa_cudnn" else 1)
     claims = frozenset(f for f in get_op("attention").families
                        if claiming and FAMILY_LAYOUTS[f] & layouts)
+    bugs = _CUDNN_MASKED_ROWS if attr == "sdpa_cudnn" else ()
     return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
                       f"normprops.backends.torch_attention:{attr}", 4, FOREIGN_ATTENTION.model,
                       claims, f"PyTorch's scaled_dot_product_attention ({attr}), {dtype} on the "
@@ -243,7 +253,7 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                       device=device, op_declaration=declared,
                       # measured on the CPU: a query row computed alone differs in its last bits
                       # from the same row in a batch (the matrix products block by shape)
-                      exempt=frozenset({"batch_invariance"}))
+                      exempt=frozenset({"batch_invariance"}), bugs=bugs)
 
 
 TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds, tuple(shapes))
@@ -283,10 +293,13 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     # Measured on the CPU (torch 2.13): the default backend's bfloat16 gradients of a GQA call
     # are the per-head gradients rounded to bfloat16 and summed in it (err/tol up to 2 on dv when
     # judged as a float32 sum; within the bound once declared; the math backend sums in float32).
-    declared = forward.op_declaration
-    if attr == "sdpa_default_backward" and dtype != "float32":
-        declared = replace(declared, group_sum_dtype=dtype)
+    from normprops.ops.attention_backward import backward_declaration
+
+    group_sum = dtype if attr == "sdpa_default_backward" and dtype != "float32" else None
+    declared = backward_declaration(forward.op_declaration, group_sum_dtype=group_sum)
+    # The forward's known bugs are of its outputs; the backward's are hunted afresh.
     return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward", op_declaration=declared,
+                   bugs=(),
                    entry=f"normprops.backends.torch_attention:{attr}", claims=claims,
                    summary=f"PyTorch's scaled_dot_product_attention ({attr.removesuffix('_backward')}) "
                                f"backward through autograd, {dtype} on the {device.upper()}")

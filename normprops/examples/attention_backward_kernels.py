@@ -24,7 +24,7 @@ from normprops.examples.attention_kernels import (
     _scores,
     attention_online,
 )
-from normprops.ops.attention_math import AttentionDeclaration
+from normprops.ops.attention_backward_math import AttentionBackwardDeclaration
 
 __all__ = [
     "CORRECT",
@@ -145,7 +145,7 @@ def attention_backward_masked_row_nan(dout, q, k, v, mask, scale):
 # --- the catalog -----------------------------------------------------------------------------------
 
 #: The examples' declaration: the depth of their chunked sums (EXAMPLE_MODEL), P kept in float32.
-DECLARATION = AttentionDeclaration(EXAMPLE_MODEL, online=True, empty_row="zero")
+DECLARATION = AttentionBackwardDeclaration(EXAMPLE_MODEL, online=True, empty_row="zero")
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class AttentionBackwardKernel:
     func: Callable
     family: str | None = None
     bug: str | None = None
-    declaration: AttentionDeclaration = DECLARATION
+    declaration: AttentionBackwardDeclaration = DECLARATION
 
 
 CORRECT: dict[str, AttentionBackwardKernel] = {

@@ -1,4 +1,4 @@
-"""Attention kernels written like float32 GPU kernels, in numpy: three correct ones and seven with
+"""Attention kernels written like float32 GPU kernels, in numpy: three correct ones and nine with
 one planted bug each.
 
 Each follows the op's contract (:mod:`normprops.ops.attention`): ``fn(q, k, v, mask, scale) -> (out,
@@ -28,8 +28,10 @@ __all__ = [
     "AttentionKernel",
     "attention_dropped_tail_keys",
     "attention_finite_sentinel",
+    "attention_first_key_max",
     "attention_fp16_accumulate",
     "attention_gqa_wrong_head",
+    "attention_ignores_strides",
     "attention_lse_plus_inf",
     "attention_masked_row_nan_mixture",
     "attention_no_max_subtraction",
@@ -96,7 +98,7 @@ def attention_two_pass(q, k, v, mask, scale):
     """Scores, their row max, exp(s - max), the row sum and P.V; an empty row gives zeros."""
     qf, ke, ve = _operands(q, k, v)
     s = _scores(qf, ke, mask, scale)
-    m = s.max(axis=-1)
+    m = s.max(axis=-1, initial=-np.inf)  # Lk = 0: every row empty
     m0 = np.where(np.isneginf(m), F32(0), m)
     e = np.exp(s - m0[..., None])
     return _finish(_mma(e, ve), _chunk_sum(e), m0, np.asarray(q).dtype)
@@ -194,6 +196,32 @@ def attention_dropped_tail_keys(q, k, v, mask, scale):
     return attention_two_pass(q, np.asarray(k)[:, :, :whole], np.asarray(v)[:, :, :whole], sub_mask, scale)
 
 
+def attention_first_key_max(q, k, v, mask, scale):
+    """Key 0's score stands in for the row max (an attention sink assumed at the first position;
+    the true max where key 0 is masked): exact where key 0 holds the max, exp overflows where
+    another key scores 88.7 above it."""
+    qf, ke, ve = _operands(q, k, v)
+    s = _scores(qf, ke, mask, scale)
+    if s.shape[-1] == 0:
+        return attention_two_pass(q, k, v, mask, scale)
+    m = np.where(np.isfinite(s[..., 0]), s[..., 0], s.max(axis=-1))
+    m0 = np.where(np.isneginf(m), F32(0), m)
+    with np.errstate(all="ignore"):
+        e = np.exp(s - m0[..., None])
+    return _finish(_mma(e, ve), _chunk_sum(e), m0, np.asarray(q).dtype)
+
+
+def attention_ignores_strides(q, k, v, mask, scale):
+    """Reads q, k and v in their order in memory as if each were a contiguous (B, H, L, D) array, as
+    a kernel handed a raw pointer without its strides does: right on contiguous inputs, heads and
+    positions interleaved on a transposed view."""
+    def as_contiguous(a):
+        a = np.asarray(a)
+        return np.ravel(a, order="K").reshape(a.shape)
+
+    return attention_online(as_contiguous(q), as_contiguous(k), as_contiguous(v), mask, scale)
+
+
 def _pv_fp16(p: np.ndarray, v: np.ndarray) -> np.ndarray:
     acc = np.zeros(p.shape[:-1] + v.shape[-1:], np.float16)
     for j in range(p.shape[-1]):
@@ -249,6 +277,10 @@ PLANTED: dict[str, AttentionKernel] = {
         attention_dropped_tail_keys, _TWO_PASS, "ragged", "the last Lk % 16 keys ignored"),
     "attention_fp16_accumulate": AttentionKernel(
         attention_fp16_accumulate, _ONLINE, "ordinary", "P.V accumulated in float16"),
+    "attention_first_key_max": AttentionKernel(
+        attention_first_key_max, _TWO_PASS, "outlier_key", "key 0's score in place of the row max"),
+    "attention_ignores_strides": AttentionKernel(
+        attention_ignores_strides, _ONLINE, "strided", "inputs read as contiguous, strides ignored"),
 }
 
 #: Every example's declaration, by name.
@@ -268,3 +300,5 @@ lse_plus_inf = attention_lse_plus_inf
 gqa_wrong_head = attention_gqa_wrong_head
 dropped_tail_keys = attention_dropped_tail_keys
 fp16_accumulate = attention_fp16_accumulate
+first_key_max = attention_first_key_max
+ignores_strides = attention_ignores_strides

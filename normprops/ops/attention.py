@@ -7,7 +7,11 @@ Properties judged: ``contract`` (the outputs' type, shape and storage type, lse 
 ``finite`` and ``accuracy`` on every element of ``out`` and ``lse`` of a query row with a kept
 key, ``masked_rows`` (a query row with no kept key: all zeros or all NaN as declared, never a
 mixture, lse -inf), ``determinism`` (two calls bitwise equal) and ``batch_invariance`` (a query
-row's outputs bitwise the same computed alone, and a batch element's computed alone). Not judged:
+row's outputs bitwise the same computed alone, and a batch element's computed alone),
+``shift_invariance`` (a vector u added to every key of a kv head adds q.u to every score of a query
+row: the output must not change) and ``permutation_invariance`` (the keys reordered with their
+values and mask columns), each judged on the kernel's output for a copy of the case against its
+output for the case, within both bounds and the exact values' difference. Not judged:
 ``nan_propagation`` (no family draws a non-finite input), ``range_safety`` (no declared arithmetic
 leaves float32's range on a finite case: the exact scores of the drawn inputs stay below 1e5),
 and softmax's own properties (the weights P are not an output).
@@ -21,12 +25,14 @@ from typing import Any
 
 import numpy as np
 
-from normprops.dtypes import get_dtype
+from normprops.dtypes import get_dtype, to_dtype
 from normprops.errormodel import ErrorModel
+from normprops.frameworks import laid_like
 from normprops.ops.attention_math import (
     EMPTY_ROWS,
     FOREIGN_ATTENTION,
     MASK_LAYOUTS,
+    MEMORY_LAYOUTS,
     SENTINEL,
     AttentionCase,
     AttentionDeclaration,
@@ -37,9 +43,10 @@ from normprops.ops.attention_math import (
     attention_tolerance,
     check_attention,
     judge_attention,
+    laid_out,
     mask_layouts_of,
 )
-from normprops.ops.spec import NamedArrays, NamedExact, OpSpec
+from normprops.ops.spec import NamedArrays, NamedExact, OpSpec, Transform
 from normprops.verdict import Verdict
 
 __all__ = ["ATTENTION", "ATTENTION_PROPERTIES", "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS",
@@ -49,12 +56,12 @@ __all__ = ["ATTENTION", "ATTENTION_PROPERTIES", "EMPTY_ROWS", "FOREIGN_ATTENTION
 
 #: The properties an attention kernel is judged on (the module's docstring says why not the others).
 ATTENTION_PROPERTIES = frozenset({"contract", "finite", "masked_rows", "accuracy", "determinism",
-                                  "batch_invariance"})
+                                  "batch_invariance", "shift_invariance", "permutation_invariance"})
 
 #: The families in report order, as :mod:`normprops.ops.attention_families` defines them (that
 #: module imports Hypothesis, which the op's registration must not).
 _FAMILIES = ("ordinary", "large_scores", "sentinel", "fully_masked", "causal", "gqa", "cancelling_v",
-             "ragged")
+             "ragged", "sliding_window", "decode", "extreme_lse", "head_dims", "outlier_key", "strided")
 
 
 def user_attention_declaration(model: ErrorModel, *, dtype: str, **keywords: Any) -> AttentionDeclaration:
@@ -74,6 +81,8 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     strategy = attention_cases(family, dtypes=(dtype,))
     if not FAMILY_LAYOUTS[family] <= layouts:
         strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
+    if declaration.min_keys > 1:
+        strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
     if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
         strategy = strategy.map(functools.partial(as_taken, declaration=declaration))
     return strategy
@@ -94,12 +103,12 @@ def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> Atten
 
     def widened(a: np.ndarray, width: int) -> np.ndarray:
         extra = width - a.shape[3]
-        return np.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))) if extra else a
+        return laid_like(np.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))), a) if extra else a
 
     q, k, v = widened(q, d), widened(k, d), widened(v, dv)
     if not declaration.gqa and k.shape[1] != q.shape[1]:
         group = q.shape[1] // k.shape[1]
-        k, v = np.repeat(k, group, axis=1), np.repeat(v, group, axis=1)
+        k, v = laid_like(np.repeat(k, group, axis=1), k), laid_like(np.repeat(v, group, axis=1), v)
     if q is case.q and k is case.k and v is case.v:
         return case
     return dataclasses.replace(case, q=q, k=k, v=v)
@@ -182,8 +191,10 @@ def _check(case: AttentionCase, outs: dict[str, np.ndarray], exact: NamedExact,
 def _pieces(case: AttentionCase) -> tuple[tuple[AttentionCase, tuple[slice, ...], str], ...]:
     b, _, lq, _ = case.q.shape
     i, n = lq // 2, b // 2
-    found = [(case.queries(slice(None), slice(i, i + 1)), (slice(None), slice(None), slice(i, i + 1)),
-              f"query row {i} alone (Lq = 1)")]
+    # One query row (a decode step) alone is the case itself: determinism's second call judged it.
+    row = (slice(None), slice(None), slice(i, i + 1))
+    found = [] if lq == 1 else [(case.queries(slice(None), slice(i, i + 1)), row,
+                                 f"query row {i} alone (Lq = 1)")]
     if b > 1:
         found.append((case.queries(slice(n, n + 1), slice(None)), (slice(n, n + 1),),
                       f"batch element {n} alone (B = 1)"))
@@ -194,8 +205,11 @@ def _build(family: str, dtype: str, fields: dict[str, Any], params: dict[str, An
     missing = sorted({"q", "k", "v", "scale"} - set(fields))
     if missing:
         raise ValueError(f"attention needs {', '.join(missing)}")
-    return AttentionCase(fields["q"], fields["k"], fields["v"], fields.get("mask"), fields["scale"],
-                         dtype=dtype, family=family, params=params)
+    q, k, v = fields["q"], fields["k"], fields["v"]
+    if params.get("memory") in MEMORY_LAYOUTS:  # a strided case keeps its strides when replayed
+        q, k, v = (laid_out(np.asarray(a), params["memory"]) for a in (q, k, v))
+    return AttentionCase(q, k, v, fields.get("mask"), fields["scale"], dtype=dtype, family=family,
+                         params=params)
 
 
 def _describe(case: AttentionCase, verdict: Any = None) -> str:
@@ -222,6 +236,51 @@ def _describe(case: AttentionCase, verdict: Any = None) -> str:
     return "\n".join(lines)
 
 
+#: How far the key shift moves the scores of the query row it is aimed at: past exp's overflow at
+#: 88.7, so that a kernel which exponentiates scores without subtracting the row max meets it.
+KEY_SHIFT = 200.0
+
+
+def _shift_keys(case: AttentionCase) -> tuple[AttentionCase, str] | None:
+    """Every key of a kv head plus one vector ``u``: each score of a query row moves by
+    ``scale q.u``, the same for all its keys, so the softmax and the output do not change. ``u`` is
+    the first query row of the head's group scaled so its scores move by :data:`KEY_SHIFT` (the
+    other rows' by their projection on it, of either sign). ``k + u`` is rounded to the storage
+    type: the copy's exact output is computed, not assumed."""
+    b, hq, lq, d = case.q.shape
+    if case.k.shape[2] == 0 or lq == 0 or d == 0:
+        return None
+    row = case.q[:, ::case.group, 0, :].astype(np.float64)  # (B, Hkv, D)
+    norm2 = np.sum(row * row, axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        u = np.where(norm2 > 0, KEY_SHIFT / (case.scale * norm2), 0.0) * row
+        shifted = to_dtype((case.k.astype(np.float64) + u[:, :, None, :]).astype(np.float32), case.dtype)
+    if not np.all(np.isfinite(shifted)) or not u.any():
+        return None
+    return (case.replace(k=laid_like(np.ascontiguousarray(shifted), case.k)),
+            f"every key plus u = c q (q the group's first query row, scale q.u = {KEY_SHIFT:g})")
+
+
+def _permute_keys(case: AttentionCase) -> tuple[AttentionCase, str] | None:
+    """The keys in reverse order, with their values and mask columns: the same softmax over the
+    same set, summed in another order (the first key last)."""
+    lk = case.k.shape[2]
+    if lk < 2:
+        return None
+    order = np.arange(lk)[::-1]
+    mask = None if case.mask is None else np.ascontiguousarray(case.mask[..., order])
+    return (case.replace(k=laid_like(np.ascontiguousarray(case.k[:, :, order]), case.k),
+                         v=laid_like(np.ascontiguousarray(case.v[:, :, order]), case.v), mask=mask),
+            "the keys, their values and mask columns in reverse order")
+
+
+#: The two invariances of attention, judged on a copy of each case that passed.
+KEY_TRANSFORMS = (Transform("shift_invariance", _shift_keys),
+                  # The same softmax over the same set: the same exact output and bound (up to
+                  # float64's rounding, 2^-29 of the bound), not computed again.
+                  Transform("permutation_invariance", _permute_keys, same_exact=True))
+
+
 def _from_json(doc: Any, model: ErrorModel) -> AttentionDeclaration:
     return AttentionDeclaration.from_json(doc, model)
 
@@ -235,6 +294,7 @@ ATTENTION = OpSpec(
     "attention", ("q", "k", "v", "mask", "scale"), None,
     "softmax(scale * q k^T, masked) v per query row; lse = ln sum exp(scale q.k) over kept keys",
     outputs=("out", "lse"), returns="out or (out, lse)", families=_FAMILIES, properties=ATTENTION_PROPERTIES,
+    transforms=KEY_TRANSFORMS,
     reference=lambda case, oracle="float64": attention_reference(
         case.q, case.k, case.v, case.mask, case.scale, oracle=oracle),
     bound=lambda case, ref, declaration=FOREIGN_ATTENTION: attention_tolerance(

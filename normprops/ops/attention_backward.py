@@ -28,15 +28,17 @@ from normprops.dtypes import get_dtype
 from normprops.errormodel import ErrorModel
 from normprops.ops.attention import _describe as _describe_forward
 from normprops.ops.attention_backward_math import (
+    FOREIGN_ATTENTION_BACKWARD,
     AttentionBackwardCase,
+    AttentionBackwardDeclaration,
     AttentionBackwardReference,
     AttentionBackwardTolerance,
     attention_backward_reference,
     attention_backward_tolerance,
     backward_as_taken,
+    backward_declaration,
 )
 from normprops.ops.attention_math import (
-    FOREIGN_ATTENTION,
     MASK_LAYOUTS,
     AttentionDeclaration,
     mask_layouts_of,
@@ -44,7 +46,8 @@ from normprops.ops.attention_math import (
 from normprops.ops.spec import NamedArrays, NamedExact, OpSpec
 from normprops.verdict import Verdict
 
-__all__ = ["ATTENTION_BACKWARD", "AttentionBackwardCase", "AttentionBackwardReference",
+__all__ = ["ATTENTION_BACKWARD", "AttentionBackwardCase", "AttentionBackwardDeclaration",
+           "backward_declaration", "AttentionBackwardReference",
            "AttentionBackwardTolerance", "attention_backward_reference", "attention_backward_tolerance",
            "backward_as_taken"]
 
@@ -71,6 +74,8 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     strategy = attention_backward_cases(family, dtypes=(dtype,))
     if not FAMILY_LAYOUTS[family] <= layouts:
         strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
+    if declaration.min_keys > 1:
+        strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
     if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
         strategy = strategy.map(lambda case: backward_as_taken(case, declaration=declaration))
     return strategy
@@ -155,11 +160,12 @@ def _declare(model: ErrorModel, *, dtype: str, mask_layouts: object = None,
              p_dtype: object = None) -> AttentionDeclaration:
     """A user's declaration: the masks the kernel takes and the type it rounds P and dS to before
     their matrix products (the forward's keywords; an empty row's dq is always 0)."""
-    return AttentionDeclaration.declare(model, dtype=dtype, mask_layouts=mask_layouts, p_dtype=p_dtype)
+    return AttentionBackwardDeclaration.declare(model, dtype=dtype, mask_layouts=mask_layouts,
+                                                p_dtype=p_dtype)
 
 
 def _from_json(doc: Any, model: ErrorModel) -> AttentionDeclaration:
-    return AttentionDeclaration.from_json(doc, model)
+    return AttentionBackwardDeclaration.from_json(doc, model)
 
 
 def _storage(dtype: str) -> str:
@@ -176,11 +182,11 @@ ATTENTION_BACKWARD = OpSpec(
     properties=ATTENTION_BACKWARD_PROPERTIES,
     reference=lambda case, oracle="float64": attention_backward_reference(
         case.dout, case.q, case.k, case.v, case.mask, case.scale),
-    bound=lambda case, ref, declaration=FOREIGN_ATTENTION: attention_backward_tolerance(
+    bound=lambda case, ref, declaration=FOREIGN_ATTENTION_BACKWARD: attention_backward_tolerance(
         ref, dtype=_storage(case.dtype), declaration=declaration),
     named=NamedArrays(
         cases=_cases, outputs=_outputs, exact=_exact, check=_check, element=_element,
-        pieces=_pieces, build=_build, describe=_describe, default_declaration=FOREIGN_ATTENTION,
+        pieces=_pieces, build=_build, describe=_describe, default_declaration=FOREIGN_ATTENTION_BACKWARD,
         declare=_declare, from_json=_from_json, keywords=("mask_layouts", "p_dtype"),
         undrawable=_undrawable),
 )

@@ -21,13 +21,50 @@ from normprops.ops.attention_math import (
     AttentionReference,
     attention_reference,
     attention_tolerance,
-    weight_errors,
 )
 
-__all__ = ["AttentionBackwardCase", "AttentionBackwardReference", "AttentionBackwardTolerance",
-           "attention_backward_reference", "attention_backward_tolerance", "backward_as_taken"]
+__all__ = ["AttentionBackwardCase", "AttentionBackwardDeclaration", "AttentionBackwardReference",
+           "AttentionBackwardTolerance", "FOREIGN_ATTENTION_BACKWARD", "attention_backward_reference",
+           "attention_backward_tolerance", "backward_as_taken", "backward_declaration"]
 
 FLT_MIN = 2.0**-126
+
+
+# --- what a kernel declares ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionBackwardDeclaration(AttentionDeclaration):
+    """The forward's declaration (:class:`AttentionDeclaration`: depth, P's type, masks, shapes)
+    and ``group_sum_dtype``: the type each query head's dk and dv are rounded to and a kv head's
+    group summed in (autograd's sum over an expanded kv head in the storage type), None: float32."""
+
+    group_sum_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.group_sum_dtype is not None:
+            get_dtype(self.group_sum_dtype)
+
+    def to_json(self) -> dict[str, Any]:
+        doc = super().to_json()
+        return {**doc, "group_sum_dtype": self.group_sum_dtype} if self.group_sum_dtype else doc
+
+    @classmethod
+    def from_json(cls, doc: Any, model: Any) -> AttentionBackwardDeclaration:
+        base = super().from_json(doc, model)
+        return dataclasses.replace(base, group_sum_dtype=doc.get("group_sum_dtype")
+                                   if isinstance(doc, dict) else None)  # type: ignore[return-value]
+
+
+def backward_declaration(forward: AttentionDeclaration, **changes: Any) -> AttentionBackwardDeclaration:
+    """``forward`` (an attention declaration) as the backward's, with ``changes``."""
+    fields = {f.name: getattr(forward, f.name) for f in dataclasses.fields(AttentionDeclaration)}
+    return AttentionBackwardDeclaration(**{**fields, **changes})
+
+
+#: A kernel we did not write, as the forward's FOREIGN_ATTENTION; its group sums in float32.
+FOREIGN_ATTENTION_BACKWARD = backward_declaration(FOREIGN_ATTENTION)
 
 
 # --- the case ----------------------------------------------------------------------------------
@@ -173,7 +210,7 @@ class AttentionBackwardTolerance:
 
 
 def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str = "float32",
-                                 declaration: AttentionDeclaration = FOREIGN_ATTENTION
+                                 declaration: AttentionDeclaration = FOREIGN_ATTENTION_BACKWARD
                                  ) -> AttentionBackwardTolerance:
     """The bound of docs/tolerances.md, "Attention backward", for a kernel computing in float32
     on inputs and outputs of storage type ``dtype``, with the reductions of ``declaration.model``.
@@ -206,10 +243,11 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
     k_q = max(model.k(group * lq), model.k(lq) + group) + 2
     u_p = 0.0 if declaration.p_dtype is None else get_dtype(declaration.p_dtype).u
     ftol = attention_tolerance(fwd, dtype=dtype, declaration=declaration)
-    delta, _, eps_fwd = weight_errors(fwd, declaration=declaration)
+    eps_fwd = ftol.weights
     kept = fwd.p > 0
     p = fwd.p
     with np.errstate(all="ignore"):
+        delta = np.where(kept, (model.k(fwd.head_dim) + 3) * u * fwd.score_size, 0.0)  # the scores
         lse = np.where(fwd.empty, 0.0, fwd.lse)[..., None]
         tol_lse = np.where(fwd.empty, 0.0, ftol.lse)[..., None]
         gap = np.abs(np.where(kept, fwd.scores - lse, 0.0))
@@ -237,10 +275,11 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
         heads_dv = e_p.swapaxes(-1, -2) @ abs_do + k_q * u * ((p + e_p).swapaxes(-1, -2) @ abs_do)
         tol_dk = _group_sum(heads_dk, group) + FLT_MIN * (group * lq + 2)
         tol_dv = _group_sum(heads_dv, group) + FLT_MIN * (group * lq + 2)
-        if declaration.group_sum_dtype is not None and group > 1:
+        group_sum_dtype = getattr(declaration, "group_sum_dtype", None)
+        if group_sum_dtype is not None and group > 1:
             # Each head's dk (dv) rounded to the declared type, then G - 1 additions in it: G
             # roundings of at most u_G times the sum of the heads' magnitudes.
-            kind_g = get_dtype(declaration.group_sum_dtype)
+            kind_g = get_dtype(group_sum_dtype)
             u_g, tiny_g = kind_g.u, kind_g.tiny
             tol_dk = tol_dk + group * u_g * _group_sum(np.abs(ref.dk_heads) + heads_dk, group) + tiny_g
             tol_dv = tol_dv + group * u_g * _group_sum(np.abs(ref.dv_heads) + heads_dv, group) + tiny_g

@@ -13,7 +13,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
-from normprops.ops.attention_math import AttentionCase
+from normprops.ops.attention_math import AttentionCase, laid_out
 
 __all__ = ["ATTENTION_FAMILIES", "FAMILY_LAYOUTS", "attention_case", "attention_cases"]
 
@@ -65,6 +65,8 @@ def _make(family: str, p: dict[str, Any], q: np.ndarray, k: np.ndarray, v: np.nd
     with np.errstate(all="ignore"):
         arrays = [to_dtype(np.clip(a, -kind.max, kind.max).astype(F32), dtype) for a in (q, k, v)]
     shown = {key: value for key, value in sorted(p.items()) if key not in _SHAPE_KEYS}
+    if "memory" in p:
+        arrays = [laid_out(a, p["memory"]) for a in arrays]
     return AttentionCase(*arrays, mask=mask, scale=scale, dtype=dtype, family=family, params=shown)
 
 
@@ -172,7 +174,102 @@ def _ragged(p: dict[str, Any]) -> AttentionCase:
     return _make("ragged", p, q, k, v, mask, _scale_for(p["D"]))
 
 
+def _sliding_window(p: dict[str, Any]) -> AttentionCase:
+    """A sliding window of ``window`` keys aligned to the bottom-right corner (Mistral, FlashAttention's
+    ``window_size=(w - 1, 0)``): key j kept for query i when ``i' - w < j <= i'``, ``i' = i + Lk - Lq``.
+    With ``Lq > Lk`` the first ``Lq - Lk`` query rows keep no key; a window of 1 keeps one key."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    lq, lk, w = p["Lq"], p["Lk"], p["window"]
+    last = np.arange(lq)[:, None] + (lk - lq)  # the last key query i sees, bottom-right aligned
+    j = np.arange(lk)[None, :]
+    mask = np.broadcast_to((j <= last) & (j > last - w), (p["B"], 1, lq, lk)).copy()
+    return _make("sliding_window", p, q, k, v, mask, _scale_for(p["D"]))
+
+
+def _decode(p: dict[str, Any]) -> AttentionCase:
+    """One query against a long kv cache (``Lk`` up to 4097, at tile edges: 1 mod 32, 64 mod 128,
+    2^k +- 1, and 0: no key at all). ``cached``: the cache of each batch element is filled to a drawn
+    length and padded after it (a key-padding mask; a length of 0 leaves the query row empty)."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p)
+    mask = None
+    if p["cached"] and p["Lk"]:
+        # an empty cache (length 0) one time in four, else any length
+        lengths = np.where(rng.random(p["B"]) < 0.25, 0, rng.integers(1, p["Lk"] + 1, size=p["B"]))
+        lengths[int(rng.integers(0, p["B"]))] = p["Lk"] - int(rng.integers(0, 2))
+        mask = np.broadcast_to(np.arange(p["Lk"])[None, :] < lengths[:, None],
+                               (1, 1, p["B"], p["Lk"])).transpose(2, 0, 1, 3).copy()
+    return _make("decode", p, q, k, v, mask, _scale_for(p["D"]))
+
+
+def _grouped_direction(rng: np.random.Generator, p: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """q rows near one direction ``z`` per batch element and kv head (shared by the query heads
+    that read it): ``q_i = z + n_i / 4`` with ``n_i`` orthogonal to ``z``. A key ``t z`` then scores
+    ``scale t |z|^2`` against every query row of the group (up to q's and k's rounding)."""
+    b, hkv, group, lq, d = p["B"], p["Hkv"], p["group"], p["Lq"], p["D"]
+    z = rng.standard_normal((b, hkv, 1, 1, d))
+    n = rng.standard_normal((b, hkv, group, lq, d))
+    n -= np.sum(n * z, axis=-1, keepdims=True) / np.sum(z * z, axis=-1, keepdims=True) * z
+    q = z + 0.25 * n
+    return q.reshape(b, hkv * group, lq, d), z.reshape(b, hkv, 1, d)
+
+
+def _extreme_lse(p: dict[str, Any]) -> AttentionCase:
+    """Every score of a row near ``level`` (+-100 to +-1e4) and within a few units of the others: the
+    row's lse is past +-88.7, where exp(s) overflows to inf or underflows to 0 in float32 unless the
+    row max is subtracted first. Keys are ``t z + spread n_j`` with ``scale t |z|^2 = level``."""
+    rng = np.random.default_rng(p["seed"])
+    q, z = _grouped_direction(rng, p)
+    scale = _scale_for(p["D"])
+    t = p["level"] / (scale * np.sum(z * z, axis=-1, keepdims=True))
+    k = t * z + p["spread"] * rng.standard_normal((p["B"], p["Hkv"], p["Lk"], p["D"]))
+    v = rng.standard_normal((p["B"], p["Hkv"], p["Lk"], p["D"]))
+    return _make("extreme_lse", p, q, k, v, None, scale)
+
+
+def _head_dims(p: dict[str, Any]) -> AttentionCase:
+    """The head dimensions models use (32 to 256, 72, 80, 104 and 192 among them), v's apart from
+    q's and k's (``Dv != D``, as DeepSeek's MLA has 192 against 128)."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p, dv=p["Dv"])
+    mask = _some_kept(rng, (p["B"], 1, p["Lq"], p["Lk"]), 0.8) if p["masked"] else None
+    return _make("head_dims", p, q, k, v, mask, _scale_for(p["D"]))
+
+
+def _outlier_key(p: dict[str, Any]) -> AttentionCase:
+    """One key scores ``gap`` above the others against every query row (an attention sink at the
+    first position, or a key elsewhere): past a gap of 88.7 the other weights are below float32's
+    exp(-88.7) relative to it, past 104 below its subnormals. Its value is scaled by ``sink_value``
+    (0: out is the tiny rest)."""
+    rng = np.random.default_rng(p["seed"])
+    q, z = _grouped_direction(rng, p)
+    b, hkv, lk, d = p["B"], p["Hkv"], p["Lk"], p["D"]
+    scale = _scale_for(d)
+    k = rng.standard_normal((b, hkv, lk, d))
+    v = rng.standard_normal((b, hkv, lk, d))
+    at = {"first": 0, "last": lk - 1, "middle": lk // 2}[p["position"]]
+    # the gap above the others' typical score (theirs are O(1) against z's direction)
+    k[:, :, at] = p["gap"] / (scale * np.sum(z * z, axis=-1)) * z[:, :, 0]
+    v[:, :, at] *= p["sink_value"]
+    return _make("outlier_key", p, q, k, v, None, scale)
+
+
+def _strided(p: dict[str, Any]) -> AttentionCase:
+    """q, k and v handed over as (B, H, L, D) views of (B, L, H, D) arrays (``memory="bshd"``, as a
+    model's projections leave them): a kernel that reads its inputs as contiguous reads heads and
+    positions interleaved."""
+    rng = np.random.default_rng(p["seed"])
+    q, k, v = _normal(rng, p, dv=p["Dv"])
+    mask = _some_kept(rng, (p["B"], 1, p["Lq"], p["Lk"]), 0.8) if p["masked"] else None
+    return _make("strided", p, q, k, v, mask, _scale_for(p["D"]))
+
+
 _ODD = (1, 3, 17, 63, 65, 127, 129, 255)
+#: Key lengths a decode step meets at a tile's edge: 1 mod 32, 64 mod 128, 2^k +- 1; and none.
+_DECODE_KEYS = (0, 1, 33, 64, 97, 127, 129, 192, 255, 257, 513, 1023, 1025, 1088, 2047, 2049, 4095, 4097)
+#: The head dimensions of released models.
+_MODEL_DIMS = (32, 64, 72, 80, 96, 104, 128, 192, 256)
 _FAMILIES: dict[str, tuple[Callable[[tuple[str, ...]], dict[str, st.SearchStrategy[Any]]],
                            Callable[[dict[str, Any]], AttentionCase]]] = {
     "ordinary": (lambda dt: {**_shape(), "dtype": _dtypes(dt), "masked": st.booleans(),
@@ -201,6 +298,28 @@ _FAMILIES: dict[str, tuple[Callable[[tuple[str, ...]], dict[str, st.SearchStrate
                                     lk=st.sampled_from([1, 63, 65, 127, 129, 255, 257]), d=_ODD),
                            "Dv": st.sampled_from(_ODD), "dtype": _dtypes(dt), "masked": st.booleans()},
                _ragged),
+    "sliding_window": (lambda dt: {**_shape(lq=(1, 12), lk=st.integers(1, 80)), "dtype": _dtypes(dt),
+                                   "window": st.sampled_from([1, 2, 3, 16, 31, 32, 33, 64])},
+                       _sliding_window),
+    "decode": (lambda dt: {**_shape(hkv=(1,), lq=(1, 1), lk=st.sampled_from(_DECODE_KEYS),
+                                    group=(1, 4), d=(64, 128)),
+                           "dtype": _dtypes(dt), "cached": st.booleans()}, _decode),
+    "extreme_lse": (lambda dt: {**_shape(lq=(1, 4), lk=st.integers(1, 48)), "dtype": _dtypes(dt),
+                                "level": st.tuples(st.sampled_from([1.0, -1.0]), st.floats(2, 4)).map(
+                                    lambda se: float(se[0] * round(10.0**se[1]))),
+                                "spread": st.sampled_from([0.0, 0.5, 2.0])}, _extreme_lse),
+    "head_dims": (lambda dt: {**_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=(1, 4), lk=st.integers(1, 64),
+                                       d=_MODEL_DIMS),
+                              "Dv": st.sampled_from(_MODEL_DIMS), "dtype": _dtypes(dt),
+                              "masked": st.booleans()}, _head_dims),
+    "outlier_key": (lambda dt: {**_shape(lq=(1, 4), lk=st.integers(2, 64)), "dtype": _dtypes(dt),
+                                "gap": st.sampled_from([8.0, 30.0, 95.0, 200.0]),
+                                "position": st.sampled_from(["first", "last", "middle"]),
+                                "sink_value": st.sampled_from([1.0, 0.0, 100.0])}, _outlier_key),
+    "strided": (lambda dt: {**_shape(hkv=(2, 3), group=(1, 2), lq=(2, 6), lk=st.integers(2, 48),
+                                     d=(8, 16, 64)),
+                            "Dv": st.sampled_from([8, 16, 24]), "dtype": _dtypes(dt), "masked": st.booleans(),
+                            "memory": st.just("bshd")}, _strided),
 }
 
 #: The mask layouts (normprops.ops.attention_math.MASK_LAYOUTS) each family's cases can have: a
@@ -215,6 +334,12 @@ FAMILY_LAYOUTS: dict[str, frozenset[str]] = {
     "gqa": frozenset({"none"}),
     "cancelling_v": frozenset({"none"}),
     "ragged": frozenset({"none", "arbitrary"}),
+    "sliding_window": frozenset({"arbitrary"}),
+    "decode": frozenset({"none", "key_padding", "arbitrary"}),
+    "extreme_lse": frozenset({"none"}),
+    "head_dims": frozenset({"none", "arbitrary"}),
+    "outlier_key": frozenset({"none"}),
+    "strided": frozenset({"none", "arbitrary"}),
 }
 
 #: The families' names, in the order of docs/tolerances.md, "Attention".

@@ -25,12 +25,15 @@ from normprops.dtypes import check_representable, get_dtype, numpy_dtype
 from normprops.errormodel import ErrorModel
 from normprops.errors import UsageError
 from normprops.flags import spelled
+from normprops.frameworks import laid_like
 
 __all__ = [
     "EMPTY_ROWS",
     "FOREIGN_ATTENTION",
     "MASK_LAYOUTS",
     "mask_layouts_of",
+    "MEMORY_LAYOUTS",
+    "laid_out",
     "SENTINEL",
     "AttentionCase",
     "AttentionDeclaration",
@@ -40,7 +43,6 @@ __all__ = [
     "attention_reference",
     "attention_tolerance",
     "check_attention",
-    "weight_errors",
     "judge_attention",
 ]
 
@@ -75,6 +77,21 @@ def mask_layouts_of(mask: np.ndarray | None) -> frozenset[str]:
     if (mask == mask[..., :1, :]).all():
         found.add("key_padding")
     return frozenset(found)
+
+
+#: How q, k and v may lie in memory, each a permutation of (B, H, L, D) from the slowest axis to
+#: the fastest: "bhsd", contiguous; "bshd", a (B, H, L, D) view of a (B, L, H, D) array, as a
+#: model's projections leave them before the transpose.
+MEMORY_LAYOUTS = {"bhsd": (0, 1, 2, 3), "bshd": (0, 2, 1, 3)}
+
+
+def laid_out(a: np.ndarray, layout: str) -> np.ndarray:
+    """``a`` (B, H, L, D) as a view of an array in the memory order ``layout`` (:data:`MEMORY_LAYOUTS`):
+    the same values, other strides."""
+    if layout not in MEMORY_LAYOUTS:
+        raise ValueError(f"layout must be one of {', '.join(MEMORY_LAYOUTS)} but was {layout!r}")
+    order = MEMORY_LAYOUTS[layout]
+    return np.ascontiguousarray(a.transpose(order)).transpose(np.argsort(order))
 
 
 # --- the case ----------------------------------------------------------------------------------
@@ -151,9 +168,9 @@ class AttentionCase:
         """The case made of the query rows ``rows`` of the batch elements ``batch``, with their
         keys, values and mask rows: the same outputs there, in a smaller call."""
         mask = None if self.mask is None else np.ascontiguousarray(self.mask[batch, :, rows])
-        return replace(self, q=np.ascontiguousarray(self.q[batch, :, rows]),
-                       k=np.ascontiguousarray(self.k[batch]), v=np.ascontiguousarray(self.v[batch]),
-                       mask=mask)
+        return replace(self, q=laid_like(np.ascontiguousarray(self.q[batch, :, rows]), self.q),
+                       k=laid_like(np.ascontiguousarray(self.k[batch]), self.k),
+                       v=laid_like(np.ascontiguousarray(self.v[batch]), self.v), mask=mask)
 
     def inputs(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None, float]:
         """The kernel's arguments: arrays of the storage type's numpy dtype (exact)."""
@@ -191,9 +208,8 @@ class AttentionDeclaration:
     widened with zero columns of q, k and v: the scores do not change, the extra output columns are
     zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
     are repeated for it: the same attention); ``equal_head_dims``: it takes v's head dimension only
-    equal to q's and k's (the narrower widened with zero columns). ``group_sum_dtype`` (the
-    attention backward only): the type dk and dv of a kv head's query heads are each rounded to
-    and summed in (autograd's sum over an expanded kv head in the storage type), None if float32.
+    equal to q's and k's (the narrower widened with zero columns); ``min_keys``: it takes no key
+    length below this (cuDNN's SDPA has no kernel for a single key): shorter cases are not drawn.
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -205,15 +221,16 @@ class AttentionDeclaration:
     head_dims_multiple_of: int = 1
     gqa: bool = True
     equal_head_dims: bool = False
-    group_sum_dtype: str | None = None
+    min_keys: int = 1
 
     def __post_init__(self) -> None:
+        if not isinstance(self.min_keys, int) or self.min_keys < 1:
+            raise ValueError(f"min_keys must be a positive int but was {self.min_keys!r}")
         if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
             raise ValueError(f"head_dims_multiple_of must be a positive int but was "
                              f"{self.head_dims_multiple_of!r}")
-        for name in ("p_dtype", "group_sum_dtype"):
-            if getattr(self, name) is not None:
-                get_dtype(getattr(self, name))
+        if self.p_dtype is not None:
+            get_dtype(self.p_dtype)
         if self.empty_row is not None and self.empty_row not in EMPTY_ROWS:
             raise ValueError(f"empty_row must be one of {EMPTY_ROWS} or None but was {self.empty_row!r}")
         if not isinstance(self.mask_layouts, frozenset):
@@ -267,8 +284,7 @@ class AttentionDeclaration:
     def to_json(self) -> dict[str, Any]:
         return {"online": self.online, "p_dtype": self.p_dtype, "empty_rows": self.empty_row or "either",
                 "mask_layouts": [n for n in MASK_LAYOUTS if n in self.mask_layouts],
-                "returns_lse": self.returns_lse, "threads": self.model.threads,
-                **({"group_sum_dtype": self.group_sum_dtype} if self.group_sum_dtype else {})}
+                "returns_lse": self.returns_lse, "threads": self.model.threads}
 
     @classmethod
     def from_json(cls, doc: Any, model: ErrorModel) -> AttentionDeclaration:
@@ -279,7 +295,7 @@ class AttentionDeclaration:
         return cls(model, online=bool(doc.get("online", True)), p_dtype=doc.get("p_dtype"),
                    empty_row=None if empty in (None, "either") else empty,
                    mask_layouts=frozenset(doc.get("mask_layouts") or MASK_LAYOUTS),
-                   returns_lse=doc.get("returns_lse"), group_sum_dtype=doc.get("group_sum_dtype"))
+                   returns_lse=doc.get("returns_lse"))
 
     def flag_pairs(self) -> list[tuple[str, object]]:
         """The fields that differ from a user kernel's default, as (field, value) for a command."""
@@ -363,7 +379,7 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
         s = np.where(keep, scale * dot, -np.inf)
         kept = keep.sum(axis=-1)
         empty = kept == 0
-        m = np.max(s, axis=-1)
+        m = np.max(s, axis=-1, initial=-np.inf)  # Lk = 0: every row empty
         m0 = np.where(empty, 0.0, m)
         e = np.where(keep, np.exp(s - m0[..., None]), 0.0)
         total = e.sum(axis=-1)  # positive terms: float64's pairwise sum is accurate
@@ -422,35 +438,13 @@ def _float64_not_enough(ref: AttentionReference) -> np.ndarray:
 # --- the bound -----------------------------------------------------------------------------------
 
 
-def weight_errors(ref: AttentionReference, *, declaration: AttentionDeclaration = FOREIGN_ATTENTION
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The relative errors of the weights P that :func:`attention_tolerance` derives, each
-    (B, Hq, Lq, Lk) but ``log_q`` (B, Hq, Lq): the scores' absolute errors ``delta_j``, ``log_q =
-    ln sum_j p_j exp(delta_j)``, and ``eps_j``, the bound on ``|P^_j - p_j| / p_j`` (0 at masked
-    keys). The attention backward's bound reads them too."""
-    model = declaration.model
-    u = model.unit_roundoff
-    k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
-    kept = ref.p > 0
-    with np.errstate(all="ignore"):
-        delta = np.where(kept, (k_d + 3) * u * ref.score_size, 0.0)
-        log_q = np.log(np.sum(ref.p * np.exp(delta), axis=-1))
-        log_q = np.where(ref.empty, 0.0, log_q)
-        big_e = np.expm1(delta + log_q[..., None])
-        dist = np.where(kept, np.abs(ref.scores - ref.row_max[..., None]), 0.0)
-        r = u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
-        if declaration.p_dtype is not None:
-            r = r + get_dtype(declaration.p_dtype).u
-        eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
-    return delta, log_q, eps
-
-
 @dataclass(frozen=True)
 class AttentionTolerance:
     """Per-element bounds: ``out`` (B, Hq, Lq, Dv) and ``lse`` (B, Hq, Lq); NaN on empty rows."""
 
     out: np.ndarray
     lse: np.ndarray
+    weights: np.ndarray | None = None  # eps_j, P's relative error (B, Hq, Lq, Lk), the backward's
 
 
 def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
@@ -475,9 +469,18 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     kind = get_dtype(dtype)
     model = declaration.model
     u = model.unit_roundoff
-    k_l = model.k(ref.keys)
-    delta, log_q, eps = weight_errors(ref, declaration=declaration)
+    k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
+    kept = ref.p > 0
     with np.errstate(all="ignore"):
+        delta = np.where(kept, (k_d + 3) * u * ref.score_size, 0.0)
+        log_q = np.log(np.sum(ref.p * np.exp(delta), axis=-1))
+        log_q = np.where(ref.empty, 0.0, log_q)
+        big_e = np.expm1(delta + log_q[..., None])
+        dist = np.where(kept, np.abs(ref.scores - ref.row_max[..., None]), 0.0)
+        r = u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
+        if declaration.p_dtype is not None:
+            r = r + get_dtype(declaration.p_dtype).u
+        eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
         k_pv = (2 * k_l if declaration.online else k_l) + 1
         pe = np.nan_to_num(ref.p * eps, nan=np.inf)
         out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
@@ -491,7 +494,7 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         tol_lse = log_q + u * (model.rho * k_l + 10 + model.c_x * ref.spread + 3 * np.abs(log_s)
                                + 2 * np.abs(np.where(ref.empty, 0.0, ref.lse)))
     return AttentionTolerance(np.where(ref.empty[..., None], np.nan, tol_out),
-                              np.where(ref.empty, np.nan, tol_lse))
+                              np.where(ref.empty, np.nan, tol_lse), eps)
 
 
 # --- the judge -----------------------------------------------------------------------------------

@@ -25,10 +25,15 @@ FLOAT32_EPS = float(np.finfo(np.float32).eps)  # 1.1920929e-07
 @dataclass(frozen=True)
 class Transform:
     """A copy of a case the op's output must agree with (within both bounds): ``apply`` returns the
-    copy and its description, or None where the case admits no exact copy."""
+    copy and its description, or None where the case admits no exact copy. A named-arrays op's copy
+    has outputs of the case's shapes, element for element the same exact values or, where the copy
+    rounds its inputs, exact values of its own (the difference is allowed for)."""
 
     property: str
     apply: Callable[[Any], tuple[Any, str] | None]  # (case) -> (copy, what) or None
+    # A named-arrays op's copy whose exact outputs and bounds are the case's (keys permuted): they
+    # are not computed again.
+    same_exact: bool = False
 
 
 @dataclass(frozen=True)
@@ -272,8 +277,11 @@ PROPERTIES: dict[str, str] = {
     "argmax": "softmax keeps the argmax",
     "determinism": "two calls on the same input are bitwise equal",
     "batch_invariance": "a row's output is bitwise the same alone, in any batch, at any position",
-    "shift_invariance": "adding an exact constant to a row changes nothing (softmax, layer norm)",
+    "shift_invariance": "adding an exact constant to a row changes nothing (softmax, layer norm); "
+                        "attention: a vector u added to every key (q.u to each score of a row)",
     "scale_invariance": "scaling x by 2^k and eps by 4^k changes nothing (norms)",
+    "permutation_invariance": "attention: the keys permuted with their values and mask columns "
+                              "change the output only within the bound",
     "row_order": "opt-in, gradients: dgamma and dbeta are bitwise the same with the rows in "
                  "another order",
 }
