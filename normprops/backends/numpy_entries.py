@@ -138,4 +138,28 @@ def _cross_entropy_entries() -> tuple[KernelSpec, ...]:
     return tuple(entries)
 
 
-NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _cross_entropy_entries()
+# --- attention backward: the example kernels of normprops.examples.attention_backward_kernels -----
+# float32 storage, the examples' declaration (the depth of their chunked sums, P in float32). The
+# correct ones claim every family; each planted one is a known bug of the family that shows it.
+
+
+def _attention_backward_entries() -> tuple[KernelSpec, ...]:
+    from normprops.examples.attention_backward_kernels import CORRECT as BWD_CORRECT
+    from normprops.examples.attention_backward_kernels import PLANTED as BWD_PLANTED
+
+    families = frozenset(get_op("attention_backward").families)
+    # Without --families, the correct ones are hunted where the planted ones are caught.
+    shown = frozenset(kernel.family for kernel in BWD_PLANTED.values())
+    entries = []
+    for name, kernel in {**BWD_CORRECT, **BWD_PLANTED}.items():
+        bugs = () if kernel.family is None else (KnownBug(kernel.family, kernel.bug),)
+        entries.append(KernelSpec(
+            name, "attention_backward", "numpy", f"normprops.examples.attention_backward_kernels:{name}",
+            _TOUCHES, kernel.declaration.model, families if not bugs else frozenset(),
+            (kernel.func.__doc__ or "").split("\n")[0] if not bugs else f"planted: {kernel.bug}",
+            bugs=bugs, bench=False, default_families=shown if not bugs else frozenset({kernel.family}),
+            op_declaration=kernel.declaration))
+    return tuple(entries)
+
+
+NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _attention_backward_entries() + _cross_entropy_entries()

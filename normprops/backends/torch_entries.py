@@ -259,3 +259,52 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
 TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds, tuple(shapes))
                        for device, attr, name, dtypes, layouts, rounds, *shapes in _SDPA
                        for dtype in dtypes)
+
+
+# The same backends' gradients through autograd (normprops.backends.torch_attention's *_backward),
+# as attention_backward kernels with the forward entries' shape declarations. cuDNN's backward
+# returns NaN dq with an attention mask, a key length of 64 mod 128 and every row's log-sum-exp
+# below -88.7 (pytorch#196678, torch 2.11 on H100 and H200, docs/reproducers/
+# torch_sdpa_cudnn_backward_nan.py): the low_lse family draws such cases; it claims no family
+# until it has been hunted.
+_SDPA_BACKWARD = (
+    # (device, attr, name, dtypes, mask layouts, rounds P, head dims a multiple of, GQA, claims)
+    ("cpu", "sdpa_math_backward", "sdpa-math.backward", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1,
+     True, True),
+    ("cpu", "sdpa_default_backward", "sdpa.backward", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 1,
+     True, True),
+    ("cuda", "sdpa_math_backward", "sdpa-math.backward", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1,
+     True, True),
+    ("cuda", "sdpa_flash_backward", "sdpa-flash.backward", ("bfloat16",), _NONE, True, 1, True, True),
+    ("cuda", "sdpa_efficient_backward", "sdpa-efficient.backward", ("float32", "bfloat16"), _ALL_LAYOUTS,
+     True, 8, False, False),
+    ("cuda", "sdpa_cudnn_backward", "sdpa-cudnn.backward", ("bfloat16",), _ALL_LAYOUTS, True, 8, True,
+     False),
+)
+
+
+def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts: frozenset[str],
+                         rounds_p: bool, shapes: tuple[int, bool, bool]) -> KernelSpec:
+    from normprops.ops.attention_backward_families import FAMILY_LAYOUTS
+
+    forward = _sdpa_entry(device, attr.removesuffix("_backward"), name, dtype, layouts, rounds_p, shapes)
+    claims = frozenset(f for f in get_op("attention_backward").families
+                       if shapes[2] and FAMILY_LAYOUTS[f] & layouts)
+    # Measured on the CPU (torch 2.13): the default backend's bfloat16 gradients of a GQA call
+    # are the per-head gradients rounded to bfloat16 and summed in it (err/tol up to 2 on dv when
+    # judged as a float32 sum; within the bound once declared; the math backend sums in float32).
+    from normprops.ops.attention_backward import backward_declaration
+
+    group_sum = dtype if attr == "sdpa_default_backward" and dtype != "float32" else None
+    declared = backward_declaration(forward.op_declaration, group_sum_dtype=group_sum)
+    # The forward's known bugs are of its outputs; the backward's are hunted afresh.
+    return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward", op_declaration=declared,
+                   bugs=(),
+                   entry=f"normprops.backends.torch_attention:{attr}", claims=claims,
+                   summary=f"PyTorch's scaled_dot_product_attention ({attr.removesuffix('_backward')}) "
+                               f"backward through autograd, {dtype} on the {device.upper()}")
+
+
+TORCH_KERNELS += tuple(_sdpa_backward_entry(device, attr, name, dtype, layouts, rounds, tuple(shapes))
+                       for device, attr, name, dtypes, layouts, rounds, *shapes in _SDPA_BACKWARD
+                       for dtype in dtypes)

@@ -5,15 +5,16 @@ One module per op family holds everything about its ops (signature and outputs, 
 families, applicable properties, its own checks and metamorphic copies): :mod:`normprops.ops.softmax`
 (with ``softmax_backward``), :mod:`normprops.ops.masked_softmax`, :mod:`normprops.ops.layernorm`
 (with ``layernorm_backward``), :mod:`normprops.ops.rmsnorm` (with ``rmsnorm_backward``) and
-:mod:`normprops.ops.attention` and :mod:`normprops.ops.cross_entropy` (whose cases are named arrays of
-any shape). An op of
+:mod:`normprops.ops.attention` (with :mod:`normprops.ops.attention_backward`) and
+:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape). An op of
 one's own is an :class:`OpSpec` handed to :func:`register`.
 """
 
 from __future__ import annotations
 
 from normprops.ops.attention import ATTENTION
-from normprops.ops.cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
+:mod:`normprops.ops.attention` (with :mod:`normprops.ops.attention_backward`) and
+:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape). An op of
 from normprops.ops.layernorm import LAYERNORM, LAYERNORM_BACKWARD
 from normprops.ops.masked_softmax import MASKED_SOFTMAX
 from normprops.ops.rmsnorm import RMSNORM, RMSNORM_BACKWARD
@@ -49,7 +50,8 @@ __all__ = ["OpSpec", "NamedArrays", "NamedExact", "Transform",
 
 # The built-in ops, in report order: the forward ops, then their gradients.
 for _op in (SOFTMAX, LAYERNORM, RMSNORM, MASKED_SOFTMAX, SOFTMAX_BACKWARD, RMSNORM_BACKWARD,
-            LAYERNORM_BACKWARD, ATTENTION, CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD):
+:mod:`normprops.ops.attention` (with :mod:`normprops.ops.attention_backward`) and
+:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape). An op of
     if _op.name not in OPS:
         register(_op)
 del _op

@@ -444,6 +444,7 @@ class AttentionTolerance:
 
     out: np.ndarray
     lse: np.ndarray
+    weights: np.ndarray | None = None  # eps_j, P's relative error (B, Hq, Lq, Lk), the backward's
 
 
 def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
@@ -493,7 +494,7 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         tol_lse = log_q + u * (model.rho * k_l + 10 + model.c_x * ref.spread + 3 * np.abs(log_s)
                                + 2 * np.abs(np.where(ref.empty, 0.0, ref.lse)))
     return AttentionTolerance(np.where(ref.empty[..., None], np.nan, tol_out),
-                              np.where(ref.empty, np.nan, tol_lse))
+                              np.where(ref.empty, np.nan, tol_lse), eps)
 
 
 # --- the judge -----------------------------------------------------------------------------------
