@@ -13,8 +13,8 @@ one's own is an :class:`OpSpec` handed to :func:`register`.
 from __future__ import annotations
 
 from normprops.ops.attention import ATTENTION
-:mod:`normprops.ops.attention` (with :mod:`normprops.ops.attention_backward`) and
-:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape). An op of
+from normprops.ops.attention_backward import ATTENTION_BACKWARD
+from normprops.ops.cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from normprops.ops.layernorm import LAYERNORM, LAYERNORM_BACKWARD
 from normprops.ops.masked_softmax import MASKED_SOFTMAX
 from normprops.ops.rmsnorm import RMSNORM, RMSNORM_BACKWARD
@@ -50,8 +50,7 @@ __all__ = ["OpSpec", "NamedArrays", "NamedExact", "Transform",
 
 # The built-in ops, in report order: the forward ops, then their gradients.
 for _op in (SOFTMAX, LAYERNORM, RMSNORM, MASKED_SOFTMAX, SOFTMAX_BACKWARD, RMSNORM_BACKWARD,
-:mod:`normprops.ops.attention` (with :mod:`normprops.ops.attention_backward`) and
-:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape). An op of
+            LAYERNORM_BACKWARD, ATTENTION, ATTENTION_BACKWARD, CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD):
     if _op.name not in OPS:
         register(_op)
 del _op
