@@ -153,4 +153,4 @@ def test_a_kernel_with_a_least_key_length_is_never_handed_a_shorter_case() -> No
         find(named.cases("ordinary", "float32", dataclasses.replace(plain, min_keys=2)),
              lambda c: c.k.shape[2] == 1, settings=quick)
     with pytest.raises(ValueError, match="min_keys"):
-        AttentionDeclaration(min_keys=0)
+        AttentionDeclaration(min_keys=-1)

@@ -241,8 +241,10 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
                                     # flash: "No available kernel" for v's head dimension 24 beside
                                     # q's 8 (torch 2.11, H100)
                                     equal_head_dims=attr == "sdpa_flash",
-                                    # cuDNN: "No available kernel" for a single key (torch 2.11, H100)
-                                    min_keys=2 if attr == "sdpa_cudnn" else 1)
+                                    # "No available kernel" for zero keys (flash, memory-efficient)
+                                    # and for a single key (cuDNN), torch 2.11 on an H100
+                                    min_keys={"sdpa_cudnn": 2, "sdpa_flash": 1,
+                                              "sdpa_efficient": 1}.get(attr, 0))
     claims = frozenset(f for f in get_op("attention").families
                        if claiming and FAMILY_LAYOUTS[f] & layouts)
     bugs = _CUDNN_MASKED_ROWS if attr == "sdpa_cudnn" else ()

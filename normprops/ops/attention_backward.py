@@ -74,7 +74,7 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     strategy = attention_backward_cases(family, dtypes=(dtype,))
     if not FAMILY_LAYOUTS[family] <= layouts:
         strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
-    if declaration.min_keys > 1:
+    if declaration.min_keys > 0:
         strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
     if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
         strategy = strategy.map(lambda case: backward_as_taken(case, declaration=declaration))

@@ -209,7 +209,8 @@ class AttentionDeclaration:
     zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
     are repeated for it: the same attention); ``equal_head_dims``: it takes v's head dimension only
     equal to q's and k's (the narrower widened with zero columns); ``min_keys``: it takes no key
-    length below this (cuDNN's SDPA has no kernel for a single key): shorter cases are not drawn.
+    length below this (SDPA's fused backends have no kernel for zero keys, cuDNN's none for a single
+    key): shorter cases are not drawn.
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -221,11 +222,11 @@ class AttentionDeclaration:
     head_dims_multiple_of: int = 1
     gqa: bool = True
     equal_head_dims: bool = False
-    min_keys: int = 1
+    min_keys: int = 0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.min_keys, int) or self.min_keys < 1:
-            raise ValueError(f"min_keys must be a positive int but was {self.min_keys!r}")
+        if not isinstance(self.min_keys, int) or self.min_keys < 0:
+            raise ValueError(f"min_keys must be a non-negative int but was {self.min_keys!r}")
         if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
             raise ValueError(f"head_dims_multiple_of must be a positive int but was "
                              f"{self.head_dims_multiple_of!r}")
