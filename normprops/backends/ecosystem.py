@@ -179,8 +179,43 @@ def _jax(op: str) -> Callable[..., Any]:
         # The layer norm JAX users write: jax.nn.standardize, then the affine.
         return jax.nn.standardize(x, axis=-1, epsilon=eps) * gamma + beta
 
+    if op.startswith("attention_"):
+        return _jax_attention(jax, op.removeprefix("attention_"))
     fn = {"softmax": softmax, "layernorm": layer_norm}[op]
     return jax.jit(fn, static_argnums=_STATIC_EPS[op])
+
+
+def _jax_attention(jax: Any, implementation: str) -> Callable[..., Any]:
+    """``jax.nn.dot_product_attention`` as the attention op's ``fn(q, k, v, mask, scale)``: q, k and v
+    in the op's (B, H, L, D) transposed to JAX's (B, L, H, D) and out back, the bool mask (B, 1,
+    Lq, Lk) handed over as it is (True: the key takes part; JAX broadcasts it over the heads), the
+    scale static (a constant, as users write it). GQA is JAX's own (N query heads a multiple of K
+    kv heads).
+
+    The lse (``return_residual=True``) comes back in the storage type (``logsumexp(...).astype(
+    key.dtype)`` in JAX's source): a float32 call returns (out, lse), a 16-bit one out alone, since
+    the op's lse is float32 and a bfloat16 lse holds 8 bits of it.
+
+    JAX fills masked scores with a large finite negative (about -0.7 FLT_MAX), not -inf, so a query
+    row with no kept key is a softmax of equal scores: the mean of v over every key, and its lse
+    about -2.4e38 (measured, xla on the CPU, jax 0.10.2). Neither zeros nor NaN: the op's contract
+    for such a row does not hold, and the entries claim no family that draws one."""
+    jnp = jax.numpy
+
+    def attention(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+        def bthd(a: Any) -> Any:
+            return jnp.swapaxes(a, 1, 2)
+
+        with_lse = q.dtype == jnp.float32
+        result = jax.nn.dot_product_attention(bthd(q), bthd(k), bthd(v), mask=mask, scale=scale,
+                                              implementation=implementation,
+                                              return_residual=with_lse)
+        if not with_lse:
+            return bthd(result)
+        out, lse = result
+        return bthd(out), jnp.swapaxes(lse, 1, 2)  # (B, T, N) -> (B, N, T)
+
+    return jax.jit(attention, static_argnums=(4,))
 
 
 @functools.cache

@@ -163,3 +163,52 @@ def _grad_entry(backend: str, op: str, name: str, attr: str) -> KernelSpec:
 
 
 ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_with_findings(_grad_entry(*row)) for row in _GRAD_OPS)
+
+
+# jax.nn.dot_product_attention (normprops.backends.ecosystem, `_jax_attention`), under jax.jit on
+# JAX's first device, as the attention op. What its source and a probe on the CPU (jax 0.10.2) say:
+# - xla: the scores in float32 (preferred_element_type; 16-bit inputs through BF16_BF16_F32 /
+#   F16_F16_F32), a full softmax in float32, P cast to the storage type before P.V: a plain (not
+#   online) softmax, P rounded in 16-bit storage. v must have k's shape (Dv = D: declared, a drawn
+#   case's narrower head dim widened with zero columns). A query row with no kept key is the mean
+#   of v over every key (masked scores are a large finite negative, not -inf): neither zeros nor
+#   NaN, so no family that draws such rows (fully_masked; causal, whose bottom-right masks leave
+#   the first Lq - Lk rows empty) is claimed. The lse is returned for float32 only (JAX rounds it
+#   to the storage type).
+# - xla in bfloat16 under jax.jit on the CPU: small calls fail to compile ("Algorithm not supported
+#   by the ElementalIrEmitter: ALG_DOT_BF16_BF16_F32", at B=1, Lq=Lk=1, H=8 but not at B=2, 16
+#   queries and keys, 4 heads of 64; jax 0.10.2). JAX asks for that dot algorithm inside a
+#   try/except that falls back to the default precision, but under jit the error comes when XLA
+#   compiles, after the except has passed. A contract failure on every family's first small case,
+#   so the bfloat16 entry claims nothing until it has been hunted where it runs (a GPU).
+# - cudnn: cuDNN's fused attention, GPU only, 16-bit storage only; declared as cuDNN's SDPA backend
+#   is (head dims a multiple of 8) and hunted without claims until its findings are read.
+_JAX_ATTENTION_UNCLAIMED = frozenset({"fully_masked", "causal"})
+
+
+def _jax_attention_entry(implementation: str, dtype: str, claiming: bool) -> KernelSpec:
+    from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
+
+    cudnn = implementation == "cudnn"
+    declared = AttentionDeclaration(FOREIGN_ATTENTION.model, online=cudnn,
+                                    p_dtype=None if dtype == "float32" else dtype,
+                                    returns_lse=dtype == "float32", equal_head_dims=True,
+                                    head_dims_multiple_of=8 if cudnn else 1)
+    claims = frozenset()
+    if claiming:
+        claims = frozenset(get_op("attention").families or ()) - _JAX_ATTENTION_UNCLAIMED
+    suffix = "-cudnn" if cudnn else ""
+    return KernelSpec(f"jax.attention{suffix}-{_SHORT[dtype]}", "attention", "jax",
+                      f"normprops.backends.ecosystem:jax__attention_{implementation}", 4,
+                      FOREIGN_ATTENTION.model, claims,
+                      f"jax.jit of jax.nn.dot_product_attention(implementation={implementation!r}), "
+                      f"{dtype}{' (a CUDA GPU only)' if cudnn else ''}", exempt=_NOT_PROMISED,
+                      bench=False, dtype=dtype, framework="jax", op_declaration=declared)
+
+
+ECOSYSTEM_KERNELS += (
+    _jax_attention_entry("xla", "float32", True),
+    _jax_attention_entry("xla", "bfloat16", False),
+    _jax_attention_entry("cudnn", "bfloat16", False),
+    _jax_attention_entry("cudnn", "float16", False),
+)

@@ -310,3 +310,53 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
 TORCH_KERNELS += tuple(_sdpa_backward_entry(device, attr, name, dtype, layouts, rounds, tuple(shapes))
                        for device, attr, name, dtypes, layouts, rounds, *shapes in _SDPA_BACKWARD
                        for dtype in dtypes)
+
+
+# PyTorch's FlexAttention (normprops.backends.torch_flex), compiled (torch.compile(flex_attention):
+# Triton on CUDA, Inductor's C++ template on the CPU) and eager (the unfused math_attention), the
+# mask handed over as a BlockMask from a mask_mod reading the drawn mask (none for the "none"
+# layout), GQA through enable_gqa. What was measured on the CPU (torch 2.13.0+cpu):
+# - a query row with no kept key gives zeros (compiled and eager) and lse -inf (eager; the CPU's
+#   compiled kernel returns no lse: Inductor refuses return_lse there);
+# - every head dimension 1-255, q's and v's apart (D 64 beside Dv 24, D 255 beside Dv 1), every
+#   length 1-257: no shape limit to declare on the CPU;
+# - eager computes the scores in float32, a full (not online) softmax, and rounds P to the storage
+#   type before P.V; the compiled kernels are online and, in 16-bit storage, hand P to the P.V
+#   product in the storage type too (Triton's tl.dot of P.to(v.dtype); the CPU template likewise),
+#   so every 16-bit entry declares P rounded.
+# The CUDA entries (torch 2.11 on the GPU host) are declared from the same source and not yet
+# hunted: they claim nothing (hunted, their findings reported, none gated on). The compiled CPU
+# entry compiles a kernel per batch size, head count, head dim, storage type and mask presence
+# (5-13 s each on 2 cores): a hunt of 100 examples of a family takes minutes, so it claims nothing
+# either and is hunted on demand (`normprops hunt --backend torch-cpu --kernel flex-f32`).
+_FLEX = (
+    # (device, attr, name, returns the lse, online, claims)
+    ("cpu", "flex_compiled", "flex", False, True, False),
+    ("cpu", "flex_eager", "flex-eager", True, False, True),
+    ("cuda", "flex_compiled", "flex", True, True, False),
+    ("cuda", "flex_eager", "flex-eager", True, False, False),
+)
+# The families the eager CPU entries' hunts came back clean on (100 examples, seeds 0 and 1,
+# docs/ecosystem.md, "Attention").
+_FLEX_EAGER_CPU_CLAIMS = frozenset(get_op("attention").families or ())
+
+
+def _flex_entry(device: str, attr: str, name: str, dtype: str, returns_lse: bool, online: bool,
+                claiming: bool) -> KernelSpec:
+    from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
+
+    declared = AttentionDeclaration(FOREIGN_ATTENTION.model, online=online, empty_row="zero",
+                                    p_dtype=None if dtype == "float32" else dtype,
+                                    returns_lse=returns_lse)
+    how = "torch.compile(flex_attention)" if attr == "flex_compiled" else "flex_attention, eager"
+    return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
+                      f"normprops.backends.torch_flex:{attr}", 4, FOREIGN_ATTENTION.model,
+                      _FLEX_EAGER_CPU_CLAIMS if claiming else frozenset(),
+                      f"PyTorch's FlexAttention ({how}, a BlockMask from the mask), {dtype} on the "
+                      f"{device.upper()}", bench=False, dtype=dtype, framework="torch", device=device,
+                      op_declaration=declared, exempt=frozenset({"batch_invariance"}))
+
+
+TORCH_KERNELS += tuple(_flex_entry(device, attr, name, dtype, lse, online, claiming)
+                       for device, attr, name, lse, online, claiming in _FLEX
+                       for dtype in ("float32", "bfloat16"))

@@ -1,0 +1,98 @@
+"""FlexAttention and jax.nn.dot_product_attention as registry entries of the attention op: listed by
+``normprops kernels``, a small clean hunt of each CPU entry, and what each does that its
+declaration rests on (a fully masked row; the compiled CPU kernel across batch sizes)."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import pytest
+from cli_harness import run
+
+from normprops.hunt import HuntConfig, hunt
+from normprops.launch import target_from_spec
+from normprops.ops.attention_families import attention_case
+from normprops.properties import evaluate
+from normprops.registry_hunt import registry_target
+from normprops.specs import KERNELS
+
+NEW_ENTRIES = [
+    ("torch-cpu", "flex-f32"), ("torch-cpu", "flex-bf16"),
+    ("torch-cpu", "flex-eager-f32"), ("torch-cpu", "flex-eager-bf16"),
+    ("torch-cuda", "flex-f32"), ("torch-cuda", "flex-bf16"),
+    ("torch-cuda", "flex-eager-f32"), ("torch-cuda", "flex-eager-bf16"),
+    ("jax", "jax.attention-f32"), ("jax", "jax.attention-bf16"),
+    ("jax", "jax.attention-cudnn-bf16"), ("jax", "jax.attention-cudnn-f16"),
+]
+
+
+def _spec(backend: str, name: str):
+    return next(k for k in KERNELS if (k.backend, k.name) == (backend, name))
+
+
+def _needs(module: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        pytest.skip(f"{module} is not installed: its attention entries cannot run here")
+
+
+def test_the_entries_are_listed_by_normprops_kernels() -> None:
+    code, out, err = run("kernels")
+    assert code == 0, err
+    rows = {tuple(line.split()[:3]) for line in out.splitlines() if line.strip()}
+    missing = [(b, n) for b, n in NEW_ENTRIES if (n, "attention", b) not in rows]
+    assert not missing, f"not listed by `normprops kernels`: {missing}"
+
+
+def _hunt_clean(backend: str, name: str, family: str, examples: int) -> None:
+    spec = _spec(backend, name)
+    assert family in spec.claims, f"{spec.label} does not claim {family}"
+    result = hunt(registry_target(spec, family), family=family,
+                  config=HuntConfig(max_examples=examples, seed=0, derandomize=True))
+    assert result.passed, "\n".join(f.verdict.reason for f in result.findings)
+
+
+@pytest.mark.parametrize("name", ["flex-eager-f32", "flex-eager-bf16"])
+@pytest.mark.parametrize("family", ["fully_masked", "gqa"])
+def test_flex_eager_on_the_cpu_hunts_clean(name: str, family: str) -> None:
+    _needs("torch")
+    _hunt_clean("torch-cpu", name, family, 12)
+
+
+@pytest.mark.parametrize("family", ["ordinary", "gqa"])
+def test_jax_xla_hunts_clean(family: str) -> None:
+    _needs("jax")
+    _hunt_clean("jax", "jax.attention-f32", family, 8)
+
+
+def test_jax_gives_a_fully_masked_row_the_mean_of_v() -> None:
+    """Why no family that draws a query row without a kept key is claimed for JAX: its masked
+    scores are a large finite negative, so such a row is the mean of v over every key (neither
+    zeros nor NaN), and the hunt finds it as a ``masked_rows`` failure."""
+    _needs("jax")
+    import numpy as np
+
+    spec = _spec("jax", "jax.attention-f32")
+    assert "fully_masked" not in spec.claims and "causal" not in spec.claims
+    case = attention_case("fully_masked", B=1, Hkv=1, group=1, Lq=2, Lk=33, D=8, seed=3,
+                          dtype="float32", layout="dead_rows")
+    assert not case.mask.any(axis=-1).all()
+    out, _ = spec.load()(*(np.asarray(a) for a in case.inputs()[:3]), case.mask, case.scale)
+    empty = ~case.mask[0, 0].any(axis=-1)
+    np.testing.assert_allclose(np.asarray(out)[0, 0, empty], np.broadcast_to(
+        case.v[0, 0].mean(axis=0), (int(empty.sum()), case.v.shape[3])), rtol=1e-5, atol=1e-6)
+    failures = evaluate(target_from_spec(spec), case, metamorphic=False).failures
+    assert [v.property for v in failures] == ["masked_rows"], failures
+
+
+def test_compiled_flex_on_the_cpu_across_batch_sizes() -> None:
+    """torch.compile(flex_attention) on the CPU, one query row fully masked, at B = 1 and then B = 2:
+    without the batch size kept static the second call fails to compile (Inductor's C++ template,
+    'cur_kvSplitSize3' was not declared; torch 2.13). Both must pass, the empty row all zeros."""
+    _needs("torch")
+    spec = _spec("torch-cpu", "flex-f32")
+    target = target_from_spec(spec)
+    for b in (1, 2):
+        case = attention_case("fully_masked", B=b, Hkv=1, group=2, Lq=3, Lk=33, D=16, seed=b,
+                              dtype="float32", layout="dead_rows")
+        found = evaluate(target, case, metamorphic=False)
+        assert found.passed, f"B={b}: " + "; ".join(v.reason for v in found.failures)
