@@ -172,8 +172,9 @@ ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_with_findings(_grad_entr
 #   online) softmax, P rounded in 16-bit storage. v must have k's shape (Dv = D: declared, a drawn
 #   case's narrower head dim widened with zero columns). A query row with no kept key is the mean
 #   of v over every key (masked scores are a large finite negative, not -inf): neither zeros nor
-#   NaN, so no family that draws such rows (fully_masked; causal, whose bottom-right masks leave
-#   the first Lq - Lk rows empty) is claimed. The lse is returned for float32 only (JAX rounds it
+#   NaN, so no family that draws such rows (fully_masked; causal and sliding_window, whose
+#   bottom-right masks leave the first Lq - Lk rows empty; decode, whose empty kv caches keep no
+#   key) is claimed. The lse is returned for float32 only (JAX rounds it
 #   to the storage type).
 # - xla in bfloat16 under jax.jit on the CPU: small calls fail to compile ("Algorithm not supported
 #   by the ElementalIrEmitter: ALG_DOT_BF16_BF16_F32", at B=1, Lq=Lk=1, H=8 but not at B=2, 16
@@ -183,7 +184,7 @@ ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_with_findings(_grad_entr
 #   so the bfloat16 entry claims nothing until it has been hunted where it runs (a GPU).
 # - cudnn: cuDNN's fused attention, GPU only, 16-bit storage only; declared as cuDNN's SDPA backend
 #   is (head dims a multiple of 8) and hunted without claims until its findings are read.
-_JAX_ATTENTION_UNCLAIMED = frozenset({"fully_masked", "causal"})
+_JAX_ATTENTION_UNCLAIMED = frozenset({"fully_masked", "causal", "sliding_window", "decode"})
 
 
 def _jax_attention_entry(implementation: str, dtype: str, claiming: bool) -> KernelSpec:
