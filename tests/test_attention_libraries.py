@@ -43,9 +43,9 @@ def test_the_entries_are_listed_by_normprops_kernels() -> None:
     assert not missing, f"not listed by `normprops kernels`: {missing}"
 
 
-def _hunt_clean(backend: str, name: str, family: str, examples: int) -> None:
+def _hunt_clean(backend: str, name: str, family: str, examples: int, *, claimed: bool = True) -> None:
     spec = _spec(backend, name)
-    assert family in spec.claims, f"{spec.label} does not claim {family}"
+    assert not claimed or family in spec.claims, f"{spec.label} does not claim {family}"
     result = hunt(registry_target(spec, family), family=family,
                   config=HuntConfig(max_examples=examples, seed=0, derandomize=True))
     assert result.passed, "\n".join(f.verdict.reason for f in result.findings)
@@ -61,7 +61,8 @@ def test_flex_eager_on_the_cpu_hunts_clean(name: str, family: str) -> None:
 @pytest.mark.parametrize("family", ["ordinary", "gqa"])
 def test_jax_xla_hunts_clean(family: str) -> None:
     _needs("jax")
-    _hunt_clean("jax", "jax.attention-f32", family, 8)
+    # Clean on the CPU; claimed nowhere, since on a GPU its scores run in TF32 by default.
+    _hunt_clean("jax", "jax.attention-f32", family, 8, claimed=False)
 
 
 def test_jax_gives_a_fully_masked_row_the_mean_of_v() -> None:

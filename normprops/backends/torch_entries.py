@@ -212,7 +212,13 @@ TORCH_GRAD_KERNELS = tuple(replace(k, bugs=_GRAD_BUGS[k.backend].get(k.name, k.b
 # shows it, and so does a bottom-right causal mask with more queries than keys.
 _CUDNN_MASKED_ROWS = tuple(
     KnownBug(family, "a query row with no kept key gives a nonzero output (the other backends give "
-             "zeros)", property="masked_rows") for family in ("fully_masked", "causal"))
+             "zeros)", property="masked_rows", example=f"sdpa-cudnn-bf16-{family}.json")
+    for family in ("fully_masked", "causal"))
+# Its backward: NaN dq with a mask, 64 keys and every score near -128 (pytorch#196678), the case a
+# hunt of low_lse shrank to on an H100 (torch 2.11, cuDNN 9.19), met by the hunt on its own.
+_CUDNN_BACKWARD_NAN = (KnownBug("low_lse", "NaN dq with a mask, a key length of 64 mod 128 and every "
+                                "row's log-sum-exp below -88.7 (pytorch#196678)", property="finite",
+                                example="sdpa-cudnn.backward-bf16-low_lse.json"),)
 _ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
 _NONE = frozenset({"none"})
 _SDPA = (
@@ -305,7 +311,7 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     declared = backward_declaration(forward.op_declaration, group_sum_dtype=group_sum)
     # The forward's known bugs are of its outputs; the backward's are hunted afresh.
     return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward", op_declaration=declared,
-                   bugs=(),
+                   bugs=_CUDNN_BACKWARD_NAN if attr == "sdpa_cudnn_backward" else (),
                    entry=f"normprops.backends.torch_attention:{attr}", claims=claims,
                    summary=f"PyTorch's scaled_dot_product_attention ({attr.removesuffix('_backward')}) "
                                f"backward through autograd, {dtype} on the {device.upper()}")
