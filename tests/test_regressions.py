@@ -101,7 +101,9 @@ def test_every_known_example_is_a_committed_finding() -> None:
         case = known_example(bug.example)
         matches = [m for impl, family, prop, m in committed
                    if (impl, family) == (spec.name, bug.family) and prop == (bug.property or prop)]
-        assert any(np.array_equal(m.x, case.x, equal_nan=True) for m in matches), bug.example
+        assert any(all(np.array_equal(a, b, equal_nan=True)
+                       for a, b in zip(m.float_arrays(), case.float_arrays(), strict=True))
+                   for m in matches), bug.example
 
 
 def _produced(fixture, spec) -> bool:

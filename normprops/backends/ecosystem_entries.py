@@ -191,7 +191,8 @@ def _jax_attention_entry(implementation: str, dtype: str, claiming: bool) -> Ker
     from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
 
     cudnn = implementation == "cudnn"
-    declared = AttentionDeclaration(FOREIGN_ATTENTION.model, online=cudnn,
+    model = replace(FOREIGN_ATTENTION.model, ftz=True)  # XLA flushes subnormals, as for softmax
+    declared = AttentionDeclaration(model, online=cudnn,
                                     p_dtype=None if dtype == "float32" else dtype,
                                     returns_lse=dtype == "float32", equal_head_dims=True,
                                     head_dims_multiple_of=8 if cudnn else 1)
@@ -201,7 +202,7 @@ def _jax_attention_entry(implementation: str, dtype: str, claiming: bool) -> Ker
     suffix = "-cudnn" if cudnn else ""
     return KernelSpec(f"jax.attention{suffix}-{_SHORT[dtype]}", "attention", "jax",
                       f"normprops.backends.ecosystem:jax__attention_{implementation}", 4,
-                      FOREIGN_ATTENTION.model, claims,
+                      model, claims,
                       f"jax.jit of jax.nn.dot_product_attention(implementation={implementation!r}), "
                       f"{dtype}{' (a CUDA GPU only)' if cudnn else ''}", exempt=_NOT_PROMISED,
                       bench=False, dtype=dtype, framework="jax", op_declaration=declared)

@@ -31,8 +31,8 @@ __all__ = [
     "PLANTED",
     "AttentionBackwardKernel",
     "attention_backward_flash",
-    "attention_backward_gqa_first_head",
-    "attention_backward_masked_row_nan",
+    "attention_backward_gqa_one_head",
+    "attention_backward_empty_row_nan",
     "attention_backward_no_row_term",
     "attention_backward_plain",
     "attention_backward_unscaled_dk",
@@ -131,12 +131,12 @@ def attention_backward_unscaled_dk(dout, q, k, v, mask, scale):
     return _flash(dout, q, k, v, mask, scale, bug="unscaled_dk")
 
 
-def attention_backward_gqa_first_head(dout, q, k, v, mask, scale):
+def attention_backward_gqa_one_head(dout, q, k, v, mask, scale):
     """dk and dv of each kv head taken from the first query head of its group alone."""
     return _flash(dout, q, k, v, mask, scale, bug="first_head")
 
 
-def attention_backward_masked_row_nan(dout, q, k, v, mask, scale):
+def attention_backward_empty_row_nan(dout, q, k, v, mask, scale):
     """P = exp(s - lse) unguarded: a query row with no kept key has lse -inf and P NaN, which its
     dq and every dk and dv it is summed into inherit."""
     return _flash(dout, q, k, v, mask, scale, guard=False)
@@ -168,10 +168,10 @@ PLANTED: dict[str, AttentionBackwardKernel] = {
         attention_backward_no_row_term, "ordinary", "the row term rowsum(dout * out) dropped from dS"),
     "attention_backward_unscaled_dk": AttentionBackwardKernel(
         attention_backward_unscaled_dk, "ordinary", "dk without the softmax scale"),
-    "attention_backward_gqa_first_head": AttentionBackwardKernel(
-        attention_backward_gqa_first_head, "gqa", "dk and dv from the first query head of a group only"),
-    "attention_backward_masked_row_nan": AttentionBackwardKernel(
-        attention_backward_masked_row_nan, "fully_masked",
+    "attention_backward_gqa_one_head": AttentionBackwardKernel(
+        attention_backward_gqa_one_head, "gqa", "dk and dv from the first query head of a group only"),
+    "attention_backward_empty_row_nan": AttentionBackwardKernel(
+        attention_backward_empty_row_nan, "fully_masked",
         "P = exp(s - lse) is NaN on a row with no kept key"),
 }
 
@@ -181,5 +181,5 @@ flash = attention_backward_flash
 plain = attention_backward_plain
 no_row_term = attention_backward_no_row_term
 unscaled_dk = attention_backward_unscaled_dk
-gqa_first_head = attention_backward_gqa_first_head
-masked_row_nan = attention_backward_masked_row_nan
+gqa_first_head = attention_backward_gqa_one_head
+masked_row_nan = attention_backward_empty_row_nan

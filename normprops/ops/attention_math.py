@@ -208,9 +208,8 @@ class AttentionDeclaration:
     widened with zero columns of q, k and v: the scores do not change, the extra output columns are
     zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
     are repeated for it: the same attention); ``equal_head_dims``: it takes v's head dimension only
-    equal to q's and k's (the narrower widened with zero columns); ``min_keys``: it takes no key
-    length below this (SDPA's fused backends have no kernel for zero keys, cuDNN's none for a single
-    key): shorter cases are not drawn.
+    equal to q's and k's (the narrower widened with zero columns); ``min_keys``: no shorter key
+    length is drawn (SDPA's fused backends take no zero keys, cuDNN's no single key).
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
