@@ -52,7 +52,8 @@ from normprops.verdict import Verdict
 __all__ = ["ATTENTION", "ATTENTION_PROPERTIES", "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS",
            "SENTINEL", "AttentionCase", "AttentionDeclaration", "AttentionReference",
            "AttentionTolerance", "AttentionVerdict", "as_taken", "attention_reference", "attention_tolerance",
-           "check_attention", "judge_attention", "mask_layouts_of", "user_attention_declaration"]
+           "cases_taken", "check_attention", "judge_attention", "mask_layouts_of", "undrawable_layouts",
+           "user_attention_declaration"]
 
 #: The properties an attention kernel is judged on (the module's docstring says why not the others).
 ATTENTION_PROPERTIES = frozenset({"contract", "finite", "masked_rows", "accuracy", "determinism",
@@ -77,14 +78,21 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     why = _undrawable(family, declaration)
     if why is not None:
         raise ValueError(why)
-    layouts = declaration.mask_layouts
-    strategy = attention_cases(family, dtypes=(dtype,))
-    if not FAMILY_LAYOUTS[family] <= layouts:
-        strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
+    return cases_taken(attention_cases(family, dtypes=(dtype,)), layouts=FAMILY_LAYOUTS[family],
+                       declaration=declaration, taken=functools.partial(as_taken, declaration=declaration))
+
+
+def cases_taken(strategy: Any, *, layouts: frozenset[str], declaration: AttentionDeclaration,
+                taken: Any) -> Any:
+    """``strategy``'s cases (of a family drawing masks of ``layouts``) that a kernel of
+    ``declaration`` takes: masks of its layouts, key lengths from its ``min_keys``, and each case
+    in the shapes it takes (``taken``, as :func:`as_taken`)."""
+    if not layouts <= declaration.mask_layouts:
+        strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & declaration.mask_layouts))
     if declaration.min_keys > 0:
         strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
     if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
-        strategy = strategy.map(functools.partial(as_taken, declaration=declaration))
+        strategy = strategy.map(taken)
     return strategy
 
 
@@ -117,11 +125,18 @@ def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> Atten
 def _undrawable(family: str, declaration: AttentionDeclaration) -> str | None:
     from normprops.ops.attention_families import FAMILY_LAYOUTS
 
-    if family not in FAMILY_LAYOUTS:
-        return f"family must be one of {', '.join(_FAMILIES)} but was {family!r}"
-    if FAMILY_LAYOUTS[family] & declaration.mask_layouts:
+    return undrawable_layouts(family, declaration, family_layouts=FAMILY_LAYOUTS, families=_FAMILIES)
+
+
+def undrawable_layouts(family: str, declaration: AttentionDeclaration, *,
+                       family_layouts: dict[str, frozenset[str]], families: tuple[str, ...]) -> str | None:
+    """Why ``family`` (whose masks are of ``family_layouts[family]``) draws nothing a kernel of
+    ``declaration`` takes, or None."""
+    if family not in family_layouts:
+        return f"family must be one of {', '.join(families)} but was {family!r}"
+    if family_layouts[family] & declaration.mask_layouts:
         return None
-    return (f"family {family} draws masks of the layouts {', '.join(sorted(FAMILY_LAYOUTS[family]))}, "
+    return (f"family {family} draws masks of the layouts {', '.join(sorted(family_layouts[family]))}, "
             f"none of which the kernel takes (mask layouts: "
             f"{', '.join(n for n in MASK_LAYOUTS if n in declaration.mask_layouts)}); leave the "
             f"family out or declare one of its layouts")

@@ -27,6 +27,7 @@ import numpy as np
 from normprops.dtypes import get_dtype
 from normprops.errormodel import ErrorModel
 from normprops.ops.attention import _describe as _describe_forward
+from normprops.ops.attention import cases_taken, undrawable_layouts
 from normprops.ops.attention_backward_math import (
     FOREIGN_ATTENTION_BACKWARD,
     AttentionBackwardCase,
@@ -39,9 +40,7 @@ from normprops.ops.attention_backward_math import (
     backward_declaration,
 )
 from normprops.ops.attention_math import (
-    MASK_LAYOUTS,
     AttentionDeclaration,
-    mask_layouts_of,
 )
 from normprops.ops.spec import NamedArrays, NamedExact, OpSpec
 from normprops.verdict import Verdict
@@ -70,28 +69,15 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     why = _undrawable(family, declaration)
     if why is not None:
         raise ValueError(why)
-    layouts = declaration.mask_layouts
-    strategy = attention_backward_cases(family, dtypes=(dtype,))
-    if not FAMILY_LAYOUTS[family] <= layouts:
-        strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & layouts))
-    if declaration.min_keys > 0:
-        strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
-    if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
-        strategy = strategy.map(lambda case: backward_as_taken(case, declaration=declaration))
-    return strategy
+    return cases_taken(attention_backward_cases(family, dtypes=(dtype,)), layouts=FAMILY_LAYOUTS[family],
+                       declaration=declaration,
+                       taken=lambda case: backward_as_taken(case, declaration=declaration))
 
 
 def _undrawable(family: str, declaration: AttentionDeclaration) -> str | None:
     from normprops.ops.attention_backward_families import FAMILY_LAYOUTS
 
-    if family not in FAMILY_LAYOUTS:
-        return f"family must be one of {', '.join(_FAMILIES)} but was {family!r}"
-    if FAMILY_LAYOUTS[family] & declaration.mask_layouts:
-        return None
-    return (f"family {family} draws masks of the layouts {', '.join(sorted(FAMILY_LAYOUTS[family]))}, "
-            f"none of which the kernel takes (mask layouts: "
-            f"{', '.join(n for n in MASK_LAYOUTS if n in declaration.mask_layouts)}); leave the "
-            f"family out or declare one of its layouts")
+    return undrawable_layouts(family, declaration, family_layouts=FAMILY_LAYOUTS, families=_FAMILIES)
 
 
 def _outputs(case: AttentionBackwardCase, declaration: AttentionDeclaration,
