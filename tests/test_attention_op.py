@@ -4,11 +4,13 @@ declarations a user gets wrong, each named in one line."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from cli_harness import run as run_in_process
 
 import normprops
 from normprops.errors import UsageError
@@ -44,6 +46,21 @@ def test_the_cli_passes_the_online_kernel_on_every_family(tmp_path):
                "--max-examples", "25", "--no-fixtures", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "clean: 14 families" in run.stdout
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_scores_first_kernel_is_clean_without_declaring_anything(dtype, tmp_path, monkeypatch):
+    """``scale * (q k^T)`` with the product in float32 first, in plain float32 loops, hunted with no
+    declaration at all: the default (a plain loop's depth, online allowed) holds it."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_in_process("hunt", "--op", "attention", "--impl", f"{IMPL}:scores_first",
+                                    "--framework", "numpy", "--dtype", dtype, "--seed", "0",
+                                    "--max-examples", "30", "--no-fixtures", "--json", "r.json")
+    assert code == 0, out + err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert doc["failures"] == [], doc["failures"]
+    assert len(doc["results"]) == 14 and all(r["passed"] for r in doc["results"]), doc["results"]
+    assert all(r["max_ratio"] <= 1 for r in doc["results"]), [r["max_ratio"] for r in doc["results"]]
 
 
 def test_the_api_and_assert_robust():

@@ -1,4 +1,4 @@
-"""Attention kernels written like float32 GPU kernels, in numpy: three correct ones and nine with
+"""Attention kernels written like float32 GPU kernels, in numpy: four correct ones and nine with
 one planted bug each.
 
 Each follows the op's contract (:mod:`normprops.ops.attention`): ``fn(q, k, v, mask, scale) -> (out,
@@ -6,7 +6,9 @@ lse)`` with ``q``, ``k``, ``v`` in a storage type (float32, ``ml_dtypes.bfloat16
 ``out`` in that type and ``lse`` float32. They compute in float32. Their matrix products sum 16
 products at a time in a wide accumulator, rounded once, and add those partials one after another in
 float32, as a tensor core's MMA chain does; so do their softmax sums. That is the depth their
-:data:`DECLARATIONS` state (``ErrorModel(threads=16)``: at least ``ceil(n / 16) + 3``).
+:data:`DECLARATIONS` state (``ErrorModel(threads=16)``: at least ``ceil(n / 16) + 3``). The
+scores-first kernel is a scalar loop instead (depth ``n - 1``: ``ErrorModel(threads=1)``, what a
+kernel hunted without flags is held to).
 :data:`PLANTED` names, for each planted kernel, the family expected to expose it.
 """
 
@@ -37,6 +39,7 @@ __all__ = [
     "attention_no_max_subtraction",
     "attention_online",
     "attention_online_p_bf16",
+    "attention_scores_first",
     "attention_two_pass",
 ]
 
@@ -141,6 +144,30 @@ def attention_online_p_bf16(q, k, v, mask, scale):
     return _finish(acc, l_sum, m, np.asarray(q).dtype)
 
 
+def _f32_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` as a scalar float32 loop: each product rounded to float32, added in turn (depth
+    n - 1, a plain loop's; each row's bits whatever the batch)."""
+    acc = np.zeros(a.shape[:-1] + b.shape[-1:], F32)
+    with np.errstate(all="ignore"):
+        for i in range(a.shape[-1]):
+            acc = acc + (a[..., i, None] * b[..., i, None, :]).astype(F32)
+    return acc
+
+
+def attention_scores_first(q, k, v, mask, scale):
+    """Two-pass in plain float32 loops, the scores formed as ``scale * (q k^T)``: the product in
+    float32 first, then multiplied by the float32 scale; exp(s - max), the row sum, P.V."""
+    qf, ke, ve = _operands(q, k, v)
+    with np.errstate(all="ignore"):
+        s = _f32_dot(qf, ke.swapaxes(-1, -2)) * F32(scale)
+    s = s if mask is None else np.where(mask, s, F32(-np.inf))
+    m = s.max(axis=-1, initial=-np.inf)  # Lk = 0: every row empty
+    m0 = np.where(np.isneginf(m), F32(0), m)
+    e = np.exp(s - m0[..., None])
+    ones = np.ones(e.shape[-1:] + (1,), F32)
+    return _finish(_f32_dot(e, ve), _f32_dot(e, ones)[..., 0], m0, np.asarray(q).dtype)
+
+
 # --- planted ---------------------------------------------------------------------------------------
 
 
@@ -241,6 +268,7 @@ def attention_fp16_accumulate(q, k, v, mask, scale):
 EXAMPLE_MODEL = ErrorModel(threads=16, rho=6.0, c_x=3.5)
 _TWO_PASS = AttentionDeclaration(EXAMPLE_MODEL, online=False, empty_row="zero")
 _ONLINE = replace(_TWO_PASS, online=True)
+_PLAIN_LOOP = replace(_TWO_PASS, model=ErrorModel(threads=1, rho=6.0, c_x=3.5))
 
 
 @dataclass(frozen=True)
@@ -258,6 +286,7 @@ CORRECT: dict[str, AttentionKernel] = {
     "attention_online": AttentionKernel(attention_online, _ONLINE),
     "attention_online_p_bf16": AttentionKernel(attention_online_p_bf16,
                                                replace(_ONLINE, p_dtype="bfloat16")),
+    "attention_scores_first": AttentionKernel(attention_scores_first, _PLAIN_LOOP),
 }
 
 PLANTED: dict[str, AttentionKernel] = {
@@ -293,6 +322,7 @@ DECLARATIONS: dict[str, AttentionDeclaration] = {
 two_pass = attention_two_pass
 online = attention_online
 online_p_bf16 = attention_online_p_bf16
+scores_first = attention_scores_first
 finite_sentinel = attention_finite_sentinel
 no_max_subtraction = attention_no_max_subtraction
 masked_row_nan_mixture = attention_masked_row_nan_mixture

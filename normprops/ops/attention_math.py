@@ -28,22 +28,10 @@ from normprops.flags import spelled
 from normprops.frameworks import laid_like
 
 __all__ = [
-    "EMPTY_ROWS",
-    "FOREIGN_ATTENTION",
-    "MASK_LAYOUTS",
-    "mask_layouts_of",
-    "MEMORY_LAYOUTS",
-    "laid_out",
-    "SENTINEL",
-    "AttentionCase",
-    "AttentionDeclaration",
-    "AttentionReference",
-    "AttentionTolerance",
-    "AttentionVerdict",
-    "attention_reference",
-    "attention_tolerance",
-    "check_attention",
-    "judge_attention",
+    "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS", "mask_layouts_of", "MEMORY_LAYOUTS",
+    "laid_out", "SENTINEL", "BOUND_TERMS", "AttentionCase", "AttentionDeclaration",
+    "AttentionReference", "AttentionTolerance", "AttentionVerdict", "attention_reference",
+    "attention_tolerance", "check_attention", "judge_attention",
 ]
 
 F32 = np.float32
@@ -447,8 +435,14 @@ class AttentionTolerance:
     weights: np.ndarray | None = None  # eps_j, P's relative error (B, Hq, Lq, Lk), the backward's
 
 
+#: The bound's terms, as :func:`attention_tolerance`'s ``drop`` names them (docs/tolerances.md, "Attention").
+BOUND_TERMS = ("scores", "softmax", "p_rounding", "pv_sum", "online", "output", "tiny", "underflow",
+               "flt_min", "lse_scores", "lse_rounding")
+
+
 def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
-                        declaration: AttentionDeclaration = FOREIGN_ATTENTION) -> AttentionTolerance:
+                        declaration: AttentionDeclaration = FOREIGN_ATTENTION,
+                        drop: frozenset[str] = frozenset()) -> AttentionTolerance:
     """The bound of docs/tolerances.md, "Attention", for a kernel computing in float32 on inputs
     and outputs of storage type ``dtype``.
 
@@ -465,7 +459,12 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     at every step of the chain at worst), and
 
         tol_lse = ln sum_j p_j exp(delta_j) + u (rho k(Lk) + 10 + c_x W + 3 |ln S| + 2 |lse|).
+
+    ``drop``: terms of :data:`BOUND_TERMS` left out, for the tests that each is needed; never to judge.
     """
+    if not isinstance(drop, frozenset) or not drop <= set(BOUND_TERMS):
+        raise ValueError(f"drop must be a frozenset of {', '.join(BOUND_TERMS)} but was {drop!r}")
+    on = {term: float(term not in drop) for term in BOUND_TERMS}
     kind = get_dtype(dtype)
     model = declaration.model
     u = model.unit_roundoff
@@ -475,24 +474,25 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         delta = np.where(kept, (k_d + 3) * u * ref.score_size, 0.0)
         log_q = np.log(np.sum(ref.p * np.exp(delta), axis=-1))
         log_q = np.where(ref.empty, 0.0, log_q)
-        big_e = np.expm1(delta + log_q[..., None])
+        big_e = on["scores"] * np.expm1(delta + log_q[..., None])
         dist = np.where(kept, np.abs(ref.scores - ref.row_max[..., None]), 0.0)
-        r = u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
+        r = on["softmax"] * u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
         if declaration.p_dtype is not None:
-            r = r + get_dtype(declaration.p_dtype).u
+            r = r + on["p_rounding"] * get_dtype(declaration.p_dtype).u
         eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
-        k_pv = (2 * k_l if declaration.online else k_l) + 1
+        k_pv = (on["online"] * 2 * k_l if declaration.online else k_l) + 1
         pe = np.nan_to_num(ref.p * eps, nan=np.inf)
         out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
-        tol_out = (pe @ ref.v_abs + k_pv * u * ((ref.p + pe) @ ref.v_abs)
-                   + 2 * FLT_MIN * ref.abs_v + FLT_MIN)
+        tol_out = (pe @ ref.v_abs + on["pv_sum"] * k_pv * u * ((ref.p + pe) @ ref.v_abs)
+                   + on["underflow"] * 2 * FLT_MIN * ref.abs_v + on["flt_min"] * FLT_MIN)
         if dtype == "float32":
-            tol_out = tol_out + u * out_abs
+            tol_out = tol_out + on["output"] * u * out_abs
         else:
-            tol_out = tol_out + kind.u * out_abs + kind.tiny
+            tol_out = tol_out + on["output"] * kind.u * out_abs + on["tiny"] * kind.tiny
         log_s = np.where(ref.empty, 0.0, ref.lse - np.where(ref.empty, 0.0, ref.row_max))
-        tol_lse = log_q + u * (model.rho * k_l + 10 + model.c_x * ref.spread + 3 * np.abs(log_s)
-                               + 2 * np.abs(np.where(ref.empty, 0.0, ref.lse)))
+        tol_lse = on["lse_scores"] * log_q + on["lse_rounding"] * u * (
+            model.rho * k_l + 10 + model.c_x * ref.spread + 3 * np.abs(log_s)
+            + 2 * np.abs(np.where(ref.empty, 0.0, ref.lse)))
     return AttentionTolerance(np.where(ref.empty[..., None], np.nan, tol_out),
                               np.where(ref.empty, np.nan, tol_lse), eps)
 
