@@ -181,3 +181,40 @@ def test_jax_backward_spreads_a_fully_masked_rows_dout_over_dv() -> None:
                                rtol=1e-5, atol=1e-6)
     failures = evaluate(target_from_spec(spec), case, metamorphic=False).failures
     assert [(v.property, v.output) for v in failures] == [("accuracy", "dv")], failures
+
+
+def _scaled_dout_case():
+    """The case `dout_scale` shrank to on jax.attention.backward-f32 (CPU, seed 0): one query, 58
+    keys, scores up to 100, where key 5's dS is 9.0e-38 and scale dS (scale 0.125) 1.1e-38, below
+    FLT_MIN."""
+    forward = attention_case("large_scores", B=1, Hkv=1, group=1, Lq=1, Lk=58, D=64, seed=0, top=100.0,
+                             dtype="float32")
+    return with_dout(forward, "scaled", {"exponent": 0.0, "pattern": "normal", "dout_seed": 1})
+
+
+def test_a_flush_of_the_scaled_ds_is_within_the_bound() -> None:
+    """A kernel that multiplies dS by the scale before its products and flushes subnormals (as XLA
+    does) loses scale dS below FLT_MIN: FLT_MIN / |scale| of dS, which the bound's floor allows
+    (docs/tolerances.md, "Attention backward" (d)). Emulated on the exact gradients."""
+    from normprops.ops.attention_backward_math import attention_backward_reference
+
+    case = _scaled_dout_case()
+    ref = attention_backward_reference(case.dout, case.q, case.k, case.v, case.mask, case.scale)
+    tiny = float(np.finfo(np.float32).tiny)
+    scaled = case.scale * ref.ds
+    flushed = np.where(np.abs(scaled) < tiny, 0.0, scaled)
+    assert (flushed != scaled).any() and (np.abs(ref.ds[flushed != scaled]) >= tiny).any()
+    outs = {"dq": flushed @ case.k.astype(np.float64),
+            "dk": flushed.swapaxes(-1, -2) @ case.q.astype(np.float64), "dv": ref.dv}
+    declared = _spec("jax", "jax.attention.backward-f32").op_declaration
+    exact = ATTENTION_BACKWARD.named.exact(case, declared, "float64")
+    ratios = {n: float(np.max(np.abs(outs[n] - exact.exact[n]) / exact.tol[n])) for n in outs}
+    assert max(ratios.values()) <= 1, ratios
+    assert ratios["dk"] > 0.5, ratios  # the flush is what the floor is for, not noise far below it
+
+
+def test_jax_backward_passes_the_case_its_flush_failed_before() -> None:
+    _needs("jax")
+    spec = _spec("jax", "jax.attention.backward-f32")
+    found = evaluate(target_from_spec(spec), _scaled_dout_case(), metamorphic=False)
+    assert found.passed, "; ".join(v.reason or v.message for v in found.failures)
