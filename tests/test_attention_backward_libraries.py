@@ -34,6 +34,12 @@ def _spec(backend: str, name: str):
     return next(k for k in KERNELS if (k.backend, k.name) == (backend, name))
 
 
+def _jax_on_the_cpu(name: str):
+    """A JAX entry run on JAX's CPU device whatever its first device is: on a GPU its float32
+    matmuls run in TF32 by default, which these entries do not claim to survive."""
+    return replace(_spec("jax", name), device="cpu")
+
+
 def _needs(module: str) -> None:
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed: its attention backward entries cannot run here")
@@ -151,7 +157,7 @@ def test_jax_backward_entries_are_declared_as_the_forward(name: str, p_dtype: st
 @pytest.mark.parametrize("family", ["ordinary", "gqa", "low_lse"])
 def test_jax_xla_backward_hunts_clean(family: str) -> None:
     _needs("jax")
-    spec = _spec("jax", "jax.attention.backward-f32")
+    spec = _jax_on_the_cpu("jax.attention.backward-f32")
     result = hunt(registry_target(spec, family), family=family,
                   config=HuntConfig(max_examples=8, seed=0, derandomize=True))
     assert result.passed, "\n".join(f.verdict.reason for f in result.findings)
@@ -164,18 +170,24 @@ def test_jax_backward_spreads_a_fully_masked_rows_dout_over_dv() -> None:
     through that uniform P (dout / Lk each), where the op's contract adds nothing: the hunt finds it
     as an accuracy failure of dv."""
     _needs("jax")
-    spec = _spec("jax", "jax.attention.backward-f32")
+    import jax
+
+    spec = _jax_on_the_cpu("jax.attention.backward-f32")
     forward = attention_case("fully_masked", B=1, Hkv=1, group=1, Lq=2, Lk=33, D=8, seed=3,
                              dtype="float32", layout="dead_rows")
     empty = ~forward.mask[0, 0].any(axis=-1)
     assert empty.any() and not empty.all()
     case = with_dout(forward, "ordinary", {"loc": 0.0, "size": 1.0, "dout_seed": 1})
-    dq, _, dv = spec.load()(*(np.asarray(a) for a in case.args()[:4]), case.mask, case.scale)
-    assert np.all(np.asarray(dq)[0, 0, empty] == 0)
+    cpu = jax.devices("cpu")[0]
+
+    def grads(dout):
+        arrays = [jax.device_put(np.asarray(a), cpu) for a in (dout, *case.args()[1:4])]
+        return [np.asarray(g) for g in spec.load()(*arrays, jax.device_put(case.mask, cpu), case.scale)]
+
+    dq, _, dv = grads(case.dout)
+    assert np.all(dq[0, 0, empty] == 0)
     # dv less what the kept rows give it: the empty rows' dout over Lk, at every key
-    kept_part = dv - np.asarray(spec.load()(*(np.where(empty[None, None, :, None], 0, a) if a is case.dout
-                                               else np.asarray(a) for a in case.args()[:4]),
-                                            case.mask, case.scale)[2])
+    kept_part = dv - grads(np.where(empty[None, None, :, None], np.float32(0), case.dout))[2]
     spread = case.dout[0, 0, empty].sum(axis=0) / forward.k.shape[2]
     np.testing.assert_allclose(np.asarray(kept_part)[0, 0], np.broadcast_to(spread, kept_part.shape[2:]),
                                rtol=1e-5, atol=1e-6)
@@ -215,6 +227,6 @@ def test_a_flush_of_the_scaled_ds_is_within_the_bound() -> None:
 
 def test_jax_backward_passes_the_case_its_flush_failed_before() -> None:
     _needs("jax")
-    spec = _spec("jax", "jax.attention.backward-f32")
+    spec = _jax_on_the_cpu("jax.attention.backward-f32")
     found = evaluate(target_from_spec(spec), _scaled_dout_case(), metamorphic=False)
     assert found.passed, "; ".join(v.reason or v.message for v in found.failures)
