@@ -179,6 +179,8 @@ def _jax(op: str) -> Callable[..., Any]:
         # The layer norm JAX users write: jax.nn.standardize, then the affine.
         return jax.nn.standardize(x, axis=-1, epsilon=eps) * gamma + beta
 
+    if op.startswith("attention_backward_"):
+        return _jax_attention_backward(jax, op.removeprefix("attention_backward_"))
     if op.startswith("attention_"):
         return _jax_attention(jax, op.removeprefix("attention_"))
     fn = {"softmax": softmax, "layernorm": layer_norm}[op]
@@ -216,6 +218,28 @@ def _jax_attention(jax: Any, implementation: str) -> Callable[..., Any]:
         return bthd(out), jnp.swapaxes(lse, 1, 2)  # (B, T, N) -> (B, N, T)
 
     return jax.jit(attention, static_argnums=(4,))
+
+
+def _jax_attention_backward(jax: Any, implementation: str) -> Callable[..., Any]:
+    """The gradients of :func:`_jax_attention`'s out as the attention backward op's ``fn(dout, q, k,
+    v, mask, scale) -> (dq, dk, dv)``: ``jax.vjp`` of ``jax.nn.dot_product_attention`` (the same
+    (B, H, L, D) <-> (B, L, H, D) transposes and mask) pulled back along ``dout``, the cotangent of
+    out, under jax.jit with the scale static. dk and dv come back summed over a kv head's query
+    heads by JAX's own GQA (xla: one einsum over the group's heads and rows)."""
+    jnp = jax.numpy
+
+    def bthd(a: Any) -> Any:
+        return jnp.swapaxes(a, 1, 2)
+
+    def backward(dout: Any, q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+        def out(q: Any, k: Any, v: Any) -> Any:
+            return bthd(jax.nn.dot_product_attention(bthd(q), bthd(k), bthd(v), mask=mask, scale=scale,
+                                                     implementation=implementation))
+
+        _, pullback = jax.vjp(out, q, k, v)
+        return pullback(dout)
+
+    return jax.jit(backward, static_argnums=(5,))
 
 
 @functools.cache

@@ -223,3 +223,38 @@ ECOSYSTEM_KERNELS += (
     _jax_attention_entry("cudnn", "bfloat16", _JAX_CUDNN_CLEAN),
     _jax_attention_entry("cudnn", "float16", _JAX_CUDNN_CLEAN | {"cancelling_v"}),
 )
+
+
+# Their gradients: jax.vjp of jax.nn.dot_product_attention with dout as the cotangent of out
+# (normprops.backends.ecosystem, `_jax_attention_backward`), under jax.jit, as the attention
+# backward op, declared as the forward entries are (XLA flushes subnormals; the same shapes; no
+# lse). What autodiff of the xla implementation computes (its source, jax 0.10.2): P.V's transpose
+# gives dP = dout v^T in the storage type (the einsum's own output type), the softmax's vjp
+# dS = P (dP - sum(P dP)) in float32 (the row term from P.dP, not from out), P rounded to the
+# storage type before dv = P^T dout, dS before dq and dk; dk and dv summed over a group's heads and
+# rows in one einsum (float32 accumulation). A query row with no kept key is a softmax of equal
+# scores (see the forward): its dq is 0 (jnp.where passes no gradient to a masked score), but its
+# dout reaches every key's dv through that uniform P, which the op's contract does not allow
+# (measured on the CPU: an accuracy failure of dv), so the families that draw one are not claimed.
+# None claims a family yet: xla float32 runs its matmuls in TF32 on a GPU by default, as the
+# forward does (one entry serves both devices), and the 16-bit and cuDNN entries are hunted where
+# they run (a GPU) before they claim.
+def _jax_attention_backward_entry(implementation: str, dtype: str) -> KernelSpec:
+    from normprops.ops.attention_backward import backward_declaration
+
+    forward = _jax_attention_entry(implementation, dtype, False)
+    declared = backward_declaration(forward.op_declaration, returns_lse=False)
+    # cuDNN's: .vjp, since "jax.attention-cudnn.backward-bf16" is wider than the kernels table's
+    # 100 columns leave its name column (32)
+    name = "jax.attention-cudnn.vjp" if implementation == "cudnn" else "jax.attention.backward"
+    return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward",
+                   entry=f"normprops.backends.ecosystem:jax__attention_backward_{implementation}",
+                   op_declaration=declared,
+                   summary=f"jax.jit of jax.vjp of jax.nn.dot_product_attention(implementation="
+                           f"{implementation!r}), dout the cotangent of out, {dtype}"
+                           f"{' (a CUDA GPU only)' if implementation == 'cudnn' else ''}")
+
+
+ECOSYSTEM_KERNELS += tuple(_jax_attention_backward_entry(implementation, dtype)
+                           for implementation, dtype in (("xla", "float32"), ("xla", "bfloat16"),
+                                                         ("cudnn", "bfloat16"), ("cudnn", "float16")))

@@ -8,7 +8,7 @@ from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.kernelspec import BACKEND_MODULES, NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
 from normprops.ops import get_op
 
-__all__ = ["TORCH_KERNELS", "TORCH_GRAD_KERNELS"]
+__all__ = ["TORCH_KERNELS", "TORCH_GRAD_KERNELS", "flex_backward_entry"]
 
 # PyTorch's kernels, hunted as foreign code (the T = 32 error model of docs/tolerances.md).
 # F.rms_norm is known not to be range-safe (a float32 row of 3e19 gives 0); nothing here claims
@@ -391,4 +391,54 @@ def _flex_entry(device: str, attr: str, name: str, dtype: str, returns_lse: bool
 
 TORCH_KERNELS += tuple(_flex_entry(device, attr, name, dtype, lse, online, claiming)
                        for device, attr, name, lse, online, claiming in _FLEX
+                       for dtype in ("float32", "bfloat16"))
+
+
+# FlexAttention's gradients through autograd (normprops.backends.torch_flex's *_backward), the mask
+# a BlockMask as in the forward entries, on CUDA only: torch 2.13's flex_attention refuses any
+# backward on the CPU, compiled or eager ("FlexAttention does not support backward on CPU",
+# _validate_device, raised whenever q, k or v requires grad). What the source says each computes:
+# - eager (sdpa_dense_backward in torch/_higher_order_ops/flex_attention.py): the scores again in
+#   float32, P = exp(s - lse) from the forward's float32 lse (0 on a row whose lse is -inf), the
+#   row term from out (sum(out * dout) in float32 of the stored out), dP and dS in float32; P is
+#   rounded to the storage type before dv = P^T dout and dS (times the scale) before dq = dS k and
+#   dk = dS^T q, every product in the storage type; kv heads expanded by repeat_interleave, so each
+#   query head's dk and dv is rounded to the storage type and the group summed in it (torch.sum).
+#   Declared: P (and dS) rounded to the storage type, the group summed in it. The same function
+#   runs on the CPU once the device check is lifted, which is how its declaration was measured
+#   (tests/test_attention_backward_libraries.py; docs/ecosystem.md, "Attention backward").
+# - compiled (flex_backwards.py.jinja, Triton): P = exp2 from the saved lse, P and dS rounded to
+#   the storage type (MATMUL_PRECISION, q's type) before their tl.dot, every dot accumulated in
+#   float32 (ieee unless float32 matmul precision is lowered to TF32), dk and dv accumulated in
+#   float32 over every query head of the group in one program, the row term sum(out * dout) in
+#   float32. Declared: online, P rounded, the group summed in float32.
+# A row with no kept key: dq 0 in both (P is 0 where the lse is -inf). Not yet hunted on a GPU:
+# they claim nothing (hunted, their findings reported, none gated on).
+_FLEX_BACKWARD = (
+    # (attr, name, online, group summed in the storage type)
+    ("flex_compiled_backward", "flex.backward", True, False),
+    ("flex_eager_backward", "flex-eager.backward", False, True),
+)
+
+
+def flex_backward_entry(device: str, attr: str, name: str, dtype: str, online: bool,
+                        group_in_storage: bool) -> KernelSpec:
+    """A FlexAttention backward entry (``device`` "cuda" in the registry; "cpu" only where a caller
+    lifts torch's device check, as the eager entry's CPU measurement does)."""
+    from normprops.ops.attention_backward import backward_declaration
+
+    forward = _flex_entry(device, attr.removesuffix("_backward"), name, dtype, False, online, False)
+    declared = backward_declaration(forward.op_declaration, returns_lse=False,
+                                    group_sum_dtype=dtype if group_in_storage and dtype != "float32"
+                                    else None)
+    how = "torch.compile(flex_attention)" if attr == "flex_compiled_backward" else "flex_attention, eager"
+    return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward",
+                   entry=f"normprops.backends.torch_flex:{attr}", op_declaration=declared,
+                   claims=frozenset(),
+                   summary=f"PyTorch's FlexAttention ({how}, a BlockMask from the mask) backward "
+                           f"through autograd, {dtype} on the {device.upper()}")
+
+
+TORCH_KERNELS += tuple(flex_backward_entry("cuda", attr, name, dtype, online, group)
+                       for attr, name, online, group in _FLEX_BACKWARD
                        for dtype in ("float32", "bfloat16"))

@@ -23,6 +23,11 @@ torch 2.5-2.11 before returning it), which is the op's contract, so the wrapper 
 is. The judge checks that: an lse in base 2 would be off by a factor ln 2 on every row.
 ``return_aux=AuxRequest(lse=True)`` is asked for where the version has it (torch 2.9 and later),
 ``return_lse=True`` otherwise.
+
+The gradients (``*_backward``, attention backward kernels ``fn(dout, q, k, v, mask, scale) -> (dq,
+dk, dv)``): autograd of the same call against ``dout``, on leaf copies of q, k and v. torch 2.13
+refuses any FlexAttention backward on the CPU ("FlexAttention does not support backward on CPU",
+compiled or eager), so they run on CUDA.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import functools
 import warnings
 from typing import Any
 
-__all__ = ["flex_compiled", "flex_eager"]
+__all__ = ["flex_compiled", "flex_eager", "flex_compiled_backward", "flex_eager_backward"]
 
 
 def _block_mask(mask: Any) -> Any:
@@ -65,11 +70,11 @@ def _lse_keywords() -> dict[str, Any]:
     return {"return_lse": True}
 
 
-def _flex(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool) -> Any:
+def _call(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool, with_lse: bool) -> Any:
+    """One call of flex_attention (compiled or eager), under the caller's grad mode."""
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
-    with_lse = not compiled or q.device.type != "cpu"
     keywords = _lse_keywords() if with_lse else {}
     fn = flex_attention
     if compiled:
@@ -89,16 +94,38 @@ def _flex(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool) ->
     limits = {name: 1 << 12}
     if hasattr(config, "accumulated_recompile_limit"):
         limits["accumulated_recompile_limit"] = 1 << 14
-    with torch.no_grad(), config.patch(**limits), warnings.catch_warnings():
+    with config.patch(**limits), warnings.catch_warnings():
         # eager: "flex_attention called without torch.compile() - this will use an unfused
         # implementation", which is the point of the eager entry
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
-        result = fn(q, k, v, block_mask=_block_mask(mask), scale=scale,
-                    enable_gqa=q.shape[1] != k.shape[1], **keywords)
+        return fn(q, k, v, block_mask=_block_mask(mask), scale=scale,
+                  enable_gqa=q.shape[1] != k.shape[1], **keywords)
+
+
+def _flex(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool) -> Any:
+    import torch
+
+    with_lse = not compiled or q.device.type != "cpu"
+    with torch.no_grad():
+        result = _call(q, k, v, mask, scale, compiled=compiled, with_lse=with_lse)
     if not with_lse:
         return result
     out, aux = result
     return out, getattr(aux, "lse", aux)  # AuxOutput(lse=...) or the lse itself (return_lse)
+
+
+def _flex_backward(dout: Any, q: Any, k: Any, v: Any, mask: Any, scale: float, *,
+                   compiled: bool) -> tuple[Any, Any, Any]:
+    """The gradients of out against ``dout`` through autograd: leaf copies of q, k and v (the inputs
+    stay untouched), no lse asked for (its gradient is not the op's), dk and dv summed over a kv
+    head's query heads by FlexAttention itself."""
+    import torch
+
+    leaves = [t.detach().clone().requires_grad_(True) for t in (q, k, v)]
+    with torch.enable_grad():
+        out = _call(*leaves, mask, scale, compiled=compiled, with_lse=False)
+        dq, dk, dv = torch.autograd.grad(out, leaves, grad_outputs=dout)
+    return dq, dk, dv
 
 
 def flex_compiled(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
@@ -109,3 +136,16 @@ def flex_compiled(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
 def flex_eager(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
     """``flex_attention`` uncompiled (PyTorch's unfused reference): (out, lse)."""
     return _flex(q, k, v, mask, scale, compiled=False)
+
+
+def flex_compiled_backward(dout: Any, q: Any, k: Any, v: Any, mask: Any, scale: float
+                           ) -> tuple[Any, Any, Any]:
+    """The backward of ``torch.compile(flex_attention)`` (Inductor's Triton backward kernel; CUDA
+    only: torch 2.13 refuses it on the CPU, "FlexAttention does not support backward on CPU")."""
+    return _flex_backward(dout, q, k, v, mask, scale, compiled=True)
+
+
+def flex_eager_backward(dout: Any, q: Any, k: Any, v: Any, mask: Any, scale: float
+                        ) -> tuple[Any, Any, Any]:
+    """The backward of uncompiled ``flex_attention`` (PyTorch's unfused ``sdpa_dense_backward``)."""
+    return _flex_backward(dout, q, k, v, mask, scale, compiled=False)

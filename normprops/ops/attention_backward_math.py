@@ -223,7 +223,7 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
     (|out| + tol_out))``; from P.dP: ``sum_j e_P (|dP_j| + e_dP_j) + p_j e_dP_j + (k(Lk) + 1) u
     (p_j + e_P)(|dP_j| + e_dP_j)``). ``g_j = |dP_j - row|`` and ``e_g`` its error, then
 
-        e_dS_j = e_P (g_j + e_g_j) + p_j e_g_j + (u + u_P)(p_j + e_P)(g_j + e_g_j) + FLT_MIN
+        e_dS_j = e_P (g_j + e_g_j) + p_j e_g_j + (u + u_P)(p_j + e_P)(g_j + e_g_j) + FLT_MIN / min(1, |scale|)
         tol_dq = |scale| (e_dS |k| + (k(Lk) + 2) u (|dS| + e_dS) |k|) + u_out |dq| + floor
         tol_dk = |scale| sum over the group's query rows of (e_dS |q| + k_Q u (|dS| + e_dS) |q|) + ...
         tol_dv = sum over the group's query rows of (e_P |dout| + k_Q u (p + e_P) |dout|) + ...
@@ -265,9 +265,13 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
         e_row = np.maximum(row_from_out, row_from_p)[..., None]
         g = np.abs(ref.dp - ref.row[..., None])
         e_g = e_dp + e_row + u * (g + e_dp + e_row)
-        e_ds = np.where(kept, e_p * (g + e_g) + p * e_g + (u + u_p) * (p + e_p) * (g + e_g) + FLT_MIN, 0.0)
-        ds_abs = np.abs(ref.ds) + e_ds
         sc = abs(ref.scale)
+        # dS flushed to zero below FLT_MIN, or scale * dS where a kernel scales dS before its
+        # products (JAX's autodiff, FlexAttention's eager backward): FLT_MIN in scale * dS is
+        # FLT_MIN / |scale| in dS.
+        floor_ds = FLT_MIN / min(1.0, sc) if sc > 0 else FLT_MIN
+        e_ds = np.where(kept, e_p * (g + e_g) + p * e_g + (u + u_p) * (p + e_p) * (g + e_g) + floor_ds, 0.0)
+        ds_abs = np.abs(ref.ds) + e_ds
         k_abs, q_abs = np.abs(ref.k), np.abs(ref.q)
         tol_dq = sc * (e_ds @ k_abs + (k_l + 2) * u * (ds_abs @ k_abs)) + FLT_MIN * (lk + 2)
         e_dst, ds_abst = e_ds.swapaxes(-1, -2), ds_abs.swapaxes(-1, -2)
