@@ -1,7 +1,8 @@
 """PyTorch's SDPA backends in float16 beside bfloat16: each float16 entry is declared as its
 bfloat16 twin (P rounded to float16 where the twin rounds it to bfloat16, a GQA group summed in
 float16 where the twin sums in bfloat16), cuDNN's known findings carried over without the bfloat16
-fixtures, and the CPU entries hunt clean on the families they claim."""
+fixtures, and the CPU entries hunt clean on the families they claim (the default backend's float16 gradients
+claim no dout family: they fail it below float16's normal range)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ def test_every_bfloat16_sdpa_entry_has_a_float16_twin() -> None:
         bf16 = next(k for k in KERNELS if (k.backend, k.name) == (backend, name))
         f16 = _twin(backend, name)
         assert f16.dtype == "float16" and f16.op == bf16.op and f16.entry == bf16.entry
-        assert f16.claims == bf16.claims and f16.exempt == bf16.exempt, f16.label
+        # the CPU default backward's float16 gradients fail three dout families (torch_entries.py)
+        unclaimed = ({"orthogonal_dout", "one_hot_dout", "dout_scale"}
+                     if (backend, name) == ("torch-cpu", "sdpa.backward-bf16") else set())
+        assert f16.claims == bf16.claims - unclaimed and f16.exempt == bf16.exempt, f16.label
         want = {f.name: _as_float16(getattr(bf16.op_declaration, f.name))
                 for f in dataclasses.fields(bf16.op_declaration) if f.name != "model"}
         got = {f.name: getattr(f16.op_declaration, f.name)
@@ -64,7 +68,8 @@ def test_cudnns_known_findings_carry_over_without_the_bfloat16_fixtures() -> Non
 
 @pytest.mark.parametrize("name, family", [
     ("sdpa-math-f16", "ordinary"), ("sdpa-f16", "fully_masked"), ("sdpa-f16", "gqa"),
-    ("sdpa-math.backward-f16", "gqa"), ("sdpa.backward-f16", "gqa"),
+    ("sdpa-math.backward-f16", "gqa"), ("sdpa-math.backward-f16", "one_hot_dout"),
+    ("sdpa.backward-f16", "gqa"),
 ])
 def test_the_cpu_float16_entries_hunt_clean(name: str, family: str) -> None:
     pytest.importorskip("torch")
@@ -73,3 +78,13 @@ def test_the_cpu_float16_entries_hunt_clean(name: str, family: str) -> None:
     result = hunt(registry_target(spec, family), family=family,
                   config=HuntConfig(max_examples=8, seed=0, derandomize=True))
     assert result.passed, "\n".join(f.verdict.reason for f in result.findings)
+
+
+def test_the_cpu_default_float16_backward_is_found_on_a_dout_family_it_does_not_claim() -> None:
+    """Why it claims none of them: a hunt of one_hot_dout finds it (accuracy)."""
+    pytest.importorskip("torch")
+    spec = next(k for k in KERNELS if (k.backend, k.name) == ("torch-cpu", "sdpa.backward-f16"))
+    assert "one_hot_dout" not in spec.claims
+    result = hunt(registry_target(spec, "one_hot_dout"), family="one_hot_dout",
+                  config=HuntConfig(max_examples=100, seed=0, derandomize=True))
+    assert not result.passed and result.findings[0].verdict.property == "accuracy"

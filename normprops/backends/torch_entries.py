@@ -301,6 +301,16 @@ _SDPA_BACKWARD = (
 )
 
 
+# Hunted on the CPU (torch 2.13, 100 examples, seeds 0 and 1): the default backend's float16
+# gradients fail accuracy on the dout families, both seeds, every failing element's exact value
+# below float16's least normal (6.1e-5): err/tol up to 190 on dv, 3.5 on dk, 2.5 on dq; the math
+# backend's float16 gradients and every bfloat16 twin (float32's exponent range) pass. The bound
+# gives the output one rounding to float16 (half a subnormal step there), while this backend
+# rounds more of its gradient's steps to float16 below its normal range. Hunted, not claimed,
+# until the bound says what such a kernel may lose there.
+_CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", "dout_scale"})
+
+
 def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts: frozenset[str],
                          rounds_p: bool, shapes: tuple[int, bool, bool]) -> KernelSpec:
     from normprops.ops.attention_backward_families import FAMILY_LAYOUTS
@@ -308,6 +318,8 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     forward = _sdpa_entry(device, attr.removesuffix("_backward"), name, dtype, layouts, rounds_p, shapes)
     claims = frozenset(f for f in get_op("attention_backward").families
                        if shapes[2] and FAMILY_LAYOUTS[f] & layouts)
+    if (device, attr, dtype) == ("cpu", "sdpa_default_backward", "float16"):
+        claims -= _CPU_FLOAT16_BACKWARD_UNCLAIMED
     # Measured on the CPU (torch 2.13): the default backend's bfloat16 gradients of a GQA call
     # are the per-head gradients rounded to bfloat16 and summed in it (err/tol up to 2 on dv when
     # judged as a float32 sum; within the bound once declared; the math backend sums in float32).
