@@ -176,8 +176,15 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         # without waiting for the device (the host buffer is kept until the copy is done): the
         # inputs arrive as a model's do, and a kernel that launches on a stream of its own must wait
         # for the current one, as it must in a model.
+        if dev.type == "cpu":
+            # On the host each input is one numpy copy (or conversion) of its own: numpy's copies
+            # are single-threaded, where torch's clone and to() start the OpenMP pool, whose
+            # threads spin against each other on a machine already busy.
+            arrays = [_host_tensor(torch, a.reshape(shape), dtype) for a, shape in zip(flats, shapes)]
+            return [own if back == tuple(range(len(shape))) else own.permute(back)
+                    for own, back, shape in zip(arrays, orders, shapes)]
         host = torch.from_numpy(np.concatenate([a.reshape(-1) for a in flats]))
-        wide = host.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else host.to(dev)
+        wide = host.pin_memory().to(dev, non_blocking=True)
         arrays, start = [], 0
         for a, back, shape in zip(flats, orders, shapes):
             part = wide[start:start + a.size].view(shape)
@@ -203,6 +210,10 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
         resized = _resized(inputs)
         if resized is not None:
             return [], resized
+        if dev.type == "cpu":  # read where they are, widened by numpy (as ``upload`` says why)
+            arrays = [_host_float32(obj, dtype) for obj, _, _ in outputs]
+            return arrays, next((f"modified its input {name} in place" for name, after, before in inputs
+                                 if bool(_torch_changed(after, before))), None)
         # Widened (exactly) where the tensors live, with one flag per checked input, then copied
         # to the host together.
         parts = [obj.detach().to(torch.float32).reshape(-1) for obj, _, _ in outputs]
@@ -230,14 +241,68 @@ def _torch_adapter(dtype: str, device: str | None) -> Adapter:
 
     # The inputs are compared with their snapshots in ``download``, with the outputs.
     return Adapter("torch", dtype, str(dev), dev.type == "cuda", to_native, from_native,
-                   mask_to_native, mask_from_native, lambda t: t.clone(), None, upload, download)
+                   mask_to_native, mask_from_native,
+                   (lambda t: t.clone()) if dev.type == "cuda" else _host_snapshot, None, upload, download)
 
 
 def _torch_changed(after: Any, before: Any) -> Any:
-    """A 0-d bool tensor: whether ``after`` differs from ``before`` anywhere (NaN equals NaN)."""
+    """A 0-d bool tensor: whether ``after`` differs from ``before`` anywhere (NaN equals NaN).
+
+    On the host the bits are compared first, in numpy: equal bits are equal values, NaNs included,
+    so the element-wise test runs only where some bit changed (-0 for 0, another NaN). On a GPU
+    that answer would cost a round trip of its own, so the test stays a tensor there."""
+    if after.device.type == "cpu" and after.shape == before.shape and after.dtype == before.dtype:
+        mine, theirs = _host_bits(after), _host_bits(before)
+        if mine is not None and theirs is not None and np.array_equal(mine, theirs):
+            return after.new_zeros((), dtype=bool)
     if after.is_floating_point():
         return ((after != before) & ~(after.isnan() & before.isnan())).any()
     return (after != before).any()
+
+
+def _host_bits(t: Any) -> np.ndarray | None:
+    """A host tensor's elements as numpy integers of the same width (its bits; booleans and
+    integers as they are), sharing its memory and strides; None where numpy cannot view it."""
+    import torch
+
+    bits = {2: torch.int16, 4: torch.int32, 8: torch.int64}.get(t.element_size())
+    try:
+        return (t.detach().view(bits) if t.is_floating_point() else t.detach()).numpy()
+    except (RuntimeError, TypeError):  # a conjugate or negative view, a layout numpy lacks
+        return None
+
+
+def _host_snapshot(t: Any) -> Any:
+    """A host tensor's copy in its own memory order, its bits copied by numpy (torch's clone would
+    start the OpenMP pool for it)."""
+    import torch
+
+    own = torch.empty_like(t, memory_format=torch.preserve_format)
+    mine, theirs = _host_bits(own), _host_bits(t)
+    if mine is None or theirs is None:
+        return t.clone()
+    mine[...] = theirs
+    return own
+
+
+def _host_float32(t: Any, dtype: str) -> np.ndarray:
+    """A host tensor of the storage type ``dtype`` as float32 numpy of its own (exact: every value
+    widens)."""
+    import torch
+
+    bits = _host_bits(t)
+    if bits is None:
+        return t.detach().to(torch.float32).numpy().copy()
+    return from_numpy_storage(bits.view(numpy_dtype(dtype)))
+
+
+def _host_tensor(torch: Any, a: np.ndarray, dtype: str) -> Any:
+    """float32 values ``a`` (exact in the storage type ``dtype``, checked) as a host tensor of that
+    type in memory of its own, written by numpy (exact: every value is representable)."""
+    own = torch.empty(a.shape, dtype=getattr(torch, dtype))
+    bits = _host_bits(own)
+    bits[...] = (a if dtype == "float32" else a.astype(numpy_dtype(dtype))).view(bits.dtype)
+    return own
 
 
 # --- JAX ---------------------------------------------------------------------------------------

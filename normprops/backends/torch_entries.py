@@ -51,7 +51,7 @@ _TORCH_MASKED = (
 )
 _MASKED_CLAIMS = SOFTMAX_FAMILIES - {"overflow_logits", "huge"}
 _MASKED_DTYPES = {"cuda": ("float32", "bfloat16"), "cpu": ("float32",)}
-_SHORT = {"float32": "f32", "bfloat16": "bf16"}
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 TORCH_KERNELS += tuple(
     KernelSpec(f"{name}-{_SHORT[dtype]}", "masked_softmax",
                f"torch-{device}", f"{BACKEND_MODULES['torch-' + device]}:{attr}_{device}", 2,
@@ -228,17 +228,35 @@ _CUDNN_BACKWARD_NAN = (KnownBug("low_lse", "NaN dq with a mask, a key length of 
                                 "and its keys a nonzero dk, where the exact gradients are 0"))
 _ALL_LAYOUTS = frozenset({"none", "causal_top_left", "causal_bottom_right", "key_padding", "arbitrary"})
 _NONE = frozenset({"none"})
+# The storage types of a backend: the 16-bit ones (flash and cuDNN take no float32), or float32 too.
+# A float16 entry is declared as its bfloat16 twin (P rounded to float16 where the twin rounds it
+# to bfloat16, a GQA group summed in float16 where the twin sums in bfloat16).
+_16 = ("bfloat16", "float16")
+_F32_16 = ("float32", *_16)
+
+
+def _cudnn_bugs(bugs: tuple[KnownBug, ...], dtype: str) -> tuple[KnownBug, ...]:
+    """cuDNN's known findings in ``dtype``. Both are reported in bfloat16 and float16 alike (the
+    masked rows measured in both, pytorch#196678 NaN in both); the fixtures that make sure of them
+    are bfloat16 cases, so a float16 entry's are met by the hunt's own draws until a float16 hunt
+    on a GPU saves fixtures of their own."""
+    return bugs if dtype == "bfloat16" else tuple(replace(bug, example=None) for bug in bugs)
+
+
 _SDPA = (
     # (device, attr, name, dtypes, mask layouts, rounds P, head dims a multiple of, GQA, claims)
-    ("cpu", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1, True, True),
-    ("cpu", "sdpa_default", "sdpa", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 1, True, True),
-    ("cuda", "sdpa_math", "sdpa-math", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1, True, True),
-    ("cuda", "sdpa_flash", "sdpa-flash", ("bfloat16",), _NONE, True, 1, True, True),
+    ("cpu", "sdpa_math", "sdpa-math", _F32_16, _ALL_LAYOUTS, False, 1, True, True),
+    ("cpu", "sdpa_default", "sdpa", _F32_16, _ALL_LAYOUTS, True, 1, True, True),
+    ("cuda", "sdpa_math", "sdpa-math", _F32_16, _ALL_LAYOUTS, False, 1, True, True),
+    ("cuda", "sdpa_flash", "sdpa-flash", _16, _NONE, True, 1, True, True),
     ("cuda", "sdpa_efficient", "sdpa-efficient", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 8,
      False, True),
     ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("bfloat16",), _ALL_LAYOUTS, True, 8, True,
      frozenset({"ordinary", "large_scores", "sentinel", "gqa", "cancelling_v", "ragged", "extreme_lse",
                 "head_dims", "outlier_key", "strided"})),
+    # float16: declared as the bfloat16 twins, claiming nothing until hunted on a GPU
+    ("cuda", "sdpa_efficient", "sdpa-efficient", ("float16",), _ALL_LAYOUTS, True, 8, False, False),
+    ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("float16",), _ALL_LAYOUTS, True, 8, True, False),
 )
 
 
@@ -264,7 +282,7 @@ def _sdpa_entry(device: str, attr: str, name: str, dtype: str, layouts: frozense
     named = claiming if isinstance(claiming, frozenset) else None
     claims = frozenset(f for f in get_op("attention").families
                        if (f in named if named is not None else claiming) and FAMILY_LAYOUTS[f] & layouts)
-    bugs = _CUDNN_MASKED_ROWS if attr == "sdpa_cudnn" else ()
+    bugs = _cudnn_bugs(_CUDNN_MASKED_ROWS, dtype) if attr == "sdpa_cudnn" else ()
     return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
                       f"normprops.backends.torch_attention:{attr}", 4, FOREIGN_ATTENTION.model,
                       claims, f"PyTorch's scaled_dot_product_attention ({attr}), {dtype} on the "
@@ -288,18 +306,24 @@ TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds, t
 # until it has been hunted.
 _SDPA_BACKWARD = (
     # (device, attr, name, dtypes, mask layouts, rounds P, head dims a multiple of, GQA, claims)
-    ("cpu", "sdpa_math_backward", "sdpa-math.backward", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1,
-     True, True),
-    ("cpu", "sdpa_default_backward", "sdpa.backward", ("float32", "bfloat16"), _ALL_LAYOUTS, True, 1,
-     True, True),
-    ("cuda", "sdpa_math_backward", "sdpa-math.backward", ("float32", "bfloat16"), _ALL_LAYOUTS, False, 1,
-     True, True),
-    ("cuda", "sdpa_flash_backward", "sdpa-flash.backward", ("bfloat16",), _NONE, True, 1, True, True),
-    ("cuda", "sdpa_efficient_backward", "sdpa-efficient.backward", ("float32", "bfloat16"), _ALL_LAYOUTS,
-     True, 8, False, False),
-    ("cuda", "sdpa_cudnn_backward", "sdpa-cudnn.backward", ("bfloat16",), _ALL_LAYOUTS, True, 8, True,
+    ("cpu", "sdpa_math_backward", "sdpa-math.backward", _F32_16, _ALL_LAYOUTS, False, 1, True, True),
+    ("cpu", "sdpa_default_backward", "sdpa.backward", _F32_16, _ALL_LAYOUTS, True, 1, True, True),
+    ("cuda", "sdpa_math_backward", "sdpa-math.backward", _F32_16, _ALL_LAYOUTS, False, 1, True, True),
+    ("cuda", "sdpa_flash_backward", "sdpa-flash.backward", _16, _NONE, True, 1, True, True),
+    ("cuda", "sdpa_efficient_backward", "sdpa-efficient.backward", _F32_16, _ALL_LAYOUTS, True, 8, False,
      False),
+    ("cuda", "sdpa_cudnn_backward", "sdpa-cudnn.backward", _16, _ALL_LAYOUTS, True, 8, True, False),
 )
+
+
+# Hunted on the CPU (torch 2.13, 100 examples, seeds 0 and 1): the default backend's float16
+# gradients fail accuracy on the dout families, both seeds, every failing element's exact value
+# below float16's least normal (6.1e-5): err/tol up to 190 on dv, 3.5 on dk, 2.5 on dq; the math
+# backend's float16 gradients and every bfloat16 twin (float32's exponent range) pass. The bound
+# gives the output one rounding to float16 (half a subnormal step there), while this backend
+# rounds more of its gradient's steps to float16 below its normal range. Hunted, not claimed,
+# until the bound says what such a kernel may lose there.
+_CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", "dout_scale"})
 
 
 def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts: frozenset[str],
@@ -309,6 +333,8 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     forward = _sdpa_entry(device, attr.removesuffix("_backward"), name, dtype, layouts, rounds_p, shapes)
     claims = frozenset(f for f in get_op("attention_backward").families
                        if shapes[2] and FAMILY_LAYOUTS[f] & layouts)
+    if (device, attr, dtype) == ("cpu", "sdpa_default_backward", "float16"):
+        claims -= _CPU_FLOAT16_BACKWARD_UNCLAIMED
     # Measured on the CPU (torch 2.13): the default backend's bfloat16 gradients of a GQA call
     # are the per-head gradients rounded to bfloat16 and summed in it (err/tol up to 2 on dv when
     # judged as a float32 sum; within the bound once declared; the math backend sums in float32).
@@ -328,7 +354,7 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     exempt = forward.exempt | ({"determinism"} if attr == "sdpa_efficient_backward" else set())
     return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward", op_declaration=declared,
                    exempt=frozenset(exempt),
-                   bugs=_CUDNN_BACKWARD_NAN if attr == "sdpa_cudnn_backward" else (),
+                   bugs=_cudnn_bugs(_CUDNN_BACKWARD_NAN, dtype) if attr == "sdpa_cudnn_backward" else (),
                    entry=f"normprops.backends.torch_attention:{attr}", claims=claims,
                    summary=f"PyTorch's scaled_dot_product_attention ({attr.removesuffix('_backward')}) "
                                f"backward through autograd, {dtype} on the {device.upper()}")

@@ -332,9 +332,10 @@ class AttentionReference:
     oracle: str = "float64"
 
 
-def _expand(a: np.ndarray, group: int) -> np.ndarray:
-    """kv heads repeated so that query head h reads kv head h // group."""
-    return np.repeat(a, group, axis=1)
+def _per_head(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """a (B, Hq, L, n) times b (B, Hkv, 1, n, m), query head h by kv head h // group, uncopied."""
+    grouped = a.reshape(a.shape[0], b.shape[1], a.shape[1] // b.shape[1], *a.shape[2:])
+    return (grouped @ b).reshape(*a.shape[:3], b.shape[-1])
 
 
 def _kept(mask: np.ndarray | None, shape: tuple[int, ...]) -> np.ndarray:
@@ -354,15 +355,13 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
     """
     if oracle not in ORACLES:
         raise ValueError(f"oracle must be one of {ORACLES} but was {oracle!r}")
-    qd = np.asarray(q).astype(np.float64)
-    kd = np.asarray(k).astype(np.float64)
-    vd = np.asarray(v).astype(np.float64)
+    qd, kd, vd = (np.asarray(a).astype(np.float64) for a in (q, k, v))
     group = qd.shape[1] // kd.shape[1]
-    ke, ve = _expand(kd, group), _expand(vd, group)
+    kt, v_abs = kd[:, :, None].swapaxes(-1, -2), np.repeat(np.abs(vd), group, axis=1)
     scale = float(scale)
     with np.errstate(all="ignore"):
-        dot = qd @ ke.swapaxes(-1, -2)
-        size = abs(scale) * (np.abs(qd) @ np.abs(ke).swapaxes(-1, -2))
+        dot = _per_head(qd, kt)
+        size = abs(scale) * _per_head(np.abs(qd), np.abs(kt))
         keep = _kept(mask, dot.shape)
         s = np.where(keep, scale * dot, -np.inf)
         kept = keep.sum(axis=-1)
@@ -372,19 +371,20 @@ def attention_reference(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.nd
         e = np.where(keep, np.exp(s - m0[..., None]), 0.0)
         total = e.sum(axis=-1)  # positive terms: float64's pairwise sum is accurate
         p = np.where(empty[..., None], 0.0, e / np.where(empty, 1.0, total)[..., None])
-        out = np.where(empty[..., None], np.nan, p @ ve)
+        out = np.where(empty[..., None], np.nan, _per_head(p, vd[:, :, None]))
         lse = np.where(empty, -np.inf, m0 + np.log(np.where(empty, 1.0, total)))
         spread = np.sum(np.where(keep, p * np.abs(s - m0[..., None]), 0.0), axis=-1)
-        abs_pv = p @ np.abs(ve)
-        abs_v = keep.astype(np.float64) @ np.abs(ve)
-    ref = AttentionReference(out, lse, m, spread, kept, empty, p, s, size, abs_pv, abs_v, np.abs(ve),
+        abs_pv = p @ v_abs
+        abs_v = keep.astype(np.float64) @ v_abs
+    ref = AttentionReference(out, lse, m, spread, kept, empty, p, s, size, abs_pv, abs_v, v_abs,
                              qd.shape[-1], kd.shape[2])
     redo = ~empty if oracle == "mpmath" else _float64_not_enough(ref)
     if redo.any():
         out, lse = out.copy(), lse.copy()
         for index in zip(*np.nonzero(redo)):
             b, h, i = index
-            out[index], lse[index] = _mp_row(qd[b, h, i], ke[b, h], ve[b, h], keep[b, h, i], scale)
+            out[index], lse[index] = _mp_row(qd[b, h, i], kd[b, h // group], vd[b, h // group],
+                                             keep[b, h, i], scale)
         ref = AttentionReference(**{**ref.__dict__, "out": out, "lse": lse, "oracle": "float64+mpmath"})
     return replace(ref, oracle="mpmath") if oracle == "mpmath" else ref
 

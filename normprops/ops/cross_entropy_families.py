@@ -45,7 +45,7 @@ def _make(family: str, p: dict[str, Any], x: np.ndarray, target: np.ndarray,
     dtype = p["dtype"]
     kind = get_dtype(dtype)
     with np.errstate(all="ignore"):
-        logits = to_dtype(np.clip(x, -kind.max, kind.max).astype(F32), dtype)
+        logits = to_dtype(np.clip(x, -kind.max, kind.max).astype(F32, copy=False), dtype)
     shown = {key: value for key, value in sorted(p.items()) if key not in _SHAPE_KEYS}
     return CrossEntropyCase(logits, target.astype(np.int64), ignore_index=ignore_index,
                             label_smoothing=p.get("smoothing", 0.0), dtype=dtype, family=family,

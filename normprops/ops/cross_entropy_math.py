@@ -277,8 +277,8 @@ class CrossEntropyReference:
 
 
 def _capped(x: np.ndarray, softcap: float | None) -> tuple[np.ndarray, np.ndarray]:
-    if softcap is None:
-        return x, np.ones_like(x)
+    if softcap is None:  # c' = 1 everywhere: one value read as the (N, V) array, never written
+        return x, np.broadcast_to(np.float64(1.0), x.shape)
     t = np.tanh(x / softcap)
     return softcap * t, (1.0 - t) * (1.0 + t)  # 1 - t^2 without cancelling where |t| ~ 1
 
@@ -313,7 +313,12 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
     m = x[rows, first]
     gap = m[:, None] - x  # exact: both are float32 values (or float64 tanh values, rounded once)
     e = np.exp(-gap)
-    total = e.sum(axis=1)  # positive terms: float64's pairwise sum is accurate
+    # Positive terms, so a plain float64 sum is enough: even summed one after another its relative
+    # error is at most (V - 1) u64 (u64 = 2^-53; 2.8e-11 at V = 256001), with exp's own 1 ulp on
+    # each term, where the smallest bound on a float32 kernel is u (rho + k(V)) >= 6 * 2^-24 = 3.6e-7
+    # relative: four orders of magnitude below it before numpy's pairwise summation (log2 V
+    # levels, 18 at that V) shrinks it further. No compensated or exact sum is needed.
+    total = e.sum(axis=1)
     others = total - 1.0
     small = others < 0.5  # T = S - 1 formed directly where S - 1 would cancel
     if small.any():
@@ -328,14 +333,20 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
     row_loss = np.where(valid, (1 - eps) * nll + eps * smooth + z * lse * lse, 0.0)
     spread = (p * gap).sum(axis=1)
     mean_abs = np.abs(x).mean(axis=1)
-    eta = _CAP_ROUNDINGS * U * np.abs(x) if case.softcap is not None else np.zeros_like(x)
-    cap_err = (p * eta).sum(axis=1)
-    d = p * (1 + 2 * z * lse[:, None]) - eps / v
+    # Without a cap eta is 0 and so is its p-weighted sum; without a z-loss p's factor is 1, and
+    # without smoothing nothing is subtracted: each skipped operation would return its operand
+    # bit for bit, at the cost of a pass over N x V float64s.
+    cap_err = (p * (_CAP_ROUNDINGS * U * np.abs(x))).sum(axis=1) if case.softcap is not None else np.zeros(n)
+    d = p * (1 + 2 * z * lse[:, None]) if z else p.copy()
+    if eps:
+        d -= eps / v
     # The target column: p_t - (1 - eps) = eps - (S - e_t) / S, with S - e_t the sum of the other
-    # columns (no cancellation where p_t ~ 1).
-    e_not_t = e.copy()
-    e_not_t[rows, t] = 0.0
-    d[rows, t] = (eps - e_not_t.sum(axis=1) / total) + 2 * z * lse * p[rows, t] - eps / v
+    # columns (no cancellation where p_t ~ 1): e_t set to 0 for the sum, then put back.
+    e_t = e[rows, t]
+    e[rows, t] = 0.0
+    not_t = e.sum(axis=1)
+    e[rows, t] = e_t
+    d[rows, t] = (eps - not_t / total) + 2 * z * lse * p[rows, t] - eps / v
     if oracle == "mpmath":
         exact = exact_loss_rows(case, np.nonzero(valid)[0])
         row_loss = row_loss.copy()
@@ -345,12 +356,14 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
     scale = _row_scale(case, valid) if case.dloss is not None else np.where(valid, 1.0, 0.0)
     dlogits = None
     if case.dloss is not None:
-        dlogits = scale[:, None] * d * cap_d
+        dlogits = scale[:, None] * d
+        if case.softcap is not None:
+            dlogits *= cap_d
         if oracle == "mpmath":
-            dlogits = dlogits.copy()
             for r, row in exact_grad_rows(case, np.nonzero(valid)[0]).items():
                 dlogits[r] = row
-        dlogits = np.where(valid[:, None], dlogits, 0.0)
+        if not valid.all():
+            dlogits = np.where(valid[:, None], dlogits, 0.0)
     return CrossEntropyReference(loss, row_loss, lse, log_s, m, spread, nll, smooth, mean_abs, cap_err,
                                  x, p, d, cap_d, valid, dlogits, scale,
                                  "mpmath" if oracle == "mpmath" else "float64")
@@ -469,23 +482,45 @@ def grad_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
     kind = get_dtype(case.dtype)
     u_s = 0.0 if case.dtype == "float32" else kind.u
     cap = case.softcap is not None
-    eta = _CAP_ROUNDINGS * u * np.abs(ref.x) if cap else 0.0
-    gap = ref.row_max[:, None] - ref.x
-    r = (u * (model.rho + model.k(v) + model.c_x * (gap + ref.spread[:, None]) + 2) + eta
-         + ref.cap_err[:, None])
+    # Evaluated in place, in the order the formula reads (each value the same to the bit): a term
+    # that is 0 (no cap: eta and sum p eta; no z-loss; no smoothing) or a factor that is 1 (no
+    # cap: c'; no z-loss) is skipped rather than applied over N x V float64s. The z-loss terms
+    # are kept whenever d_lse is not finite, where 0 times it is NaN.
     z, eps = float(case.z_loss), float(case.label_smoothing)
     d_lse = _lse_error(ref, model, v)
     g = np.abs(ref.scale)[:, None]
-    inner = (r * ref.p * (1 + 2 * z * np.abs(ref.lse)[:, None]) + 2 * z * ref.p * d_lse[:, None]
-             + u * np.abs(ref.d) + u * eps / v)
-    tol = g * ref.cap_d * inner
+    r = ref.row_max[:, None] - ref.x  # the gap x_j - m, then r_j
+    r += ref.spread[:, None]
+    r *= model.c_x
+    r += model.rho + model.k(v)
+    r += 2
+    r *= u
     if cap:
+        r += _CAP_ROUNDINGS * u * np.abs(ref.x)
+        r += ref.cap_err[:, None]
+    inner = r
+    inner *= ref.p
+    if z or not np.isfinite(d_lse).all():
+        inner *= 1 + 2 * z * np.abs(ref.lse)[:, None]
+        inner += 2 * z * ref.p * d_lse[:, None]
+    inner += u * np.abs(ref.d)
+    if eps:
+        inner += u * eps / v
+    if cap:
+        tol = g * ref.cap_d * inner
         t2 = 1.0 - ref.cap_d
-        tol = tol + g * np.abs(ref.d) * u * (3 + 2 * (_CAP_ROUNDINGS + 1) * t2)
+        tol += g * np.abs(ref.d) * u * (3 + 2 * (_CAP_ROUNDINGS + 1) * t2)
+    else:
+        tol = inner
+        tol *= g
     grad = np.abs(ref.dlogits) if ref.dlogits is not None else g * np.abs(ref.d) * ref.cap_d
     # p_j below FLT_MIN loses up to the arithmetic's least subnormal (all of FLT_MIN where the
     # kernel flushes), which g then scales.
     lost = FLT_MIN if model.ftz else model.smallest_subnormal
-    tol = tol + (2 * u + u_s) * grad + g * ref.cap_d * lost + kind.tiny + FLT_MIN
+    grad *= 2 * u + u_s
+    tol += grad
+    tol += g * ref.cap_d * lost if cap else g * lost
+    tol += kind.tiny
+    tol += FLT_MIN
     # An ignored row's gradient is exactly 0: the least subnormal of room, so that 0 passes.
-    return np.where(ref.valid[:, None], tol, kind.tiny)
+    return tol if ref.valid.all() else np.where(ref.valid[:, None], tol, kind.tiny)
