@@ -15,6 +15,8 @@ gated on). Cut Cross-Entropy takes no label smoothing (declared: the hunt draws 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from normprops.errormodel import ErrorModel
 from normprops.kernelspec import KernelSpec
 from normprops.ops.linear_cross_entropy_math import FAMILIES, LinearCrossEntropyDeclaration
@@ -52,7 +54,12 @@ _ENTRIES = (
 
 def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
     backend, device, attr, name, _, reduction, softcap, smoothing, claims, rounded = row
-    declared = LinearCrossEntropyDeclaration(_FOREIGN, softcap=softcap, reduction=reduction,
+    # Triton's exp flushes a subnormal result (measured for Liger's cross-entropy on an H100,
+    # docs/ecosystem.md): Liger's fused kernel runs the same cross-entropy kernel on each chunk,
+    # and Cut Cross-Entropy's kernels call tl.exp; judged as flushing.
+    flushing = backend == "liger" or attr in ("cce_lce", "cce_lce_mean")
+    model = replace(_FOREIGN, ftz=flushing)
+    declared = LinearCrossEntropyDeclaration(model, softcap=softcap, reduction=reduction,
                                              smoothing=smoothing, logits_rounded=rounded)
     op = "linear_cross_entropy_backward" if gradient else "linear_cross_entropy"
     return KernelSpec(f"{name}{'.backward' if gradient else ''}-{_SHORT[dtype]}", op, backend,
