@@ -244,6 +244,19 @@ def test_the_declaration_carries_the_row_reduction_and_the_rounded_logits() -> N
     assert back.logits_rounded and back.softcap == 30.0
 
 
+def test_the_entries_declare_dws_row_sum_on_the_gradient_only() -> None:
+    from normprops.specs import KERNELS
+
+    entries = [k for k in KERNELS if k.op.startswith("linear_cross_entropy")]
+    assert {k.backend for k in entries} == {"numpy", "torch-cpu", "torch-cuda", "liger", "cce"}
+    for k in entries:
+        gradient = k.op.endswith("_backward")
+        assert k.row_reduction == ("sequential" if gradient else "blocks"), k.label
+        assert k.op_declaration.model.row_reduction == "sequential", k.label
+    rounded = {k.name for k in entries if k.op_declaration.logits_rounded}
+    assert "cce.lce-bf16" not in rounded and {"F.lce-bf16", "liger.flce-bf16"} <= rounded
+
+
 def test_a_bad_case_is_named() -> None:
     with pytest.raises(ValueError, match=r"h must be \(N, H\) and w \(V, H\)"):
         LinearCrossEntropyCase(np.zeros((2, 3), np.float32), np.zeros((5, 4), np.float32),

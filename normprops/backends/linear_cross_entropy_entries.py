@@ -67,7 +67,7 @@ def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
                       frozenset(FAMILIES) if claims and reduction == "none" else frozenset(),
                       f"{name}{' backward' if gradient else ''} ({attr}), {dtype} on {device.upper()}",
                       bench=False, dtype=dtype, framework="torch", device=device, op_declaration=declared,
-                      exempt=_NOT_PROMISED, row_reduction="sequential")
+                      exempt=_NOT_PROMISED, row_reduction="sequential" if gradient else "blocks")
 
 
 LINEAR_CROSS_ENTROPY_KERNELS: tuple[KernelSpec, ...] = tuple(

@@ -137,7 +137,9 @@ def _cross_entropy_entries(module: str = "cross_entropy_kernels",
             (kernel.func.__doc__ or "").split("\n")[0] if not bugs else f"planted: {kernel.bug}",
             bugs=bugs, bench=False, dtype=kernel.dtype,
             default_families=shown[kernel.op] if not bugs else frozenset({kernel.family}),
-            op_declaration=kernel.declaration, row_reduction=kernel.declaration.model.row_reduction))
+            op_declaration=kernel.declaration,
+            # dw's sum over the rows (the fused loss's gradient); a forward op sums none.
+            row_reduction=kernel.declaration.model.row_reduction if get_op(kernel.op).forward else "blocks"))
     return tuple(entries)
 
 
