@@ -8,7 +8,8 @@ whether it takes a label smoothing, and whether its logits are rounded to the st
 before the loss) on the foreign model (every sum as deep as a plain loop, fast-math exp, dw
 summed row after row). ``F.linear`` on bfloat16 operands returns bfloat16 logits, and Liger's
 chunks hold their logits in the input's type: declared rounded. Cut Cross-Entropy's Triton
-kernels keep them in float32. PyTorch's per-row entries claim every family; the others are
+kernels keep them in float32. Triton's exp and PyTorch's CPU bfloat16 matmul flush subnormal
+results: declared flushing. PyTorch's per-row entries claim every family; the others are
 hunted without claims until a hunt has measured them on a GPU (their findings reported, none
 gated on). Cut Cross-Entropy takes no label smoothing (declared: the hunt draws 0).
 """
@@ -57,7 +58,10 @@ def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
     # Triton's exp flushes a subnormal result (measured for Liger's cross-entropy on an H100,
     # docs/ecosystem.md): Liger's fused kernel runs the same cross-entropy kernel on each chunk,
     # and Cut Cross-Entropy's kernels call tl.exp; judged as flushing.
-    flushing = backend == "liger" or attr in ("cce_lce", "cce_lce_mean")
+    # PyTorch's CPU matmul on bfloat16 operands flushes too (measured: F.lce.backward-bf16 gave a
+    # dw of 0 where the exact one is 1.02e-38, in softcap).
+    flushing = (backend == "liger" or attr in ("cce_lce", "cce_lce_mean")
+                or (backend == "torch-cpu" and dtype == "bfloat16"))
     model = replace(_FOREIGN, ftz=flushing)
     declared = LinearCrossEntropyDeclaration(model, softcap=softcap, reduction=reduction,
                                              smoothing=smoothing, logits_rounded=rounded)
