@@ -1,7 +1,8 @@
 """The registry: every kernel normprops knows how to hunt, joined from the entries each backend
 declares beside its code (:mod:`normprops.cuda.entries`, :mod:`normprops.backends.numpy_entries`,
 :mod:`normprops.backends.torch_entries`, :mod:`normprops.backends.ecosystem_entries`,
-:mod:`normprops.backends.cross_entropy_entries`).
+:mod:`normprops.backends.cross_entropy_entries`,
+:mod:`normprops.backends.linear_cross_entropy_entries`).
 
 Tests, the CLI and the benchmark iterate over ``KERNELS``; nothing else keeps a list of kernels. An
 entry (:class:`normprops.kernelspec.KernelSpec`) says what a kernel computes, where it runs, how its
@@ -14,6 +15,7 @@ import numpy as np
 
 from normprops.backends.cross_entropy_entries import CROSS_ENTROPY_KERNELS
 from normprops.backends.ecosystem_entries import ECOSYSTEM_GRAD_KERNELS, ECOSYSTEM_KERNELS
+from normprops.backends.linear_cross_entropy_entries import LINEAR_CROSS_ENTROPY_KERNELS
 from normprops.backends.numpy_entries import NUMPY_EXAMPLE_KERNELS
 from normprops.backends.torch_entries import TORCH_GRAD_KERNELS, TORCH_KERNELS
 from normprops.cuda.entries import CUDA_ONLY_KERNELS, PROD_KERNELS, TEXTBOOK_KERNELS
@@ -32,6 +34,7 @@ KERNELS: tuple[KernelSpec, ...] = (
     *TORCH_GRAD_KERNELS,
     *ECOSYSTEM_GRAD_KERNELS,
     *CROSS_ENTROPY_KERNELS,
+    *LINEAR_CROSS_ENTROPY_KERNELS,
 )
 
 

@@ -29,6 +29,7 @@ ECOSYSTEM_BACKENDS = {
     "quack": "QuACK (CuTe DSL) with a CUDA device",
     "jax": "JAX (its first device: the GPU when jax[cuda] is installed)",
     "flax": "Flax (linen) on JAX",
+    "cce": "Cut Cross-Entropy (cut-cross-entropy: Triton, or torch.compile) with a CUDA device",
 }
 
 
@@ -46,6 +47,34 @@ def _import_jax() -> Any:
     return jax
 
 
+def _cce_status() -> tuple[bool, str]:
+    """Cut Cross-Entropy: installed, torch with a CUDA device, its module importing (Triton)."""
+    import importlib.metadata
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("cut_cross_entropy") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return False, "cut-cross-entropy is not installed (pip install cut-cross-entropy)"
+    try:
+        version = importlib.metadata.version("cut-cross-entropy")
+    except importlib.metadata.PackageNotFoundError:
+        version = "(version unknown)"
+    try:
+        import torch
+    except Exception as exc:
+        return False, f"cut-cross-entropy {version} needs torch, which is not importable ({_first_line(exc)})"
+    if not torch.cuda.is_available():
+        return False, f"cut-cross-entropy {version} needs a CUDA device; torch {torch.__version__} sees none"
+    try:
+        import cut_cross_entropy  # noqa: F401  (imports its Triton kernels)
+    except Exception as exc:
+        return False, f"cut-cross-entropy {version}: import failed ({_first_line(exc)})"
+    return True, f"cut-cross-entropy {version}, Triton, torch {torch.__version__}"
+
+
 @functools.cache
 def ecosystem_status(backend: str) -> tuple[bool, str]:
     """(usable, reason) for one of :data:`ECOSYSTEM_BACKENDS`; never raises."""
@@ -55,6 +84,8 @@ def ecosystem_status(backend: str) -> tuple[bool, str]:
         from normprops.backends.peers import peer_status
 
         return peer_status(backend)
+    if backend == "cce":
+        return _cce_status()
     if backend == "torch-compile":
         try:
             import torch

@@ -11,6 +11,8 @@ the family, property, storage type and summary of a planted one's bug. A pair's 
 
 from __future__ import annotations
 
+import importlib
+
 from normprops.errormodel import FOREIGN_ERROR_MODEL
 from normprops.examples.backward_correct import CORRECT as GRAD_CORRECT
 from normprops.examples.backward_planted import PLANTED as GRAD_PLANTED
@@ -116,25 +118,28 @@ NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _attention_entries()
 # one is a known bug of the family that shows it.
 
 
-def _cross_entropy_entries() -> tuple[KernelSpec, ...]:
-    from normprops.examples.cross_entropy_kernels import CORRECT as CE_CORRECT
-    from normprops.examples.cross_entropy_kernels import PLANTED as CE_PLANTED
+def _cross_entropy_entries(module: str = "cross_entropy_kernels",
+                           ops: tuple[str, str] = ("cross_entropy", "cross_entropy_backward")
+                           ) -> tuple[KernelSpec, ...]:
+    examples = importlib.import_module(f"normprops.examples.{module}")
+    CE_CORRECT, CE_PLANTED = examples.CORRECT, examples.PLANTED
 
     # A first hunt (no --families) runs each op's correct kernels where its planted ones are caught.
-    shown = {op: frozenset(k.family for k in CE_PLANTED.values() if k.op == op)
-             for op in ("cross_entropy", "cross_entropy_backward")}
+    shown = {op: frozenset(k.family for k in CE_PLANTED.values() if k.op == op) for op in ops}
     entries = []
     for name, kernel in {**CE_CORRECT, **CE_PLANTED}.items():
         bugs = () if kernel.family is None else (KnownBug(kernel.family, kernel.bug),)
         entries.append(KernelSpec(
-            name, kernel.op, "numpy", f"normprops.examples.cross_entropy_kernels:{name}", _TOUCHES,
+            name, kernel.op, "numpy", f"normprops.examples.{module}:{name}", _TOUCHES,
             kernel.declaration.model,
             frozenset(get_op(kernel.op).families) if not bugs and kernel.declaration.reduction == "none"
             else frozenset(),
             (kernel.func.__doc__ or "").split("\n")[0] if not bugs else f"planted: {kernel.bug}",
             bugs=bugs, bench=False, dtype=kernel.dtype,
             default_families=shown[kernel.op] if not bugs else frozenset({kernel.family}),
-            op_declaration=kernel.declaration))
+            op_declaration=kernel.declaration,
+            # dw's sum over the rows (the fused loss's gradient); a forward op sums none.
+            row_reduction=kernel.declaration.model.row_reduction if get_op(kernel.op).forward else "blocks"))
     return tuple(entries)
 
 
@@ -163,3 +168,6 @@ def _attention_backward_entries() -> tuple[KernelSpec, ...]:
 
 
 NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _attention_backward_entries() + _cross_entropy_entries()
+# The fused loss's examples (normprops.examples.linear_cross_entropy_kernels), alike.
+NUMPY_EXAMPLE_KERNELS = NUMPY_EXAMPLE_KERNELS + _cross_entropy_entries(
+    "linear_cross_entropy_kernels", ("linear_cross_entropy", "linear_cross_entropy_backward"))

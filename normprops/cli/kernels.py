@@ -26,13 +26,15 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
     print(file=out)
     width = max(60, shutil.get_terminal_size(fallback=(100, 24)).columns)
-    columns = ["kernel", "op", "backend", "dtype", "arrays"]
-    columns += ["T"] if args.wide else ["claims", "bugs"]
+    # The arrays a kernel takes (its framework) follow from its backend: --wide shows them, the
+    # short table leaves them out to keep within 100 columns beside the longest op names.
+    columns = ["kernel", "op", "backend", "dtype"]
+    columns += ["arrays", "T"] if args.wide else ["claims", "bugs"]
     table = [columns]
     for k in KERNELS:
-        row = [k.name, k.op, k.backend, SHORT_DTYPES[k.dtype], k.framework]
+        row = [k.name, k.op, k.backend, SHORT_DTYPES[k.dtype]]
         if args.wide:
-            row.append(str(k.error_model.threads))
+            row += [k.framework, str(k.error_model.threads)]
         else:
             claimed = sum(f in k.claims for f in families_for(k.op))
             row += [f"{claimed}/{len(families_for(k.op))}", str(len(k.bugs))]

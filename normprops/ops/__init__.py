@@ -6,7 +6,8 @@ families, applicable properties, its own checks and metamorphic copies): :mod:`n
 (with ``softmax_backward``), :mod:`normprops.ops.masked_softmax`, :mod:`normprops.ops.layernorm`
 (with ``layernorm_backward``), :mod:`normprops.ops.rmsnorm` (with ``rmsnorm_backward``) and
 :mod:`normprops.ops.attention` (with :mod:`normprops.ops.attention_backward`) and
-:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape). An op of
+:mod:`normprops.ops.cross_entropy` (whose cases are named arrays of any shape), with the fused
+:mod:`normprops.ops.linear_cross_entropy` (and its backward). An op of
 one's own is an :class:`OpSpec` handed to :func:`register`.
 """
 
@@ -16,6 +17,8 @@ from normprops.ops.attention import ATTENTION
 from normprops.ops.attention_backward import ATTENTION_BACKWARD
 from normprops.ops.cross_entropy import CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD
 from normprops.ops.layernorm import LAYERNORM, LAYERNORM_BACKWARD
+from normprops.ops.linear_cross_entropy import LINEAR_CROSS_ENTROPY
+from normprops.ops.linear_cross_entropy_backward import LINEAR_CROSS_ENTROPY_BACKWARD
 from normprops.ops.masked_softmax import MASKED_SOFTMAX
 from normprops.ops.rmsnorm import RMSNORM, RMSNORM_BACKWARD
 from normprops.ops.softmax import SOFTMAX, SOFTMAX_BACKWARD
@@ -50,7 +53,8 @@ __all__ = ["OpSpec", "NamedArrays", "NamedExact", "Transform",
 
 # The built-in ops, in report order: the forward ops, then their gradients.
 for _op in (SOFTMAX, LAYERNORM, RMSNORM, MASKED_SOFTMAX, SOFTMAX_BACKWARD, RMSNORM_BACKWARD,
-            LAYERNORM_BACKWARD, ATTENTION, ATTENTION_BACKWARD, CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD):
+            LAYERNORM_BACKWARD, ATTENTION, ATTENTION_BACKWARD, CROSS_ENTROPY, CROSS_ENTROPY_BACKWARD,
+            LINEAR_CROSS_ENTROPY, LINEAR_CROSS_ENTROPY_BACKWARD):
     if _op.name not in OPS:
         register(_op)
 del _op

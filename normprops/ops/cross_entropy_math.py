@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Callable
 
 import mpmath
 import numpy as np
@@ -274,6 +274,9 @@ class CrossEntropyReference:
     dlogits: np.ndarray | None
     scale: np.ndarray  # per row, the g multiplying d (0 on ignored rows)
     oracle: str = "float64"
+    # The logits' own error per element (N, V), carried through the cap's derivative: a fused
+    # kernel's logits come out of a matmul (linear_cross_entropy). None: the logits are inputs.
+    eta_in: np.ndarray | None = None
 
 
 def _capped(x: np.ndarray, softcap: float | None) -> tuple[np.ndarray, np.ndarray]:
@@ -294,8 +297,16 @@ def _row_scale(case: CrossEntropyCase, valid: np.ndarray) -> np.ndarray:
     return np.where(valid, np.broadcast_to(g, valid.shape), 0.0)
 
 
-def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") -> CrossEntropyReference:
+def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64",
+                            logits: np.ndarray | None = None, logit_err: np.ndarray | None = None,
+                            exact_logits: Callable[[int], list[Any]] | None = None
+                            ) -> CrossEntropyReference:
     """The exact loss (and, for a gradient case, dlogits) of ``case``, vectorised in float64.
+
+    ``logits`` (float64, (N, V)) replaces ``case.logits`` where the logits are not the kernel's
+    input but a product it forms (linear_cross_entropy), ``logit_err`` bounds the kernel's error
+    on each of them, and ``exact_logits(r)`` gives row ``r``'s at the working precision for
+    ``oracle="mpmath"``.
 
     Every quantity is formed from non-negative terms, so float64 is enough (docs/tolerances.md,
     "Cross-entropy"): ``lse - x_t = (m - x_t) + ln S`` and ``lse - mean x = mean(m - x) + ln S``
@@ -303,7 +314,7 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
     maximum (S - 1 without the cancellation). The target column's ``p_t - 1 = -(S - e_t) / S``
     is formed from the sum of the other columns. ``oracle="mpmath"`` recomputes each valid row at
     200 bits."""
-    x, cap_d = _capped(case.logits.astype(np.float64), case.softcap)
+    x, cap_d = _capped(case.logits.astype(np.float64) if logits is None else logits, case.softcap)
     n, v = x.shape
     valid = case.valid
     rows = np.arange(n)
@@ -336,7 +347,16 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
     # Without a cap eta is 0 and so is its p-weighted sum; without a z-loss p's factor is 1, and
     # without smoothing nothing is subtracted: each skipped operation would return its operand
     # bit for bit, at the cost of a pass over N x V float64s.
-    cap_err = (p * (_CAP_ROUNDINGS * U * np.abs(x))).sum(axis=1) if case.softcap is not None else np.zeros(n)
+    eta_in = None if logit_err is None else cap_d * logit_err  # |c'| <= 1: the cap shrinks it
+    if case.softcap is not None or eta_in is not None:
+        eta = _CAP_ROUNDINGS * U * np.abs(x) if case.softcap is not None else 0.0
+        cap_err = (p * (eta if eta_in is None else eta + eta_in)).sum(axis=1)
+    else:
+        cap_err = np.zeros(n)
+    if eta_in is not None:
+        # lse(x + delta) - lse(x) = p.delta + (1/2) Var_p'(delta) at some p' on the way: the
+        # second-order term is at most (1/2) max |delta|^2, which logits' errors near 1 reach.
+        cap_err = cap_err + 0.5 * eta_in.max(axis=1) ** 2
     d = p * (1 + 2 * z * lse[:, None]) if z else p.copy()
     if eps:
         d -= eps / v
@@ -348,7 +368,7 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
     e[rows, t] = e_t
     d[rows, t] = (eps - not_t / total) + 2 * z * lse * p[rows, t] - eps / v
     if oracle == "mpmath":
-        exact = exact_loss_rows(case, np.nonzero(valid)[0])
+        exact = exact_loss_rows(case, np.nonzero(valid)[0], exact_logits=exact_logits)
         row_loss = row_loss.copy()
         for r, value in exact.items():
             row_loss[r] = value
@@ -360,13 +380,13 @@ def cross_entropy_reference(case: CrossEntropyCase, *, oracle: str = "float64") 
         if case.softcap is not None:
             dlogits *= cap_d
         if oracle == "mpmath":
-            for r, row in exact_grad_rows(case, np.nonzero(valid)[0]).items():
+            for r, row in exact_grad_rows(case, np.nonzero(valid)[0], exact_logits=exact_logits).items():
                 dlogits[r] = row
         if not valid.all():
             dlogits = np.where(valid[:, None], dlogits, 0.0)
     return CrossEntropyReference(loss, row_loss, lse, log_s, m, spread, nll, smooth, mean_abs, cap_err,
                                  x, p, d, cap_d, valid, dlogits, scale,
-                                 "mpmath" if oracle == "mpmath" else "float64")
+                                 "mpmath" if oracle == "mpmath" else "float64", eta_in)
 
 
 def _reduced(row_loss: np.ndarray, valid: np.ndarray, reduction: str) -> np.ndarray:
@@ -379,10 +399,13 @@ def _reduced(row_loss: np.ndarray, valid: np.ndarray, reduction: str) -> np.ndar
     return np.array(total / count if count else math.nan)
 
 
-def _mp_row(case: CrossEntropyCase, r: int) -> tuple[Any, list[Any]]:
-    """Row ``r``'s loss and the gradient factors ``d_j c'_j`` at the working precision."""
+def _mp_row(case: CrossEntropyCase, r: int,
+            exact_logits: Callable[[int], list[Any]] | None = None) -> tuple[Any, list[Any]]:
+    """Row ``r``'s loss and the gradient factors ``d_j c'_j`` at the working precision (its logits
+    ``exact_logits(r)`` where given, else the case's)."""
     c = None if case.softcap is None else mpmath.mpf(case.softcap)
-    raw = [mpmath.mpf(float(a)) for a in case.logits[r]]
+    raw = ([mpmath.mpf(float(a)) for a in case.logits[r]] if exact_logits is None
+           else list(exact_logits(r)))
     x = raw if c is None else [c * mpmath.tanh(a / c) for a in raw]
     v = len(x)
     m = max(x)
@@ -400,17 +423,20 @@ def _mp_row(case: CrossEntropyCase, r: int) -> tuple[Any, list[Any]]:
     return loss, grads
 
 
-def exact_loss_rows(case: CrossEntropyCase, rows: np.ndarray, prec: int = 200) -> dict[int, float]:
+def exact_loss_rows(case: CrossEntropyCase, rows: np.ndarray, prec: int = 200, *,
+                    exact_logits: Callable[[int], list[Any]] | None = None) -> dict[int, float]:
     """The per-row loss of the rows ``rows`` at ``prec`` bits, rounded to float64."""
     with mpmath.workprec(prec):
-        return {int(r): float(_mp_row(case, int(r))[0]) for r in rows}
+        return {int(r): float(_mp_row(case, int(r), exact_logits)[0]) for r in rows}
 
 
-def exact_grad_rows(case: CrossEntropyCase, rows: np.ndarray, prec: int = 200) -> dict[int, np.ndarray]:
+def exact_grad_rows(case: CrossEntropyCase, rows: np.ndarray, prec: int = 200, *,
+                    exact_logits: Callable[[int], list[Any]] | None = None) -> dict[int, np.ndarray]:
     """dlogits of the rows ``rows`` at ``prec`` bits, rounded to float64."""
     scale = _row_scale(case, case.valid)
     with mpmath.workprec(prec):
-        return {int(r): np.array([float(scale[r] * g) for g in _mp_row(case, int(r))[1]]) for r in rows}
+        return {int(r): np.array([float(scale[r] * g) for g in _mp_row(case, int(r), exact_logits)[1]])
+                for r in rows}
 
 
 # --- the bounds ----------------------------------------------------------------------------------
@@ -446,6 +472,9 @@ def loss_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
     cap = case.softcap is not None
     eta_t = _CAP_ROUNDINGS * u * np.abs(ref.x[rows, t]) if cap else 0.0
     eta_mean = _CAP_ROUNDINGS * u * ref.mean_abs if cap else 0.0
+    if ref.eta_in is not None:  # the logits' own error (a matmul's) at the target and on average
+        eta_t = eta_t + ref.eta_in[rows, t]
+        eta_mean = eta_mean + ref.eta_in.mean(axis=1)
     eps, z = float(case.label_smoothing), float(case.z_loss)
     nll = d_lse + eta_t + u * np.abs(ref.nll)
     smooth = d_lse + (model.k(v) + 1) * u * ref.mean_abs + eta_mean + u * np.abs(ref.smooth)
@@ -482,10 +511,10 @@ def grad_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
     kind = get_dtype(case.dtype)
     u_s = 0.0 if case.dtype == "float32" else kind.u
     cap = case.softcap is not None
-    # Evaluated in place, in the order the formula reads (each value the same to the bit): a term
-    # that is 0 (no cap: eta and sum p eta; no z-loss; no smoothing) or a factor that is 1 (no
-    # cap: c'; no z-loss) is skipped rather than applied over N x V float64s. The z-loss terms
-    # are kept whenever d_lse is not finite, where 0 times it is NaN.
+    # Evaluated in place, in the order the formula reads: a term that is 0 (no cap: eta and sum p
+    # eta; no logits' error of their own; no z-loss; no smoothing) or a factor that is 1 (no cap:
+    # c'; no z-loss) is skipped rather than applied over N x V float64s. The z-loss terms are kept
+    # whenever d_lse is not finite, where 0 times it is NaN.
     z, eps = float(case.z_loss), float(case.label_smoothing)
     d_lse = _lse_error(ref, model, v)
     g = np.abs(ref.scale)[:, None]
@@ -497,9 +526,19 @@ def grad_tolerance(ref: CrossEntropyReference, case: CrossEntropyCase, *,
     r *= u
     if cap:
         r += _CAP_ROUNDINGS * u * np.abs(ref.x)
+    if ref.eta_in is not None:  # the logits' own error: p_j's relative error grows by it
+        r += ref.eta_in
+    if cap or ref.eta_in is not None:
         r += ref.cap_err[:, None]
-    inner = r
-    inner *= ref.p
+    if ref.eta_in is None:
+        inner = r
+        inner *= ref.p
+    else:
+        # p_j's relative error is r_j to first order; exactly, p^_j / p_j = exp(delta_j - dlse), so
+        # where the logits carry an error of their own (which may reach 1) expm1(r_j), and
+        # |p^_j - p_j| <= 1 whatever it is.
+        with np.errstate(over="ignore"):
+            inner = np.minimum(np.expm1(r) * ref.p, 1.0)
     if z or not np.isfinite(d_lse).all():
         inner *= 1 + 2 * z * np.abs(ref.lse)[:, None]
         inner += 2 * z * ref.p * d_lse[:, None]

@@ -1,0 +1,79 @@
+"""The registry's entries for other projects' fused linear cross-entropy
+(:mod:`normprops.backends.linear_cross_entropy_kernels`): PyTorch's ``F.linear`` then
+``F.cross_entropy`` on the CPU and on CUDA, Liger-Kernel's fused linear cross-entropy, Cut
+Cross-Entropy's Triton kernels and its ``torch.compile`` path.
+
+Each declares what it computes (``LinearCrossEntropyDeclaration``: its reduction, a softcap,
+whether it takes a label smoothing, and whether its logits are rounded to the storage type
+before the loss) on the foreign model (every sum as deep as a plain loop, fast-math exp, dw
+summed row after row). ``F.linear`` on bfloat16 operands returns bfloat16 logits, and Liger's
+chunks hold their logits in the input's type: declared rounded. Cut Cross-Entropy's Triton
+kernels keep them in float32. Triton's exp and PyTorch's CPU bfloat16 matmul flush subnormal
+results: declared flushing. PyTorch's per-row entries claim every family; the others are
+hunted without claims until a hunt has measured them on a GPU (their findings reported, none
+gated on). Cut Cross-Entropy takes no label smoothing (declared: the hunt draws 0).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from normprops.errormodel import ErrorModel
+from normprops.kernelspec import KernelSpec
+from normprops.ops.linear_cross_entropy_math import FAMILIES, LinearCrossEntropyDeclaration
+
+__all__ = ["LINEAR_CROSS_ENTROPY_KERNELS"]
+
+_SHORT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_MODULE = "normprops.backends.linear_cross_entropy_kernels"
+# A row's loss alone and in a batch: not promised by any of them (PyTorch's matmul and log-softmax
+# pick their blocking by the batch's shape; the fused kernels chunk the batch).
+_NOT_PROMISED = frozenset({"batch_invariance"})
+#: The foreign model: plain loops' depth, dw summed in any order over the rows.
+_FOREIGN = ErrorModel(threads=1, rho=6.0, c_x=3.5, row_reduction="sequential")
+
+# (backend, device, attr, name, dtypes, reduction, softcap, smoothing, claims, logits rounded)
+_ENTRIES = (
+    ("torch-cpu", "cpu", "torch_lce", "F.lce", ("float32", "bfloat16"), "none", None, True, True, True),
+    ("torch-cpu", "cpu", "torch_lce_mean", "F.lce.mean", ("float32", "bfloat16"), "mean", None, True,
+     True, True),
+    ("torch-cuda", "cuda", "torch_lce", "F.lce", ("float32", "bfloat16"), "none", None, True, True, True),
+    ("torch-cuda", "cuda", "torch_lce_mean", "F.lce.mean", ("float32", "bfloat16"), "mean", None, True,
+     True, True),
+    ("liger", "cuda", "liger_flce", "liger.flce", ("float32", "bfloat16"), "none", None, True, False, True),
+    ("liger", "cuda", "liger_flce_mean", "liger.flce.mean", ("float32", "bfloat16"), "mean", None, True,
+     False, True),
+    ("liger", "cuda", "liger_flce_softcap30", "liger.flce.cap30", ("float32", "bfloat16"), "none", 30.0,
+     True, False, True),
+    ("cce", "cuda", "cce_lce", "cce.lce", ("float32", "bfloat16"), "none", None, False, False, False),
+    ("cce", "cuda", "cce_lce_mean", "cce.lce.mean", ("float32", "bfloat16"), "mean", None, False, False,
+     False),
+    ("cce", "cuda", "cce_compile_lce", "cce.compile.lce", ("float32", "bfloat16"), "none", None, False,
+     False, True),
+)
+
+
+def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
+    backend, device, attr, name, _, reduction, softcap, smoothing, claims, rounded = row
+    # Triton's exp flushes a subnormal result (measured for Liger's cross-entropy on an H100,
+    # docs/ecosystem.md): Liger's fused kernel runs the same cross-entropy kernel on each chunk,
+    # and Cut Cross-Entropy's kernels call tl.exp; judged as flushing.
+    # PyTorch's CPU matmul on bfloat16 operands flushes too (measured: F.lce.backward-bf16 gave a
+    # dw of 0 where the exact one is 1.02e-38, in softcap).
+    flushing = (backend == "liger" or attr in ("cce_lce", "cce_lce_mean")
+                or (backend == "torch-cpu" and dtype == "bfloat16"))
+    model = replace(_FOREIGN, ftz=flushing)
+    declared = LinearCrossEntropyDeclaration(model, softcap=softcap, reduction=reduction,
+                                             smoothing=smoothing, logits_rounded=rounded)
+    op = "linear_cross_entropy_backward" if gradient else "linear_cross_entropy"
+    return KernelSpec(f"{name}{'.backward' if gradient else ''}-{_SHORT[dtype]}", op, backend,
+                      f"{_MODULE}:{attr}{'_backward' if gradient else ''}", 3, declared.model,
+                      frozenset(FAMILIES) if claims and reduction == "none" else frozenset(),
+                      f"{name}{' backward' if gradient else ''} ({attr}), {dtype} on {device.upper()}",
+                      bench=False, dtype=dtype, framework="torch", device=device, op_declaration=declared,
+                      exempt=_NOT_PROMISED, row_reduction="sequential" if gradient else "blocks")
+
+
+LINEAR_CROSS_ENTROPY_KERNELS: tuple[KernelSpec, ...] = tuple(
+    _entry(row, gradient=gradient, dtype=dtype)
+    for row in _ENTRIES for gradient in (False, True) for dtype in row[4])
