@@ -38,6 +38,10 @@ def test_every_bfloat16_sdpa_entry_has_a_float16_twin() -> None:
         # the CPU default backward's float16 gradients fail three dout families (torch_entries.py)
         unclaimed = ({"orthogonal_dout", "one_hot_dout", "dout_scale"}
                      if (backend, name) == ("torch-cpu", "sdpa.backward-bf16") else set())
+        # the forward claims of CUDA's memory-efficient and cuDNN backends come from their GPU
+        # hunts in bfloat16 (and float32), not yet made in float16
+        if backend == "torch-cuda" and name in ("sdpa-efficient-bf16", "sdpa-cudnn-bf16"):
+            unclaimed = set(bf16.claims)
         assert f16.claims == bf16.claims - unclaimed and f16.exempt == bf16.exempt, f16.label
         want = {f.name: _as_float16(getattr(bf16.op_declaration, f.name))
                 for f in dataclasses.fields(bf16.op_declaration) if f.name != "model"}
@@ -60,7 +64,7 @@ def test_cudnns_known_findings_carry_over_without_the_bfloat16_fixtures() -> Non
     for name in ("sdpa-cudnn-bf16", "sdpa-cudnn.backward-bf16"):
         bf16 = next(k for k in KERNELS if (k.backend, k.name) == ("torch-cuda", name))
         f16 = _twin("torch-cuda", name)
-        assert bf16.bugs and all(b.example for b in bf16.bugs)
+        assert bf16.bugs and any(b.example for b in bf16.bugs)
         assert [(b.family, b.property, b.summary) for b in f16.bugs] == [
             (b.family, b.property, b.summary) for b in bf16.bugs]
         assert all(b.example is None for b in f16.bugs), f16.bugs
