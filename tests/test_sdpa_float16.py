@@ -12,6 +12,7 @@ import pytest
 
 from normprops.hunt import HuntConfig, hunt
 from normprops.registry_hunt import registry_target
+from normprops.backends.torch_entries import _CUDA_BACKWARD_MEASURED, _CUDA_FLOAT16_BACKWARD_UNCLAIMED
 from normprops.specs import KERNELS
 
 _SDPA = [(k.backend, k.name) for k in KERNELS
@@ -38,10 +39,13 @@ def test_every_bfloat16_sdpa_entry_has_a_float16_twin() -> None:
         # the CPU default backward's float16 gradients fail three dout families (torch_entries.py)
         unclaimed = ({"orthogonal_dout", "one_hot_dout", "dout_scale"}
                      if (backend, name) == ("torch-cpu", "sdpa.backward-bf16") else set())
-        # the forward claims of CUDA's memory-efficient and cuDNN backends come from their GPU
-        # hunts in bfloat16 (and float32), not yet made in float16
-        if backend == "torch-cuda" and name in ("sdpa-efficient-bf16", "sdpa-cudnn-bf16"):
-            unclaimed = set(bf16.claims)
+        # on CUDA, the float16 gradients that failed their GPU hunts in float16's range
+        # (torch_entries.py), and the backwards whose bfloat16 claims come from bfloat16 hunts
+        if backend == "torch-cuda" and bf16.op == "attention_backward":
+            attr = bf16.entry.split(":")[1]
+            unclaimed = set(_CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, ()))
+            if (attr, "bfloat16") in _CUDA_BACKWARD_MEASURED:
+                unclaimed = set(bf16.claims)
         assert f16.claims == bf16.claims - unclaimed and f16.exempt == bf16.exempt, f16.label
         want = {f.name: _as_float16(getattr(bf16.op_declaration, f.name))
                 for f in dataclasses.fields(bf16.op_declaration) if f.name != "model"}

@@ -254,9 +254,11 @@ _SDPA = (
     ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("bfloat16",), _ALL_LAYOUTS, True, 8, True,
      frozenset({"ordinary", "large_scores", "sentinel", "gqa", "cancelling_v", "ragged", "extreme_lse",
                 "head_dims", "outlier_key", "strided"})),
-    # float16: declared as the bfloat16 twins, claiming nothing until hunted on a GPU
-    ("cuda", "sdpa_efficient", "sdpa-efficient", ("float16",), _ALL_LAYOUTS, True, 8, False, False),
-    ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("float16",), _ALL_LAYOUTS, True, 8, True, False),
+    # float16: declared as the bfloat16 twins; hunted the same way, the same families clean
+    ("cuda", "sdpa_efficient", "sdpa-efficient", ("float16",), _ALL_LAYOUTS, True, 8, False, True),
+    ("cuda", "sdpa_cudnn", "sdpa-cudnn", ("float16",), _ALL_LAYOUTS, True, 8, True,
+     frozenset({"ordinary", "large_scores", "sentinel", "gqa", "cancelling_v", "ragged", "extreme_lse",
+                "head_dims", "outlier_key", "strided"})),
 )
 
 
@@ -324,6 +326,26 @@ _SDPA_BACKWARD = (
 # rounds more of its gradient's steps to float16 below its normal range. Hunted, not claimed,
 # until the bound says what such a kernel may lose there.
 _CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", "dout_scale"})
+# On CUDA (an H100, torch 2.11, 300 examples, seeds 0 and 1; docs/ecosystem.md, "Attention backward
+# on the GPU") the same kind of finding in float16: flash's gradients in float16's subnormal range
+# off by err/tol 1.05-2.7 of a bound that gives them half a subnormal step (ordinary, one_hot_dout,
+# dout_scale, orthogonal_dout, and a NaN dq where |v| reaches 3.9e4); the math backend's dk -inf
+# where the exact value, -68722, lies past float16's largest (orthogonal_dout: values up to 65504).
+# The memory-efficient and cuDNN float16 backwards, which claim nothing yet, likewise. Hunted, not
+# claimed, until the bound and the judge say what float16's range allows there.
+_CUDA_FLOAT16_BACKWARD_UNCLAIMED = {
+    "sdpa_math_backward": frozenset({"orthogonal_dout"}),
+    "sdpa_flash_backward": frozenset({"ordinary", "one_hot_dout", "dout_scale", "orthogonal_dout"}),
+}
+# What the GPU hunts of the backwards that claim nothing by default came back clean on (the same
+# runs): the memory-efficient backward every family in float32 and bfloat16 (declared not
+# deterministic); cuDNN's the families without an empty query row or a bottom-right causal mask
+# in its draws, in bfloat16.
+_CUDA_BACKWARD_MEASURED = {
+    ("sdpa_efficient_backward", "float32"): None, ("sdpa_efficient_backward", "bfloat16"): None,
+    ("sdpa_cudnn_backward", "bfloat16"): frozenset({"cancelling_dout", "orthogonal_dout", "dout_scale",
+                                                    "gqa"}),
+}
 
 
 def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts: frozenset[str],
@@ -335,6 +357,12 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
                        if shapes[2] and FAMILY_LAYOUTS[f] & layouts)
     if (device, attr, dtype) == ("cpu", "sdpa_default_backward", "float16"):
         claims -= _CPU_FLOAT16_BACKWARD_UNCLAIMED
+    if device == "cuda" and dtype == "float16":
+        claims -= _CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, frozenset())
+    if device == "cuda" and (attr, dtype) in _CUDA_BACKWARD_MEASURED:
+        named = _CUDA_BACKWARD_MEASURED[attr, dtype]
+        claims = frozenset(f for f in get_op("attention_backward").families
+                           if (named is None or f in named) and FAMILY_LAYOUTS[f] & layouts)
     # Measured on the CPU (torch 2.13): the default backend's bfloat16 gradients of a GQA call
     # are the per-head gradients rounded to bfloat16 and summed in it (err/tol up to 2 on dv when
     # judged as a float32 sum; within the bound once declared; the math backend sums in float32).
@@ -438,8 +466,12 @@ TORCH_KERNELS += tuple(_flex_entry(device, attr, name, dtype, lse, online, claim
 #   float32 (ieee unless float32 matmul precision is lowered to TF32), dk and dv accumulated in
 #   float32 over every query head of the group in one program, the row term sum(out * dout) in
 #   float32. Declared: online, P rounded, the group summed in float32.
-# A row with no kept key: dq 0 in both (P is 0 where the lse is -inf). Not yet hunted on a GPU:
-# they claim nothing (hunted, their findings reported, none gated on).
+# A row with no kept key: dq 0 in both (P is 0 where the lse is -inf). Hunted on an H100 (torch
+# 2.11, 300 examples, seeds 0 and 1): eager came back clean on every family it reached, and claims
+# the five that reached 300 at both seeds; compiled was planned after the others and not reached:
+# it claims nothing (hunted, its findings reported, none gated on).
+_FLEX_EAGER_BACKWARD_CLAIMS = frozenset({"ordinary", "cancelling_dout", "orthogonal_dout", "one_hot_dout",
+                                         "dout_scale"})
 _FLEX_BACKWARD = (
     # (attr, name, online, group summed in the storage type)
     ("flex_compiled_backward", "flex.backward", True, False),
@@ -460,7 +492,8 @@ def flex_backward_entry(device: str, attr: str, name: str, dtype: str, online: b
     how = "torch.compile(flex_attention)" if attr == "flex_compiled_backward" else "flex_attention, eager"
     return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward",
                    entry=f"normprops.backends.torch_flex:{attr}", op_declaration=declared,
-                   claims=frozenset(),
+                   claims=(_FLEX_EAGER_BACKWARD_CLAIMS if (device, attr) == ("cuda", "flex_eager_backward")
+                           else frozenset()),
                    summary=f"PyTorch's FlexAttention ({how}, a BlockMask from the mask) backward "
                            f"through autograd, {dtype} on the {device.upper()}")
 
