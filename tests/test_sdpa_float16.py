@@ -10,9 +10,9 @@ import dataclasses
 
 import pytest
 
+from normprops.backends.torch_entries import CUDA_BACKWARD_MEASURED, CUDA_FLOAT16_BACKWARD_UNCLAIMED
 from normprops.hunt import HuntConfig, hunt
 from normprops.registry_hunt import registry_target
-from normprops.backends.torch_entries import _CUDA_BACKWARD_MEASURED, _CUDA_FLOAT16_BACKWARD_UNCLAIMED
 from normprops.specs import KERNELS
 
 _SDPA = [(k.backend, k.name) for k in KERNELS
@@ -43,8 +43,8 @@ def test_every_bfloat16_sdpa_entry_has_a_float16_twin() -> None:
         # (torch_entries.py), and the backwards whose bfloat16 claims come from bfloat16 hunts
         if backend == "torch-cuda" and bf16.op == "attention_backward":
             attr = bf16.entry.split(":")[1]
-            unclaimed = set(_CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, ()))
-            if (attr, "bfloat16") in _CUDA_BACKWARD_MEASURED:
+            unclaimed = set(CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, ()))
+            if (attr, "bfloat16") in CUDA_BACKWARD_MEASURED:
                 unclaimed = set(bf16.claims)
         assert f16.claims == bf16.claims - unclaimed and f16.exempt == bf16.exempt, f16.label
         want = {f.name: _as_float16(getattr(bf16.op_declaration, f.name))

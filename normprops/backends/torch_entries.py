@@ -333,7 +333,7 @@ _CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", 
 # where the exact value, -68722, lies past float16's largest (orthogonal_dout: values up to 65504).
 # The memory-efficient and cuDNN float16 backwards, which claim nothing yet, likewise. Hunted, not
 # claimed, until the bound and the judge say what float16's range allows there.
-_CUDA_FLOAT16_BACKWARD_UNCLAIMED = {
+CUDA_FLOAT16_BACKWARD_UNCLAIMED = {
     "sdpa_math_backward": frozenset({"orthogonal_dout"}),
     "sdpa_flash_backward": frozenset({"ordinary", "one_hot_dout", "dout_scale", "orthogonal_dout"}),
 }
@@ -341,7 +341,7 @@ _CUDA_FLOAT16_BACKWARD_UNCLAIMED = {
 # runs): the memory-efficient backward every family in float32 and bfloat16 (declared not
 # deterministic); cuDNN's the families without an empty query row or a bottom-right causal mask
 # in its draws, in bfloat16.
-_CUDA_BACKWARD_MEASURED = {
+CUDA_BACKWARD_MEASURED = {
     ("sdpa_efficient_backward", "float32"): None, ("sdpa_efficient_backward", "bfloat16"): None,
     ("sdpa_cudnn_backward", "bfloat16"): frozenset({"cancelling_dout", "orthogonal_dout", "dout_scale",
                                                     "gqa"}),
@@ -358,9 +358,9 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     if (device, attr, dtype) == ("cpu", "sdpa_default_backward", "float16"):
         claims -= _CPU_FLOAT16_BACKWARD_UNCLAIMED
     if device == "cuda" and dtype == "float16":
-        claims -= _CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, frozenset())
-    if device == "cuda" and (attr, dtype) in _CUDA_BACKWARD_MEASURED:
-        named = _CUDA_BACKWARD_MEASURED[attr, dtype]
+        claims -= CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, frozenset())
+    if device == "cuda" and (attr, dtype) in CUDA_BACKWARD_MEASURED:
+        named = CUDA_BACKWARD_MEASURED[attr, dtype]
         claims = frozenset(f for f in get_op("attention_backward").families
                            if (named is None or f in named) and FAMILY_LAYOUTS[f] & layouts)
     # Measured on the CPU (torch 2.13): the default backend's bfloat16 gradients of a GQA call
