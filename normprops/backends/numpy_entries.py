@@ -128,7 +128,7 @@ def _cross_entropy_entries(module: str = "cross_entropy_kernels",
     shown = {op: frozenset(k.family for k in CE_PLANTED.values() if k.op == op) for op in ops}
     entries = []
     for name, kernel in {**CE_CORRECT, **CE_PLANTED}.items():
-        bugs = () if kernel.family is None else (KnownBug(kernel.family, kernel.bug),)
+        bugs = () if kernel.family is None else (KnownBug(kernel.family, kernel.bug, example=kernel.example),)
         entries.append(KernelSpec(
             name, kernel.op, "numpy", f"normprops.examples.{module}:{name}", _TOUCHES,
             kernel.declaration.model,

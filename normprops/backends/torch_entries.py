@@ -325,7 +325,8 @@ _SDPA_BACKWARD = (
 # gives the output one rounding to float16 (half a subnormal step there), while this backend
 # rounds more of its gradient's steps to float16 below its normal range. Hunted, not claimed,
 # until the bound says what such a kernel may lose there.
-_CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", "dout_scale"})
+# The same in ordinary at the ci profile (dv of -2.8e-5 off by 6e-7, err/tol 6.2).
+_CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", "dout_scale", "ordinary"})
 # On CUDA (an H100, torch 2.11, 300 examples, seeds 0 and 1; docs/ecosystem.md, "Attention backward
 # on the GPU") the same kind of finding in float16: flash's gradients in float16's subnormal range
 # off by err/tol 1.05-2.7 of a bound that gives them half a subnormal step (ordinary, one_hot_dout,
@@ -359,6 +360,9 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
         claims -= _CPU_FLOAT16_BACKWARD_UNCLAIMED
     if device == "cuda" and dtype == "float16":
         claims -= CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, frozenset())
+    if (device, attr, dtype) == ("cpu", "sdpa_math_backward", "float16"):
+        # the math backend's float16 overflow past 65504 there too (a dev-profile draw on the CPU)
+        claims -= CUDA_FLOAT16_BACKWARD_UNCLAIMED[attr]
     if device == "cuda" and (attr, dtype) in CUDA_BACKWARD_MEASURED:
         named = CUDA_BACKWARD_MEASURED[attr, dtype]
         claims = frozenset(f for f in get_op("attention_backward").families

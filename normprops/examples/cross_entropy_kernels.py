@@ -172,6 +172,8 @@ class CrossEntropyKernel:
     dtype: str = "float32"
     family: str | None = None
     bug: str | None = None
+    # A case in normprops/known/ that shows the bug, tried first by every hunt of its family.
+    example: str | None = None
 
 
 #: numpy's sums are pairwise (a tree over the row); numpy's expf is faithful.
