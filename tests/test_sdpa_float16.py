@@ -10,7 +10,7 @@ import dataclasses
 
 import pytest
 
-from normprops.backends.torch_entries import CUDA_BACKWARD_MEASURED, CUDA_FLOAT16_BACKWARD_UNCLAIMED
+from normprops.backends.torch_entries import CUDA_BACKWARD_MEASURED, FLOAT16_BACKWARD_UNCLAIMED
 from normprops.hunt import HuntConfig, hunt
 from normprops.registry_hunt import registry_target
 from normprops.specs import KERNELS
@@ -42,10 +42,10 @@ def test_every_bfloat16_sdpa_entry_has_a_float16_twin() -> None:
         # on CUDA, the float16 gradients that failed their GPU hunts in float16's range
         # (torch_entries.py), and the backwards whose bfloat16 claims come from bfloat16 hunts
         if (backend, name) == ("torch-cpu", "sdpa-math.backward-bf16"):
-            unclaimed = set(CUDA_FLOAT16_BACKWARD_UNCLAIMED["sdpa_math_backward"])
+            unclaimed = set(FLOAT16_BACKWARD_UNCLAIMED["sdpa_math_backward"])
         if backend == "torch-cuda" and bf16.op == "attention_backward":
             attr = bf16.entry.split(":")[1]
-            unclaimed = set(CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, ()))
+            unclaimed = set(FLOAT16_BACKWARD_UNCLAIMED.get(attr, ()))
             if (attr, "bfloat16") in CUDA_BACKWARD_MEASURED:
                 unclaimed = set(bf16.claims)
         assert f16.claims == bf16.claims - unclaimed and f16.exempt == bf16.exempt, f16.label

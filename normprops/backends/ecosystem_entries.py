@@ -187,7 +187,7 @@ ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_with_findings(_grad_entr
 _JAX_ATTENTION_UNCLAIMED = frozenset({"fully_masked", "causal", "sliding_window", "decode"})
 
 
-def _jax_attention_entry(implementation: str, dtype: str, claiming: bool | frozenset[str]) -> KernelSpec:
+def _jax_attention_entry(implementation: str, dtype: str, claiming: bool) -> KernelSpec:
     from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
 
     cudnn = implementation == "cudnn"
@@ -196,8 +196,8 @@ def _jax_attention_entry(implementation: str, dtype: str, claiming: bool | froze
                                     p_dtype=None if dtype == "float32" else dtype,
                                     returns_lse=dtype == "float32", equal_head_dims=True,
                                     head_dims_multiple_of=8 if cudnn else 1)
-    claims = claiming if isinstance(claiming, frozenset) else frozenset()
-    if claiming is True:
+    claims = frozenset()
+    if claiming:
         claims = frozenset(get_op("attention").families or ()) - _JAX_ATTENTION_UNCLAIMED
     suffix = "-cudnn" if cudnn else ""
     return KernelSpec(f"jax.attention{suffix}-{_SHORT[dtype]}", "attention", "jax",

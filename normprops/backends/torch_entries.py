@@ -334,7 +334,7 @@ _CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout", "one_hot_dout", 
 # where the exact value, -68722, lies past float16's largest (orthogonal_dout: values up to 65504).
 # The memory-efficient and cuDNN float16 backwards, which claim nothing yet, likewise. Hunted, not
 # claimed, until the bound and the judge say what float16's range allows there.
-CUDA_FLOAT16_BACKWARD_UNCLAIMED = {
+FLOAT16_BACKWARD_UNCLAIMED = {
     "sdpa_math_backward": frozenset({"orthogonal_dout"}),
     "sdpa_flash_backward": frozenset({"ordinary", "one_hot_dout", "dout_scale", "orthogonal_dout"}),
 }
@@ -359,10 +359,10 @@ def _sdpa_backward_entry(device: str, attr: str, name: str, dtype: str, layouts:
     if (device, attr, dtype) == ("cpu", "sdpa_default_backward", "float16"):
         claims -= _CPU_FLOAT16_BACKWARD_UNCLAIMED
     if device == "cuda" and dtype == "float16":
-        claims -= CUDA_FLOAT16_BACKWARD_UNCLAIMED.get(attr, frozenset())
+        claims -= FLOAT16_BACKWARD_UNCLAIMED.get(attr, frozenset())
     if (device, attr, dtype) == ("cpu", "sdpa_math_backward", "float16"):
         # the math backend's float16 overflow past 65504 there too (a dev-profile draw on the CPU)
-        claims -= CUDA_FLOAT16_BACKWARD_UNCLAIMED[attr]
+        claims -= FLOAT16_BACKWARD_UNCLAIMED[attr]
     if device == "cuda" and (attr, dtype) in CUDA_BACKWARD_MEASURED:
         named = CUDA_BACKWARD_MEASURED[attr, dtype]
         claims = frozenset(f for f in get_op("attention_backward").families
