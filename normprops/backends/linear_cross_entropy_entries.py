@@ -64,6 +64,10 @@ _MEASURED = {
     "liger.flce-f32": frozenset(FAMILIES),
     "liger.flce-bf16": frozenset(FAMILIES) - {"vocab", "ragged"},
     "liger.flce.backward-f32": frozenset(FAMILIES) - {"vocab", "ragged"},
+    # A second run: the softcapped fused loss (float32 and bfloat16) and its float32 gradient, and
+    # Cut Cross-Entropy's torch.compile path in float32, clean on every family at both seeds.
+    "liger.flce.cap30-f32": frozenset(FAMILIES), "liger.flce.cap30-bf16": frozenset(FAMILIES),
+    "liger.flce.cap30.backward-f32": frozenset(FAMILIES), "cce.compile.lce-f32": frozenset(FAMILIES),
 }
 
 
