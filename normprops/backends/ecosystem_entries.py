@@ -224,7 +224,9 @@ ECOSYSTEM_KERNELS += (
     _jax_attention_entry("xla", "float32", frozenset()),
     # bfloat16 on the GPU: accuracy and shift_invariance in ordinary and large_scores (err/tol up to
     # 36; keys shifted so that the scores move by 200 give outputs 60 ulp off), as if its scores were
-    # rounded to bfloat16; cause not established, claims nothing.
+    # rounded to bfloat16. JAX's source asks for float32 scores and the CPU computes them so
+    # (docs/reproducers/jax_xla_attention_bf16_scores.py): a bug of the GPU path, not a design to
+    # declare; claims nothing (docs/ecosystem.md, "jax.attention-bf16 on the GPU, triaged").
     _jax_attention_entry("xla", "bfloat16", frozenset()),
     # cudnn: clean on _JAX_CUDNN_CLEAN in both types, and on cancelling_v in float16 (in bfloat16
     # that family was cut short at 295 and 300 examples); it claims them where JAX sees a GPU and is
