@@ -61,7 +61,10 @@ class KernelSpec:
     # The arrays the entry point takes: "numpy" (float32 values exact in ``dtype``, whatever the
     # storage type: our launchers convert) or a framework's own ("torch", "jax") in ``dtype``.
     framework: str = "numpy"
-    device: str | None = None  # for a framework's arrays: where they live (None: its default)
+    # For a framework's arrays: where they live (None: its default). "cuda": the entry needs a
+    # CUDA GPU its framework sees, and where there is none it is not usable here, skipped rather than
+    # failed (normprops.specs.kernel_status), even on a backend that runs without one (jax).
+    device: str | None = None
     constraints: ShapeConstraints = ShapeConstraints()  # the widths its claims are hunted at
     # The widths its known bugs are hunted at, where a bug of its own takes some widths away from
     # the claims (QuACK's bfloat16 norms at odd widths); None: the same as ``constraints``.

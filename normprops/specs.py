@@ -11,6 +11,8 @@ reduction is shaped (which sets its error bound), which families it claims, and 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 
 from normprops.backends.cross_entropy_entries import CROSS_ENTROPY_KERNELS
@@ -21,7 +23,7 @@ from normprops.backends.torch_entries import TORCH_GRAD_KERNELS, TORCH_KERNELS
 from normprops.cuda.entries import CUDA_ONLY_KERNELS, PROD_KERNELS, TEXTBOOK_KERNELS
 from normprops.kernelspec import BACKEND_MODULES, KernelSpec, for_backend
 
-__all__ = ["KERNELS", "backend_status"]
+__all__ = ["KERNELS", "backend_status", "kernel_status", "unusable_kernels"]
 
 KERNELS: tuple[KernelSpec, ...] = (
     *(for_backend("numpy", k) for k in TEXTBOOK_KERNELS),
@@ -62,3 +64,37 @@ def backend_status(backend: str) -> tuple[bool, str]:
         return ecosystem_status(backend)
     return False, (f"unknown backend {backend!r}; known: "
                    f"{', '.join([*BACKEND_MODULES, *ECOSYSTEM_BACKENDS])}")
+
+
+def kernel_status(spec: KernelSpec) -> tuple[bool, str]:
+    """Whether the entry ``spec`` can run here, and why not when it cannot: its backend's status
+    (:func:`backend_status`), and where its arrays must live on a CUDA GPU (``spec.device``
+    "cuda") that its framework sees one. A backend that runs anywhere can hold entries that need a
+    GPU: JAX runs on the CPU, its cuDNN attention only on a GPU."""
+    ok, why = backend_status(spec.backend)
+    if not ok or spec.device is None or not spec.device.startswith("cuda"):
+        return ok, why
+    if spec.framework == "jax":
+        from normprops.backends.ecosystem import jax_gpu_status
+
+        gpu, seen = jax_gpu_status()
+    elif spec.framework == "torch":
+        import torch  # its backend's status imported it
+
+        gpu, seen = torch.cuda.is_available(), f"torch {torch.__version__} sees none here"
+    else:
+        from normprops.cuda.build import cuda_status
+
+        gpu, seen = cuda_status()
+    return (True, why) if gpu else (False, f"needs a CUDA GPU; {seen}")
+
+
+def unusable_kernels(specs: Iterable[KernelSpec]) -> dict[str, list[str]]:
+    """The entries of ``specs`` that cannot run here (:func:`kernel_status`), their
+    names grouped by why, in registry order."""
+    grouped: dict[str, list[str]] = {}
+    for k in specs:
+        ok, why = kernel_status(k)
+        if not ok:
+            grouped.setdefault(why, []).append(k.name)
+    return grouped

@@ -97,3 +97,54 @@ def test_compiled_flex_on_the_cpu_across_batch_sizes() -> None:
                               dtype="float32", layout="dead_rows")
         found = evaluate(target, case, metamorphic=False)
         assert found.passed, f"B={b}: " + "; ".join(v.reason for v in found.failures)
+
+
+def test_cudnn_entries_live_on_the_gpu_and_claim_what_was_hunted_clean() -> None:
+    """cuDNN's attention runs only on a GPU: its entries say so (device "cuda"), the xla ones run
+    wherever JAX does. They claim the families hunted clean at 300 examples, seeds 0 and 1 on an
+    H100 (docs/ecosystem.md), none that draws a query row with no kept key."""
+    clean = {"ordinary", "large_scores", "sentinel", "gqa", "ragged"}
+    bf16, f16 = _spec("jax", "jax.attention-cudnn-bf16"), _spec("jax", "jax.attention-cudnn-f16")
+    assert (bf16.device, f16.device) == ("cuda", "cuda")
+    assert bf16.claims == clean and f16.claims == clean | {"cancelling_v"}
+    assert not (bf16.claims | f16.claims) & {"fully_masked", "causal", "sliding_window", "decode"}
+    for name in ("jax.attention-f32", "jax.attention-bf16"):
+        assert _spec("jax", name).device is None
+    for name in ("jax.attention-cudnn.vjp-bf16", "jax.attention-cudnn.vjp-f16"):
+        assert _spec("jax", name).device == "cuda"
+
+
+@pytest.mark.parametrize("gpu", [False, True], ids=["no-gpu", "gpu"])
+def test_an_entry_that_needs_a_gpu_is_skipped_where_jax_sees_none(gpu: bool, monkeypatch) -> None:
+    """Where JAX sees no GPU, cuDNN's entries are not usable (kernel_status says why), `normprops
+    kernels` names them under the jax backend, and a registry hunt skips them in one line (exit 2
+    when nothing usable is left); where it sees one, they are usable like any other entry."""
+    _needs("jax")
+    from normprops.backends import ecosystem
+    from normprops.specs import kernel_status
+
+    seen = "jax 0.0 on NVIDIA H200" if gpu else "jax 0.0 sees none here (its devices: cpu)"
+    monkeypatch.setattr(ecosystem, "jax_gpu_status", lambda: (gpu, seen))
+    cudnn = _spec("jax", "jax.attention-cudnn-bf16")
+    usable, why = kernel_status(cudnn)
+    assert usable == gpu
+    assert gpu or why == "needs a CUDA GPU; jax 0.0 sees none here (its devices: cpu)"
+    assert kernel_status(_spec("jax", "jax.attention-f32"))[0]  # xla runs wherever JAX does
+    code, out, err = run("kernels")
+    assert code == 0, err
+    listed = [line for line in out.splitlines() if line.startswith("  not usable here: ")]
+    assert bool(listed) != gpu
+    assert gpu or (listed[0].startswith("  not usable here: jax.attention-cudnn-bf16, ")
+                   and listed[0].endswith(f"({why})") and "jax.attention-f32" not in listed[0])
+    if gpu:
+        return  # a hunt of cuDNN's entries needs the GPU this test pretends to have
+    code, out, err = run("hunt", "--backend", "jax", "--kernel", "jax.attention-cudnn-bf16")
+    assert code == 2 and out == ""
+    assert "--kernel jax.attention-cudnn-bf16: not usable here (needs a CUDA GPU; " in err
+    code, out, err = run("hunt", "--backend", "jax", "--op", "attention", "--families", "sentinel",
+                         "--max-examples", "2", "--seed", "0", "--no-fixtures")
+    assert code == 0, out + err
+    skipped = [line for line in out.splitlines() if "not usable here, not hunted" in line]
+    assert skipped == [f"  not usable here, not hunted: jax.attention-cudnn-bf16, "
+                       f"jax.attention-cudnn-f16 ({why})"]
+    assert "jax.attention-f32 x sentinel" in err and "cudnn" not in err

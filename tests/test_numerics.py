@@ -18,7 +18,7 @@ from normprops.plugin import HUNT_PROPERTY
 from normprops.registry_hunt import caught, registry_cell_text, registry_target
 from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
-from normprops.specs import KERNELS, backend_status
+from normprops.specs import KERNELS, kernel_status
 from normprops.strategies import families_for
 
 pytestmark = pytest.mark.numerics
@@ -87,9 +87,9 @@ def _target(spec: KernelSpec, family: str, normprops_options):
 def _skip_unselected(spec: KernelSpec, normprops_options) -> None:
     if normprops_options.backends is not None and spec.backend not in normprops_options.backends:
         pytest.skip(f"backend {spec.backend} not selected by --normprops-backend")
-    usable, why = backend_status(spec.backend)
+    usable, why = kernel_status(spec)
     if not usable:
-        pytest.skip(f"backend {spec.backend} unusable here: {why}")
+        pytest.skip(f"{spec.backend} kernel {spec.name} unusable here: {why}")
 
 
 def _device(spec: KernelSpec) -> int | None:

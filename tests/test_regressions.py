@@ -30,7 +30,7 @@ from normprops.regressions import (
     select_fixtures,
 )
 from normprops.replay import prune_fixtures, replay_fixtures, saved_examples
-from normprops.specs import KERNELS, backend_status
+from normprops.specs import KERNELS, kernel_status
 
 COMMITTED = Path(__file__).parent / "regressions"
 SPECS = {spec.name: spec for spec in KERNELS if spec.backend == "numpy"}
@@ -134,9 +134,9 @@ REPLAYS = [
 
 @pytest.mark.parametrize("fixture, spec", REPLAYS)
 def test_committed_fixture_replays(fixture, spec) -> None:
-    usable, why = backend_status(spec.backend)
+    usable, why = kernel_status(spec)
     if not usable:
-        pytest.skip(f"backend {spec.backend} unusable here: {why}")
+        pytest.skip(f"{spec.backend} kernel {spec.name} unusable here: {why}")
     # Widths outside the ones its claims are hunted at belong to a known bug of its own (QuACK's
     # bfloat16 norms at odd widths), whichever family met them first.
     outside = not _widths_allowed(spec, fixture)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from normprops.errors import ContractError
 
-__all__ = ["ECOSYSTEM_BACKENDS", "ecosystem_status", "entry"]
+__all__ = ["ECOSYSTEM_BACKENDS", "ecosystem_status", "jax_gpu_status", "entry"]
 
 #: backend -> what it needs
 ECOSYSTEM_BACKENDS = {
@@ -106,6 +106,21 @@ def ecosystem_status(backend: str) -> tuple[bool, str]:
     except Exception as exc:
         return False, f"flax is not importable ({_first_line(exc)})"
     return True, f"flax {flax.__version__}, jax {jax.__version__} on {device.platform}"
+
+
+@functools.cache
+def jax_gpu_status() -> tuple[bool, str]:
+    """(usable, reason): whether JAX sees a CUDA GPU, for the entries whose arrays live there
+    (``KernelSpec.device == "cuda"`` on the jax backend: cuDNN's attention). JAX runs wherever it
+    imports, on its CPU when jax[cuda] is not installed or finds no GPU; never raises."""
+    try:
+        jax = _import_jax()
+        platforms = sorted({d.platform for d in jax.devices()})
+    except Exception as exc:
+        return False, f"jax is not importable ({_first_line(exc)})"
+    if "gpu" not in platforms:
+        return False, f"jax {jax.__version__} sees none here (its devices: {', '.join(platforms)})"
+    return True, f"jax {jax.__version__} on {jax.devices('gpu')[0].device_kind}"
 
 
 # --- torch.compile ---------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from normprops.report import (
     matrix_legend,
     render_matrix,
 )
-from normprops.specs import KERNELS, backend_status
+from normprops.specs import KERNELS, backend_status, unusable_kernels
 from normprops.strategies import families_for
 
 
@@ -360,6 +360,22 @@ def _registry_specs(args: argparse.Namespace, backends: list[str]) -> list[Kerne
     return specs
 
 
+def _usable_specs(args: argparse.Namespace, specs: list[KernelSpec]) -> tuple[list[KernelSpec], list[str]]:
+    """The entries of ``specs`` that can run here, and a note for those that cannot (an entry that
+    needs a CUDA GPU its framework does not see: JAX's cuDNN attention on a CPU); UsageError when
+    none can."""
+    unusable = unusable_kernels(specs)
+    skipped = {name for names in unusable.values() for name in names}
+    usable = [k for k in specs if k.name not in skipped]
+    notes = [f"{', '.join(names)} ({why})" for why, names in unusable.items()]
+    if not usable:
+        if args.kernel is not None:
+            raise UsageError(f"--kernel {args.kernel}: not usable here ({next(iter(unusable))}); "
+                             f"hunt it on a machine that has what it needs")
+        raise UsageError(f"--op {args.op}: no kernel of it is usable here: {'; '.join(notes)}")
+    return usable, notes
+
+
 def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     flags = _user_only_flags(args)
     if flags:
@@ -368,7 +384,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     backends, skipped = _registry_backends(args.backend)
     backend = ",".join(backends)
     config = _config(args)
-    specs = _registry_specs(args, backends)
+    specs, unusable = _usable_specs(args, _registry_specs(args, backends))
     every_family = tuple(dict.fromkeys(f for op in OPS for f in families_for(op)))
     chosen = _parse_families(args.families, allowed=every_family, op=None)
     # Without --families, each entry's own first-hunt families (KernelSpec.default_families).
@@ -378,7 +394,7 @@ def _hunt_registry(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                       "oracle": config.oracle, "max_examples": config.max_examples,
                                       "seed": config.seed, "time_budget": args.time_budget,
                                       "shard": None if args.shard is None else "%d/%d" % args.shard})
-    report.notes += [f"not usable here, not hunted: {b}" for b in skipped]
+    report.notes += [f"not usable here, not hunted: {b}" for b in skipped + unusable]
     earlier = (None if args.resume is None
                else _earlier_cells(args.resume, settings=report.settings, planned=planned))
     hunt = _RegistryHunt(args, out, err, kernels=len(specs), backend=backend, config=config,

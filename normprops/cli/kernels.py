@@ -12,7 +12,7 @@ from typing import TextIO
 from normprops.cli.common import BACKEND_PREFERENCE
 from normprops.kernelspec import KernelSpec
 from normprops.ops import get_op
-from normprops.specs import KERNELS, backend_status
+from normprops.specs import KERNELS, backend_status, unusable_kernels
 
 #: Storage types as the table writes them (the kernels' own names end in the same).
 SHORT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
@@ -24,6 +24,9 @@ def _kernels(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     for backend in backends:
         ok, why = backend_status(backend)
         print(f"backend {backend}: {'available' if ok else 'unavailable'} ({why})", file=out)
+        if ok:  # entries of a usable backend that need more than it (a GPU for JAX's cuDNN)
+            for reason, names in unusable_kernels([k for k in KERNELS if k.backend == backend]).items():
+                print(f"  not usable here: {', '.join(names)} ({reason})", file=out)
     print(file=out)
     width = max(60, shutil.get_terminal_size(fallback=(100, 24)).columns)
     # The arrays a kernel takes (its framework) follow from its backend: --wide shows them, the
