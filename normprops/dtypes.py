@@ -8,6 +8,7 @@ ties to even), the same package JAX uses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
@@ -35,6 +36,14 @@ class StorageType:
     def u(self) -> float:
         """Unit roundoff of round-to-nearest into this type."""
         return 2.0 ** -self.bits
+
+    @property
+    def overflow(self) -> float:
+        """The least magnitude that rounds to an infinity: the largest finite value plus half its
+        ulp (65520 in float16). Round to nearest takes a value there or beyond to the infinity of
+        its sign (at exactly the midpoint, ties to even: the largest value's significand is odd)."""
+        exponent = math.frexp(self.max)[1] - 1  # max = 1.f * 2^exponent
+        return self.max + 2.0 ** (exponent - self.bits)
 
 
 DTYPES: dict[str, StorageType] = {

@@ -31,7 +31,7 @@ __all__ = [
     "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS", "mask_layouts_of", "MEMORY_LAYOUTS",
     "laid_out", "SENTINEL", "BOUND_TERMS", "AttentionCase", "AttentionDeclaration",
     "AttentionReference", "AttentionTolerance", "AttentionVerdict", "attention_reference",
-    "attention_tolerance", "check_attention", "judge_attention",
+    "attention_tolerance", "check_attention", "judge_attention", "rounding_floor",
 ]
 
 F32 = np.float32
@@ -436,8 +436,19 @@ class AttentionTolerance:
 
 
 #: The bound's terms, as :func:`attention_tolerance`'s ``drop`` names them (docs/tolerances.md, "Attention").
-BOUND_TERMS = ("scores", "softmax", "p_rounding", "pv_sum", "online", "output", "tiny", "underflow",
-               "flt_min", "lse_scores", "lse_rounding")
+BOUND_TERMS = ("scores", "softmax", "p_rounding", "p_floor", "pv_sum", "online", "output", "tiny",
+               "underflow", "flt_min", "lse_scores", "lse_rounding")
+
+
+def rounding_floor(dtype: str | None) -> float:
+    """The absolute error of rounding a float32 value below ``dtype``'s least normal to it, where it
+    exceeds float32's own floor FLT_MIN (which the bounds charge already): half the subnormal step,
+    2^-25 in float16 (``|fl(x) - x| <= max(u |x|, 2^-25)``). 0 for float32, None (no rounding) and
+    bfloat16, whose subnormal step 2^-133 lies below FLT_MIN."""
+    if dtype is None:
+        return 0.0
+    half_step = get_dtype(dtype).tiny / 2
+    return half_step if half_step > FLT_MIN else 0.0
 
 
 def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
@@ -453,7 +464,9 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     P.V); together ``eps_j = (1 + E_j)(1 + r_j) - 1``. Then
 
         tol_out[c] = sum_j p_j eps_j |v_jc| + k_PV u sum_j p_j (1 + eps_j) |v_jc|
-                     + u_out |out_c| + 2 FLT_MIN sum_j |v_jc| + tiny_out
+                     + u_out |out_c| + (2 FLT_MIN + f_P) sum_j |v_jc| + tiny_out
+
+    (``f_P``: :func:`rounding_floor` of ``p_dtype``, 2^-25 for P rounded to float16)
 
     with ``k_PV = k(Lk) + 1``, or ``2 k(Lk) + 1`` for an online kernel (a rescaling multiplication
     at every step of the chain at worst), and
@@ -479,12 +492,16 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         r = on["softmax"] * u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
         if declaration.p_dtype is not None:
             r = r + on["p_rounding"] * get_dtype(declaration.p_dtype).u
+        # P (at most 1, unnormalised or not) rounded to float16: each weight off by up to 2^-25
+        # absolutely below float16's normal range, times |v_jc|, divided by a row sum of at least 1.
+        floor_p = on["p_floor"] * rounding_floor(declaration.p_dtype)
         eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
         k_pv = (on["online"] * 2 * k_l if declaration.online else k_l) + 1
         pe = np.nan_to_num(ref.p * eps, nan=np.inf)
         out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
         tol_out = (pe @ ref.v_abs + on["pv_sum"] * k_pv * u * ((ref.p + pe) @ ref.v_abs)
-                   + on["underflow"] * 2 * FLT_MIN * ref.abs_v + on["flt_min"] * FLT_MIN)
+                   + on["underflow"] * 2 * FLT_MIN * ref.abs_v + on["flt_min"] * FLT_MIN
+                   + floor_p * ref.abs_v)
         if dtype == "float32":
             tol_out = tol_out + on["output"] * u * out_abs
         else:
