@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from normprops.dtypes import check_representable, get_dtype, numpy_dtype
+from normprops.dtypes import check_representable, get_dtype, numpy_dtype, rounding_floor
 from normprops.ops.attention import as_taken
 from normprops.ops.attention_math import (
     FOREIGN_ATTENTION,
@@ -21,7 +21,6 @@ from normprops.ops.attention_math import (
     AttentionReference,
     attention_reference,
     attention_tolerance,
-    rounding_floor,
 )
 
 __all__ = ["AttentionBackwardCase", "AttentionBackwardDeclaration", "AttentionBackwardReference",
@@ -241,7 +240,7 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
     allowed ``G u_G sum_h (|dk_h| + tol_dk_h)`` more (and so for dv).
 
     Where ``p_dtype`` is float16, P and dS are rounded to it below its normal range too, each off by
-    up to ``f_P = 2^-25`` absolutely (:func:`normprops.ops.attention_math.rounding_floor`): ``e_P``
+    up to ``f_P = 2^-25`` absolutely (:func:`normprops.dtypes.rounding_floor`): ``e_P``
     and dS's floor take ``max(FLT_MIN, f_P)`` in place of FLT_MIN (one rounding, flushed in float32
     or rounded in float16), which the products carry into ``dv`` (``f_P sum_q |dout|``), ``dq``
     (``f_P |scale| sum_k |k|``, the floor divided by ``min(1, |scale|)`` as FLT_MIN is) and ``dk``.

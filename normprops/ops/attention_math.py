@@ -21,7 +21,7 @@ from typing import Any, Callable
 import mpmath
 import numpy as np
 
-from normprops.dtypes import check_representable, get_dtype, numpy_dtype
+from normprops.dtypes import check_representable, get_dtype, numpy_dtype, rounding_floor
 from normprops.errormodel import ErrorModel
 from normprops.errors import UsageError
 from normprops.flags import spelled
@@ -31,7 +31,7 @@ __all__ = [
     "EMPTY_ROWS", "FOREIGN_ATTENTION", "MASK_LAYOUTS", "mask_layouts_of", "MEMORY_LAYOUTS",
     "laid_out", "SENTINEL", "BOUND_TERMS", "AttentionCase", "AttentionDeclaration",
     "AttentionReference", "AttentionTolerance", "AttentionVerdict", "attention_reference",
-    "attention_tolerance", "check_attention", "judge_attention", "rounding_floor",
+    "attention_tolerance", "check_attention", "judge_attention",
 ]
 
 F32 = np.float32
@@ -440,17 +440,6 @@ BOUND_TERMS = ("scores", "softmax", "p_rounding", "p_floor", "pv_sum", "online",
                "underflow", "flt_min", "lse_scores", "lse_rounding")
 
 
-def rounding_floor(dtype: str | None) -> float:
-    """The absolute error of rounding a float32 value below ``dtype``'s least normal to it, where it
-    exceeds float32's own floor FLT_MIN (which the bounds charge already): half the subnormal step,
-    2^-25 in float16 (``|fl(x) - x| <= max(u |x|, 2^-25)``). 0 for float32, None (no rounding) and
-    bfloat16, whose subnormal step 2^-133 lies below FLT_MIN."""
-    if dtype is None:
-        return 0.0
-    half_step = get_dtype(dtype).tiny / 2
-    return half_step if half_step > FLT_MIN else 0.0
-
-
 def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
                         declaration: AttentionDeclaration = FOREIGN_ATTENTION,
                         drop: frozenset[str] = frozenset()) -> AttentionTolerance:
@@ -466,10 +455,8 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         tol_out[c] = sum_j p_j eps_j |v_jc| + k_PV u sum_j p_j (1 + eps_j) |v_jc|
                      + u_out |out_c| + (2 FLT_MIN + f_P) sum_j |v_jc| + tiny_out
 
-    (``f_P``: :func:`rounding_floor` of ``p_dtype``, 2^-25 for P rounded to float16)
-
     with ``k_PV = k(Lk) + 1``, or ``2 k(Lk) + 1`` for an online kernel (a rescaling multiplication
-    at every step of the chain at worst), and
+    at every step of the chain at worst), ``f_P`` half a subnormal step of P's type (2^-25, float16), and
 
         tol_lse = ln sum_j p_j exp(delta_j) + u (rho k(Lk) + 10 + c_x W + 3 |ln S| + 2 |lse|).
 
@@ -478,7 +465,7 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     if not isinstance(drop, frozenset) or not drop <= set(BOUND_TERMS):
         raise ValueError(f"drop must be a frozenset of {', '.join(BOUND_TERMS)} but was {drop!r}")
     on = {term: float(term not in drop) for term in BOUND_TERMS}
-    kind = get_dtype(dtype)
+    kind, floor_p = get_dtype(dtype), on["p_floor"] * rounding_floor(declaration.p_dtype)  # 2^-25: float16
     model = declaration.model
     u = model.unit_roundoff
     k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
@@ -492,16 +479,12 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         r = on["softmax"] * u * (model.rho * k_l + 10 + model.c_x * (dist + ref.spread[..., None]))
         if declaration.p_dtype is not None:
             r = r + on["p_rounding"] * get_dtype(declaration.p_dtype).u
-        # P (at most 1, unnormalised or not) rounded to float16: each weight off by up to 2^-25
-        # absolutely below float16's normal range, times |v_jc|, divided by a row sum of at least 1.
-        floor_p = on["p_floor"] * rounding_floor(declaration.p_dtype)
         eps = np.where(kept, (1 + big_e) * (1 + r) - 1, 0.0)
         k_pv = (on["online"] * 2 * k_l if declaration.online else k_l) + 1
         pe = np.nan_to_num(ref.p * eps, nan=np.inf)
         out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
         tol_out = (pe @ ref.v_abs + on["pv_sum"] * k_pv * u * ((ref.p + pe) @ ref.v_abs)
-                   + on["underflow"] * 2 * FLT_MIN * ref.abs_v + on["flt_min"] * FLT_MIN
-                   + floor_p * ref.abs_v)
+                   + (on["underflow"] * 2 * FLT_MIN + floor_p) * ref.abs_v + on["flt_min"] * FLT_MIN)
         if dtype == "float32":
             tol_out = tol_out + on["output"] * u * out_abs
         else:
