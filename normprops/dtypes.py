@@ -8,13 +8,14 @@ ties to even), the same package JAX uses.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import ml_dtypes
 import numpy as np
 
 __all__ = ["StorageType", "DTYPES", "get_dtype", "to_dtype", "numpy_dtype", "to_numpy_storage",
-           "check_representable", "from_numpy_storage", "split_exact"]
+           "check_representable", "from_numpy_storage", "split_exact", "rounding_floor"]
 
 F32 = np.float32
 
@@ -36,6 +37,14 @@ class StorageType:
         """Unit roundoff of round-to-nearest into this type."""
         return 2.0 ** -self.bits
 
+    @property
+    def overflow(self) -> float:
+        """The least magnitude that rounds to an infinity: the largest finite value plus half its
+        ulp (65520 in float16). Round to nearest takes a value there or beyond to the infinity of
+        its sign (at exactly the midpoint, ties to even: the largest value's significand is odd)."""
+        exponent = math.frexp(self.max)[1] - 1  # max = 1.f * 2^exponent
+        return self.max + 2.0 ** (exponent - self.bits)
+
 
 DTYPES: dict[str, StorageType] = {
     t.name: t
@@ -49,6 +58,17 @@ DTYPES: dict[str, StorageType] = {
 
 _NUMPY = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16),
           "float16": np.dtype(np.float16)}
+
+
+def rounding_floor(dtype: str | None) -> float:
+    """The absolute error of rounding a float32 value below ``dtype``'s least normal to it, where it
+    exceeds float32's own floor FLT_MIN (which the bounds charge already): half the subnormal step,
+    2^-25 in float16 (``|fl(x) - x| <= max(u |x|, 2^-25)``). 0 for None (no rounding), float32 and
+    bfloat16, whose half step 2^-134 lies below FLT_MIN."""
+    if dtype is None:
+        return 0.0
+    half_step = get_dtype(dtype).tiny / 2
+    return half_step if half_step > DTYPES["float32"].min_normal else 0.0
 
 
 def get_dtype(name: str) -> StorageType:

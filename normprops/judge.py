@@ -46,7 +46,21 @@ __all__ = [
     "judge_named",
     "judge_named_bitwise",
     "judge_named_close",
+    "rounded_past_range",
 ]
+
+
+def rounded_past_range(got: np.ndarray, exact: np.ndarray, tol: np.ndarray, *,
+                       dtype: str) -> np.ndarray:
+    """Where an infinity is a correct output: ``got`` is the infinity of the exact value's sign and
+    the exact magnitude, widened by the element's tolerance, reaches the storage type's overflow
+    threshold (its largest value plus half an ulp, :attr:`StorageType.overflow`: 65520 in float16).
+    Round to nearest takes a value there to that infinity, and a value within the tolerance of it
+    may be computed there. NaN is never such an output, nor an infinity of the other sign."""
+    threshold = get_dtype(dtype).overflow
+    with np.errstate(all="ignore"):
+        reach = np.abs(exact) + np.where(np.isnan(tol), 0.0, tol) >= threshold
+        return np.isinf(got) & (np.sign(got) == np.sign(exact)) & reach
 
 
 def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
@@ -65,9 +79,10 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
     range_row = range_rows(ref, tol)[:, None]
     finite_prop = "finite"
 
-    # Non-finite output where the exact result is finite: an outright failure.
+    # Non-finite output where the exact result is finite: an outright failure, unless it is the
+    # infinity the exact value may round to (rounded_past_range).
     got_finite = np.isfinite(got)
-    bad = judged & ~got_finite
+    bad = judged & ~got_finite & ~rounded_past_range(got, ref.z, tol.tol, dtype=case.dtype)
     if bad.any():
         r, c = worst(np.ones_like(err), bad)
         prop = "range_safety" if range_row[r, 0] else finite_prop
@@ -253,9 +268,10 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
 
     # An exact value past the storage type's largest finite one by half an ulp or more rounds to an
     # infinity (a gradient can: dy of 1e29 times rstd 1e6): that infinity, or the largest finite
-    # value, of the same sign, is the right output whatever the bound.
+    # value, of the same sign, is the right output whatever the bound. One within its bound of
+    # there may give that infinity too (rounded_past_range).
     kind = get_dtype(case.dtype)
-    rounds_to_inf = kind.max * (1 + 2.0 ** -(kind.bits + 1))
+    rounds_to_inf = kind.overflow
     worst_ratio = 0.0
     for name, out in outs.items():
         at = _Output(label, case, name)
@@ -287,7 +303,7 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             add(_verdict(at, "range_safety" if ranged[r, c] else "accuracy", row(r),
                          c, got[r, c], z[r, c],
                          reason=_past_range(z[r, c], case.dtype)))
-        bad = judged & ~np.isfinite(got)
+        bad = judged & ~np.isfinite(got) & ~rounded_past_range(got, z, t, dtype=case.dtype)
         if bad.any():
             r, c = worst(np.ones_like(err), bad)
             add(_verdict(at, "range_safety" if ranged[r, c] else "finite", row(r), c,
@@ -354,10 +370,13 @@ def judge(case: Case, outs: dict[str, np.ndarray], ref: Reference | GradReferenc
 
 def judge_named(case: Any, outs: dict[str, np.ndarray], exact: NamedExact, *, label: str,
                 element: Callable[[str, tuple[int, ...]], str],
-                skip: frozenset[str] = frozenset()) -> tuple[list[Verdict], float]:
+                skip: frozenset[str] = frozenset(),
+                dtypes: dict[str, str] | None = None) -> tuple[list[Verdict], float]:
     """Judge every output of one call of a named-arrays op. Returns the failures (per property the
     worst over outputs, the first output on ties) and the worst err/tol over the elements judged
-    by accuracy (what a hunt steers by; 0 when ``accuracy`` is in ``skip``)."""
+    by accuracy (what a hunt steers by; 0 when ``accuracy`` is in ``skip``). ``dtypes``: each
+    output's storage type (the op's ``outputs``), the case's where not named: an infinity is
+    accepted where the exact value rounds, or may within its bound round, past that type's range."""
     found: dict[str, Verdict] = {}
     worst_ratio = 0.0
     for name, out in outs.items():
@@ -371,7 +390,8 @@ def judge_named(case: Any, outs: dict[str, np.ndarray], exact: NamedExact, *, la
                            values.get("ratio", math.inf), values.get("reason", ""), output=name,
                            element=element(name, index))
 
-        bad = judged & ~np.isfinite(got)
+        dtype = (dtypes or {}).get(name, case.dtype)
+        bad = judged & ~np.isfinite(got) & ~rounded_past_range(got, z, t, dtype=dtype)
         if bad.any() and "finite" not in found:
             index = tuple(int(i) for i in np.argwhere(bad)[0])
             found["finite"] = verdict("finite", index, reason=nonfinite_reason(got[index], z[index]))

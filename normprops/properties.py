@@ -295,8 +295,9 @@ def _evaluate_named(target: Target, case: Case, out: np.ndarray | tuple[np.ndarr
     promises = target.declaration.op_promises
     outs = _by_name(out, get_op(target.op).outputs)
     exact = named.exact(case, promises, oracle)
+    dtypes = {name: dtype for name, _, dtype in named.outputs(case, promises, len(outs))}
     failures, worst = judge_named(case, outs, exact, label=target.label, element=named.element,
-                                  skip=skip)
+                                  skip=skip, dtypes=dtypes)
     failures += named.check(case, outs, exact, promises, target.label)
     failures = [v for v in failures if v.property not in skip]
     if not failures and metamorphic:

@@ -62,6 +62,13 @@ def _one_weight_below_one() -> AttentionCase:
     return _case([[1.0]], [[0.0], [-0.3]], [[0.0], [1.0]])
 
 
+def _subnormal_float16_weight() -> AttentionCase:
+    """A key 13.96 below the other: its weight exp(-13.96) is 14.52 units of float16's subnormal
+    step 2^-24, rounded to 15 when P is rounded to float16, off by 0.48 of a unit (2.9e-8, 3.3%
+    of the weight, against u_P = 2^-11); its value 1e4 turns that into 2.9e-4 in out (8.7e-3)."""
+    return _case([[1.0]], [[0.0], [-13.96]], [[0.0], [1e4]])
+
+
 def _midpoint(dtype: str, low: float, high: float) -> AttentionCase:
     """(e) Two keys of equal score: out = (v0 + v1) / 2, exact in float32, halfway between two
     values of ``dtype``, so its rounding to ``dtype`` errs by half a unit there."""
@@ -97,6 +104,7 @@ WITNESSES = (
     Witness("lse_scores", "attention_scores_first", _cancelling_products),
     Witness("softmax", "attention_scores_first", _dropped_sum_terms),
     Witness("p_rounding", "attention_online_p_bf16", _one_weight_below_one),
+    Witness("p_floor", "attention_online_p_f16", _subnormal_float16_weight),
     # bfloat16: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7, and ties to 1.
     Witness("output", "attention_two_pass", lambda: _midpoint("bfloat16", 1.0, 1.0 + 2.0**-7)),
     # float16 subnormals: 1.5 units of 2^-24 rounds to 2 units, off by 2^-25 where |out| u_d is 4e-11.

@@ -31,6 +31,7 @@ __all__ = [
     "PLANTED",
     "AttentionBackwardKernel",
     "attention_backward_flash",
+    "attention_backward_flash_rounded",
     "attention_backward_gqa_one_head",
     "attention_backward_empty_row_nan",
     "attention_backward_no_row_term",
@@ -56,26 +57,33 @@ def _group_sum(a: np.ndarray, hkv: int, *, first_only: bool = False) -> np.ndarr
 
 def _gradients(p: np.ndarray, dout: np.ndarray, row: np.ndarray,
                operands: tuple[np.ndarray, np.ndarray, np.ndarray], scale: float, hkv: int,
-               dtype: np.dtype, bug: str | None = None) -> tuple[np.ndarray, ...]:
+               dtype: np.dtype, bug: str | None = None, rounded: np.dtype | None = None
+               ) -> tuple[np.ndarray, ...]:
     """dS = P (dP - row), dq = scale dS k, dk = scale dS^T q, dv = P^T dout, from float32 P (B, Hq,
     Lq, Lk), the row term (B, Hq, Lq) and the float32 q and expanded k and v; ``bug`` names a
-    planted one: "no_row_term", "unscaled_dk", "first_head" (dk and dv from a group's first head)."""
+    planted one: "no_row_term", "unscaled_dk", "first_head" (dk and dv from a group's first head).
+    ``rounded``: the type P and dS are rounded to before their products (FlashAttention-2 feeds
+    its tensor cores P and dS in the storage type), None: kept in float32."""
     qf, ke, ve = operands
+
+    def fed(a: np.ndarray) -> np.ndarray:
+        return a if rounded is None else a.astype(rounded).astype(F32)
+
     with np.errstate(all="ignore"):
         dp = _mma(dout, ve.swapaxes(-1, -2))
-        ds = (p * dp if bug == "no_row_term" else p * (dp - row[..., None])).astype(F32)
+        ds = fed((p * dp if bug == "no_row_term" else p * (dp - row[..., None])).astype(F32))
         dq = _mma(ds, ke) * F32(scale)
         dk_heads = _mma(ds.swapaxes(-1, -2), qf)
         if bug != "unscaled_dk":
             dk_heads = dk_heads * F32(scale)
-        dv_heads = _mma(p.swapaxes(-1, -2), dout)
+        dv_heads = _mma(fed(p).swapaxes(-1, -2), dout)
     first = bug == "first_head"
     dk = _group_sum(dk_heads.astype(F32), hkv, first_only=first)
     dv = _group_sum(dv_heads.astype(F32), hkv, first_only=first)
     return tuple(a.astype(F32).astype(dtype) for a in (dq, dk, dv))
 
 
-def _flash(dout, q, k, v, mask, scale, *, guard=True, bug=None):
+def _flash(dout, q, k, v, mask, scale, *, guard=True, bug=None, rounded=None):
     """FlashAttention-2's backward: the forward's out and lse (its own online kernel), P recomputed
     as exp(s - lse), the row term rowsum(dout * out) from out in the storage type."""
     out, lse = attention_online(q, k, v, mask, scale)
@@ -89,7 +97,7 @@ def _flash(dout, q, k, v, mask, scale, *, guard=True, bug=None):
         else:
             p = np.exp(s - lse[..., None])
     return _gradients(p.astype(F32), dof, row, (qf, ke, ve), scale, np.asarray(k).shape[1],
-                      np.asarray(q).dtype, bug)
+                      np.asarray(q).dtype, bug, rounded)
 
 
 # --- correct ---------------------------------------------------------------------------------------
@@ -99,6 +107,14 @@ def attention_backward_flash(dout, q, k, v, mask, scale):
     """FlashAttention-style: P recomputed from the saved lse, the row term from rowsum(dout * out);
     an empty row's P is 0."""
     return _flash(dout, q, k, v, mask, scale)
+
+
+def attention_backward_flash_rounded(dout, q, k, v, mask, scale):
+    """:func:`attention_backward_flash` with P and dS rounded to the storage type before their
+    products (dv = P^T dout, dq = dS k, dk = dS^T q), as FlashAttention-2 does in 16-bit storage;
+    declared ``p_dtype`` the storage type (:data:`ROUNDED`). In float16 its gradients below the
+    normal range carry each P's and dS's rounding there: up to 2^-25 each, absolutely."""
+    return _flash(dout, q, k, v, mask, scale, rounded=np.asarray(q).dtype)
 
 
 def attention_backward_plain(dout, q, k, v, mask, scale):
@@ -158,6 +174,9 @@ class AttentionBackwardKernel:
     declaration: AttentionBackwardDeclaration = DECLARATION
 
 
+#: attention_backward_flash_rounded's declaration in float16 storage: P (and dS) rounded to float16.
+ROUNDED = AttentionBackwardDeclaration(EXAMPLE_MODEL, online=True, empty_row="zero", p_dtype="float16")
+
 CORRECT: dict[str, AttentionBackwardKernel] = {
     "attention_backward_flash": AttentionBackwardKernel(attention_backward_flash),
     "attention_backward_plain": AttentionBackwardKernel(attention_backward_plain),
@@ -178,6 +197,7 @@ PLANTED: dict[str, AttentionBackwardKernel] = {
 # The examples by their short names, as ``--impl normprops.examples.attention_backward_kernels:flash``
 # names them.
 flash = attention_backward_flash
+flash_rounded = attention_backward_flash_rounded
 plain = attention_backward_plain
 no_row_term = attention_backward_no_row_term
 unscaled_dk = attention_backward_unscaled_dk

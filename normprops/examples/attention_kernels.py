@@ -144,6 +144,14 @@ def attention_online_p_bf16(q, k, v, mask, scale):
     return _finish(acc, l_sum, m, np.asarray(q).dtype)
 
 
+def attention_online_p_f16(q, k, v, mask, scale):
+    """The online kernel with P rounded to float16 before P.V (FlashAttention's float16 path), the
+    row sum taken from the unrounded P; declared (``p_dtype="float16"``). A weight below float16's
+    least normal (6.1e-5) is rounded to a multiple of its subnormal step 2^-24, off by up to 2^-25."""
+    acc, l_sum, m = _online(q, k, v, mask, scale, p_dtype=np.float16)
+    return _finish(acc, l_sum, m, np.asarray(q).dtype)
+
+
 def _f32_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """``a @ b`` as a scalar float32 loop: each product rounded to float32, added in turn (depth
     n - 1, a plain loop's; each row's bits whatever the batch)."""
@@ -286,6 +294,7 @@ CORRECT: dict[str, AttentionKernel] = {
     "attention_online": AttentionKernel(attention_online, _ONLINE),
     "attention_online_p_bf16": AttentionKernel(attention_online_p_bf16,
                                                replace(_ONLINE, p_dtype="bfloat16")),
+    "attention_online_p_f16": AttentionKernel(attention_online_p_f16, replace(_ONLINE, p_dtype="float16")),
     "attention_scores_first": AttentionKernel(attention_scores_first, _PLAIN_LOOP),
 }
 
@@ -322,6 +331,7 @@ DECLARATIONS: dict[str, AttentionDeclaration] = {
 two_pass = attention_two_pass
 online = attention_online
 online_p_bf16 = attention_online_p_bf16
+online_p_f16 = attention_online_p_f16
 scores_first = attention_scores_first
 finite_sentinel = attention_finite_sentinel
 no_max_subtraction = attention_no_max_subtraction

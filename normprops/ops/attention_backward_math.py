@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from normprops.dtypes import check_representable, get_dtype, numpy_dtype
+from normprops.dtypes import check_representable, get_dtype, numpy_dtype, rounding_floor
 from normprops.ops.attention import as_taken
 from normprops.ops.attention_math import (
     FOREIGN_ATTENTION,
@@ -25,7 +25,8 @@ from normprops.ops.attention_math import (
 
 __all__ = ["AttentionBackwardCase", "AttentionBackwardDeclaration", "AttentionBackwardReference",
            "AttentionBackwardTolerance", "FOREIGN_ATTENTION_BACKWARD", "attention_backward_reference",
-           "attention_backward_tolerance", "backward_as_taken", "backward_declaration"]
+           "attention_backward_tolerance", "backward_as_taken", "backward_declaration",
+           "BACKWARD_BOUND_TERMS"]
 
 FLT_MIN = 2.0**-126
 
@@ -209,9 +210,14 @@ class AttentionBackwardTolerance:
     dv: np.ndarray
 
 
+#: The backward bound's terms that ``drop`` may leave out (docs/tolerances.md, "Attention
+#: backward"), for the tests that each is needed; never to judge.
+BACKWARD_BOUND_TERMS = ("p_floor",)
+
+
 def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str = "float32",
-                                 declaration: AttentionDeclaration = FOREIGN_ATTENTION_BACKWARD
-                                 ) -> AttentionBackwardTolerance:
+                                 declaration: AttentionDeclaration = FOREIGN_ATTENTION_BACKWARD,
+                                 drop: frozenset[str] = frozenset()) -> AttentionBackwardTolerance:
     """The bound of docs/tolerances.md, "Attention backward", for a kernel computing in float32
     on inputs and outputs of storage type ``dtype``, with the reductions of ``declaration.model``.
 
@@ -231,7 +237,16 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
     with ``k_Q = max(k(G Lq), k(Lq) + G) + 2``: a sum over the ``G Lq`` query rows of a kv head,
     in one chain or per head and then across the ``G`` heads. A kernel declaring
     ``group_sum_dtype`` (each head's dk and dv rounded to that type and the heads summed in it) is
-    allowed ``G u_G sum_h (|dk_h| + tol_dk_h)`` more (and so for dv)."""
+    allowed ``G u_G sum_h (|dk_h| + tol_dk_h)`` more (and so for dv).
+
+    Where ``p_dtype`` is float16, P and dS are rounded to it below its normal range too, each off by
+    up to ``f_P = 2^-25`` absolutely (:func:`normprops.dtypes.rounding_floor`): ``e_P``
+    and dS's floor take ``max(FLT_MIN, f_P)`` in place of FLT_MIN (one rounding, flushed in float32
+    or rounded in float16), which the products carry into ``dv`` (``f_P sum_q |dout|``), ``dq``
+    (``f_P |scale| sum_k |k|``, the floor divided by ``min(1, |scale|)`` as FLT_MIN is) and ``dk``.
+    ``drop``: terms of :data:`BACKWARD_BOUND_TERMS` left out, for the tests that each is needed."""
+    if not isinstance(drop, frozenset) or not drop <= set(BACKWARD_BOUND_TERMS):
+        raise ValueError(f"drop must be a frozenset of {', '.join(BACKWARD_BOUND_TERMS)} but was {drop!r}")
     kind = get_dtype(dtype)
     model = declaration.model
     u = model.unit_roundoff
@@ -242,7 +257,11 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
     k_dv, k_l = model.k(dv_cols), model.k(lk)
     k_q = max(model.k(group * lq), model.k(lq) + group) + 2
     u_p = 0.0 if declaration.p_dtype is None else get_dtype(declaration.p_dtype).u
-    ftol = attention_tolerance(fwd, dtype=dtype, declaration=declaration)
+    ftol = attention_tolerance(fwd, dtype=dtype, declaration=declaration,
+                               drop=frozenset({"p_floor"}) & drop)
+    # One rounding's absolute floor: FLT_MIN (a float32 flush), or half float16's subnormal step
+    # where P and dS are rounded to it (a value flushed in float32 rounds exactly to float16 after).
+    floor = max(FLT_MIN, 0.0 if "p_floor" in drop else rounding_floor(declaration.p_dtype))
     eps_fwd = ftol.weights
     kept = fwd.p > 0
     p = fwd.p
@@ -253,7 +272,7 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
         gap = np.abs(np.where(kept, fwd.scores - lse, 0.0))
         eps_lse = (1 + np.expm1(delta + tol_lse + u * (gap + 3))) * (1 + u_p) - 1
         eps = np.where(kept, np.maximum(eps_fwd, eps_lse), 0.0)
-        e_p = p * eps + FLT_MIN * kept
+        e_p = p * eps + floor * kept
         abs_do = np.abs(ref.dout)
         v_abs = fwd.v_abs  # (B, Hq, Lk, Dv)
         e_dp = (k_dv + 1) * u * (abs_do @ v_abs.swapaxes(-1, -2))
@@ -269,7 +288,7 @@ def attention_backward_tolerance(ref: AttentionBackwardReference, *, dtype: str 
         # dS flushed to zero below FLT_MIN, or scale * dS where a kernel scales dS before its
         # products (JAX's autodiff, FlexAttention's eager backward): FLT_MIN in scale * dS is
         # FLT_MIN / |scale| in dS.
-        floor_ds = FLT_MIN / min(1.0, sc) if sc > 0 else FLT_MIN
+        floor_ds = floor / min(1.0, sc) if sc > 0 else floor
         e_ds = np.where(kept, e_p * (g + e_g) + p * e_g + (u + u_p) * (p + e_p) * (g + e_g) + floor_ds, 0.0)
         ds_abs = np.abs(ref.ds) + e_ds
         k_abs, q_abs = np.abs(ref.k), np.abs(ref.q)

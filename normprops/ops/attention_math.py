@@ -21,7 +21,7 @@ from typing import Any, Callable
 import mpmath
 import numpy as np
 
-from normprops.dtypes import check_representable, get_dtype, numpy_dtype
+from normprops.dtypes import check_representable, get_dtype, numpy_dtype, rounding_floor
 from normprops.errormodel import ErrorModel
 from normprops.errors import UsageError
 from normprops.flags import spelled
@@ -436,8 +436,8 @@ class AttentionTolerance:
 
 
 #: The bound's terms, as :func:`attention_tolerance`'s ``drop`` names them (docs/tolerances.md, "Attention").
-BOUND_TERMS = ("scores", "softmax", "p_rounding", "pv_sum", "online", "output", "tiny", "underflow",
-               "flt_min", "lse_scores", "lse_rounding")
+BOUND_TERMS = ("scores", "softmax", "p_rounding", "p_floor", "pv_sum", "online", "output", "tiny",
+               "underflow", "flt_min", "lse_scores", "lse_rounding")
 
 
 def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
@@ -453,10 +453,10 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     P.V); together ``eps_j = (1 + E_j)(1 + r_j) - 1``. Then
 
         tol_out[c] = sum_j p_j eps_j |v_jc| + k_PV u sum_j p_j (1 + eps_j) |v_jc|
-                     + u_out |out_c| + 2 FLT_MIN sum_j |v_jc| + tiny_out
+                     + u_out |out_c| + (2 FLT_MIN + f_P) sum_j |v_jc| + tiny_out
 
     with ``k_PV = k(Lk) + 1``, or ``2 k(Lk) + 1`` for an online kernel (a rescaling multiplication
-    at every step of the chain at worst), and
+    at every step of the chain at worst), ``f_P`` half a subnormal step of P's type (2^-25, float16), and
 
         tol_lse = ln sum_j p_j exp(delta_j) + u (rho k(Lk) + 10 + c_x W + 3 |ln S| + 2 |lse|).
 
@@ -465,7 +465,7 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
     if not isinstance(drop, frozenset) or not drop <= set(BOUND_TERMS):
         raise ValueError(f"drop must be a frozenset of {', '.join(BOUND_TERMS)} but was {drop!r}")
     on = {term: float(term not in drop) for term in BOUND_TERMS}
-    kind = get_dtype(dtype)
+    kind, floor_p = get_dtype(dtype), on["p_floor"] * rounding_floor(declaration.p_dtype)  # 2^-25: float16
     model = declaration.model
     u = model.unit_roundoff
     k_d, k_l = model.k(ref.head_dim), model.k(ref.keys)
@@ -484,7 +484,7 @@ def attention_tolerance(ref: AttentionReference, *, dtype: str = "float32",
         pe = np.nan_to_num(ref.p * eps, nan=np.inf)
         out_abs = np.abs(np.nan_to_num(ref.out, nan=0.0))
         tol_out = (pe @ ref.v_abs + on["pv_sum"] * k_pv * u * ((ref.p + pe) @ ref.v_abs)
-                   + on["underflow"] * 2 * FLT_MIN * ref.abs_v + on["flt_min"] * FLT_MIN)
+                   + (on["underflow"] * 2 * FLT_MIN + floor_p) * ref.abs_v + on["flt_min"] * FLT_MIN)
         if dtype == "float32":
             tol_out = tol_out + on["output"] * u * out_abs
         else:
