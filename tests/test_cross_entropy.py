@@ -248,3 +248,62 @@ def test_a_kernel_that_writes_into_its_target_breaks_the_contract() -> None:
     report = normprops.hunt_kernel(writes_target, op="cross_entropy", families=["ordinary"],
                                    max_examples=5, seed=0)
     assert not report.passed and "modified its input target" in report.failures[0].message
+
+
+# --- the case strategy both loss ops share -----------------------------------------------------
+
+
+def _fingerprints(strategy, count: int = 4) -> list[str]:
+    """The first ``count`` draws of ``strategy`` at seed 0, each as its arrays' bytes and its repr."""
+    from hypothesis import seed
+
+    found: list[str] = []
+
+    @seed(0)
+    @settings(max_examples=count, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def draw(case) -> None:
+        parts = [repr(case), repr((case.softcap, case.z_loss, case.reduction))]
+        parts += [f"{k}:{np.asarray(v).shape}:{np.asarray(v).tobytes().hex()}"
+                  for k, v in sorted(case.fields().items())]
+        found.append("|".join(parts))
+
+    draw()
+    return found
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "cross_entropy_backward", "linear_cross_entropy",
+                                "linear_cross_entropy_backward"])
+@pytest.mark.parametrize("declared", [
+    pytest.param({}, id="default"),
+    pytest.param({"smoothing": False, "reduction": "mean"}, id="no-smoothing-mean"),
+    pytest.param({"softcap": 30.0, "z_loss": 1e-4, "reduction": "sum"}, id="softcap-z-sum"),
+])
+def test_each_loss_op_draws_its_families_cases_as_declared(op: str, declared: dict) -> None:
+    """The shared case strategy draws, seed for seed, what the op's families module draws with the
+    declaration's smoothings, reduction and (for a gradient) dloss, each case then as declared."""
+    from dataclasses import replace
+
+    from normprops.ops import get_op
+    from normprops.ops.cross_entropy import SMOOTHINGS
+    from normprops.ops.linear_cross_entropy import as_declared as linear_as_declared
+    from normprops.ops.linear_cross_entropy_families import linear_cross_entropy_cases
+
+    spec = get_op(op)
+    declaration = replace(spec.named.default_declaration, **declared)
+    linear = op.startswith("linear_")
+    draw, declare = ((linear_cross_entropy_cases, linear_as_declared) if linear
+                     else (cross_entropy_cases, as_declared))
+    smoothing = SMOOTHINGS if declaration.smoothing else (0.0,)
+    for family, dtype in (("ordinary", "float32"), ("ignored", "bfloat16"), ("offset", "float32")):
+        direct = draw(family, dtypes=(dtype,), smoothing=smoothing, gradient=op.endswith("_backward"),
+                      reduction=declaration.reduction).map(lambda c: declare(c, declaration=declaration))
+        got = _fingerprints(spec.named.cases(family, dtype, declaration))
+        assert got == _fingerprints(direct), (op, family, dtype)
+        assert all(f"reduction={declaration.reduction}" in g for g in got)
+        if not declaration.smoothing:
+            assert all("label_smoothing=0.0," in g for g in got), got
+    with pytest.raises(ValueError, match="family must be one of .* but was 'huge'"):
+        spec.named.cases("huge", "float32", declaration)
+
