@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from quack_stand_in import quack_cross_entropy, stand_in_quack
 
 import normprops
 from normprops.errors import UsageError
@@ -307,3 +308,66 @@ def test_each_loss_op_draws_its_families_cases_as_declared(op: str, declared: di
     with pytest.raises(ValueError, match="family must be one of .* but was 'huge'"):
         spec.named.cases("huge", "float32", declaration)
 
+
+# --- QuACK's entries, without QuACK ------------------------------------------------------------
+
+
+def test_quacks_entries_declare_what_it_computes() -> None:
+    from normprops.specs import KERNELS
+
+    entries = {k.name: k for k in KERNELS if k.backend == "quack" and k.op.startswith("cross_entropy")}
+    assert sorted(entries) == sorted(f"quack.ce{r}{b}-{d}" for r in ("", ".mean") for b in ("", ".backward")
+                                     for d in ("f32", "bf16"))
+    for name, k in entries.items():
+        d = k.op_declaration
+        assert not d.smoothing and d.softcap is None and d.z_loss == 0.0, name
+        assert d.reduction == ("mean" if ".mean" in name else "none"), name
+        assert k.claims == frozenset() and not k.bugs, name  # hunted on a GPU before it claims
+        assert k.error_model.ftz and k.device == "cuda" and k.framework == "torch", name
+        assert "batch_invariance" in k.exempt, name
+
+
+def test_quacks_adapters_call_its_cross_entropy(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from normprops.backends import cross_entropy_kernels as ce
+
+    calls = stand_in_quack(monkeypatch, "cross_entropy", cross_entropy=quack_cross_entropy)
+    logits = torch.tensor([[0.5, -1.0, 2.0], [1.0, 2.0, 3.0]], dtype=torch.bfloat16)
+    kept = logits.clone()
+    target = torch.tensor([-100, 2])
+    loss = ce.quack_ce(logits, target, -100, 0.0)
+    assert loss.dtype == torch.float32 and loss.shape == (2,) and loss[0] == 0
+    mean = ce.quack_ce_mean(logits, target, -100, 0.0)
+    assert mean.shape == () and torch.equal(mean, loss[1])
+    dloss = torch.tensor([3.0, -2.0])
+    grad = ce.quack_ce_backward(dloss, logits, target, -100, 0.0)
+    want = -2.0 * (torch.softmax(logits.float()[1], 0) - torch.tensor([0.0, 0.0, 1.0]))
+    assert grad.dtype == torch.bfloat16 and torch.equal(grad[0], torch.zeros(3, dtype=torch.bfloat16))
+    assert torch.equal(grad[1], want.to(torch.bfloat16))
+    ce.quack_ce_mean_backward(torch.tensor(1.0), logits, target, -100, 0.0)
+    assert torch.equal(logits, kept)  # the caller's logits untouched
+    assert calls == [((2, 3), "torch.bfloat16", -100, "none"), ((2, 3), "torch.bfloat16", -100, "mean"),
+                     ((2, 3), "torch.bfloat16", -100, "none"), ((2, 3), "torch.bfloat16", -100, "mean")]
+    with pytest.raises(ValueError, match="QuACK's cross_entropy takes no label smoothing"):
+        ce.quack_ce(logits, target, -100, 0.1)
+
+
+@pytest.mark.parametrize("name", ["quack.ce.backward-bf16", "quack.ce.mean-f32"])
+def test_quacks_entries_hunt_as_declared(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's entry, its declaration as it stands but on the CPU, hunted over a stand-in
+    that computes QuACK's contract correctly: clean, and never handed a label smoothing."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from normprops.declaration import Declaration
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_callable
+    from normprops.specs import KERNELS
+
+    calls = stand_in_quack(monkeypatch, "cross_entropy", cross_entropy=quack_cross_entropy)
+    spec = next(k for k in KERNELS if k.name == name)
+    target = target_from_callable(spec.load(), declaration=replace(Declaration.from_spec(spec), device="cpu"))
+    for family in ("ignored", "target_extremes"):
+        result = hunt(target, family=family, config=HuntConfig(max_examples=10, seed=0))
+        assert result.passed, (name, family, result.failures[0].message())
+    assert calls and {c[3] for c in calls} == {spec.op_declaration.reduction}
