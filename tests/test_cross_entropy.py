@@ -371,3 +371,24 @@ def test_quacks_entries_hunt_as_declared(name: str, monkeypatch: pytest.MonkeyPa
         result = hunt(target, family=family, config=HuntConfig(max_examples=10, seed=0))
         assert result.passed, (name, family, result.failures[0].message())
     assert calls and {c[3] for c in calls} == {spec.op_declaration.reduction}
+
+
+def test_quacks_arithmetic_emulated_is_exact_on_small_logits_and_off_at_large_ones() -> None:
+    """scripts/quack_ce_emulation.py: QuACK's exponentials take their argument as fma(x, L, -rn(c L)),
+    c the row max or the lse, rounded at the logits' magnitude. Clean where the logits are small;
+    past the bound on the gradient where they are offset far from 0."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "quack_ce_emulation.py"
+    spec = importlib.util.spec_from_file_location("quack_ce_emulation", path)
+    emulation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulation)
+    keywords = dict(dtype="float32", smoothing=False, ftz=True, ignore=["batch_invariance"], seed=0)
+    for op, fn in (("cross_entropy", emulation.quack_ce),
+                   ("cross_entropy_backward", emulation.quack_ce_backward("float32"))):
+        clean = normprops.hunt_kernel(fn, op=op, families=["ignored", "ragged"], max_examples=20, **keywords)
+        assert clean.passed, clean.failures[0].message
+    off = normprops.hunt_kernel(emulation.quack_ce_backward("float32"), op="cross_entropy_backward",
+                                families=["offset"], max_examples=50, **keywords)
+    assert not off.passed and {f.property for f in off.failures} == {"accuracy"}
