@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from quack_stand_in import quack_cross_entropy, stand_in_quack
 
 import normprops
 from normprops.errors import UsageError
@@ -248,3 +249,146 @@ def test_a_kernel_that_writes_into_its_target_breaks_the_contract() -> None:
     report = normprops.hunt_kernel(writes_target, op="cross_entropy", families=["ordinary"],
                                    max_examples=5, seed=0)
     assert not report.passed and "modified its input target" in report.failures[0].message
+
+
+# --- the case strategy both loss ops share -----------------------------------------------------
+
+
+def _fingerprints(strategy, count: int = 4) -> list[str]:
+    """The first ``count`` draws of ``strategy`` at seed 0, each as its arrays' bytes and its repr."""
+    from hypothesis import seed
+
+    found: list[str] = []
+
+    @seed(0)
+    @settings(max_examples=count, database=None, deadline=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(case=strategy)
+    def draw(case) -> None:
+        parts = [repr(case), repr((case.softcap, case.z_loss, case.reduction))]
+        parts += [f"{k}:{np.asarray(v).shape}:{np.asarray(v).tobytes().hex()}"
+                  for k, v in sorted(case.fields().items())]
+        found.append("|".join(parts))
+
+    draw()
+    return found
+
+
+@pytest.mark.parametrize("op", ["cross_entropy", "cross_entropy_backward", "linear_cross_entropy",
+                                "linear_cross_entropy_backward"])
+@pytest.mark.parametrize("declared", [
+    pytest.param({}, id="default"),
+    pytest.param({"smoothing": False, "reduction": "mean"}, id="no-smoothing-mean"),
+    pytest.param({"softcap": 30.0, "z_loss": 1e-4, "reduction": "sum"}, id="softcap-z-sum"),
+])
+def test_each_loss_op_draws_its_families_cases_as_declared(op: str, declared: dict) -> None:
+    """The shared case strategy draws, seed for seed, what the op's families module draws with the
+    declaration's smoothings, reduction and (for a gradient) dloss, each case then as declared."""
+    from dataclasses import replace
+
+    from normprops.ops import get_op
+    from normprops.ops.cross_entropy import SMOOTHINGS
+    from normprops.ops.linear_cross_entropy import as_declared as linear_as_declared
+    from normprops.ops.linear_cross_entropy_families import linear_cross_entropy_cases
+
+    spec = get_op(op)
+    declaration = replace(spec.named.default_declaration, **declared)
+    linear = op.startswith("linear_")
+    draw, declare = ((linear_cross_entropy_cases, linear_as_declared) if linear
+                     else (cross_entropy_cases, as_declared))
+    smoothing = SMOOTHINGS if declaration.smoothing else (0.0,)
+    for family, dtype in (("ordinary", "float32"), ("ignored", "bfloat16"), ("offset", "float32")):
+        direct = draw(family, dtypes=(dtype,), smoothing=smoothing, gradient=op.endswith("_backward"),
+                      reduction=declaration.reduction).map(lambda c: declare(c, declaration=declaration))
+        got = _fingerprints(spec.named.cases(family, dtype, declaration))
+        assert got == _fingerprints(direct), (op, family, dtype)
+        assert all(f"reduction={declaration.reduction}" in g for g in got)
+        if not declaration.smoothing:
+            assert all("label_smoothing=0.0," in g for g in got), got
+    with pytest.raises(ValueError, match="family must be one of .* but was 'huge'"):
+        spec.named.cases("huge", "float32", declaration)
+
+
+# --- QuACK's entries, without QuACK ------------------------------------------------------------
+
+
+def test_quacks_entries_declare_what_it_computes() -> None:
+    from normprops.specs import KERNELS
+
+    entries = {k.name: k for k in KERNELS if k.backend == "quack" and k.op.startswith("cross_entropy")}
+    assert sorted(entries) == sorted(f"quack.ce{r}{b}-{d}" for r in ("", ".mean") for b in ("", ".backward")
+                                     for d in ("f32", "bf16"))
+    for name, k in entries.items():
+        d = k.op_declaration
+        assert not d.smoothing and d.softcap is None and d.z_loss == 0.0, name
+        assert d.reduction == ("mean" if ".mean" in name else "none"), name
+        assert k.claims == frozenset() and not k.bugs, name  # hunted on a GPU before it claims
+        assert k.error_model.ftz and k.device == "cuda" and k.framework == "torch", name
+        assert "batch_invariance" in k.exempt, name
+
+
+def test_quacks_adapters_call_its_cross_entropy(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from normprops.backends import cross_entropy_kernels as ce
+
+    calls = stand_in_quack(monkeypatch, "cross_entropy", cross_entropy=quack_cross_entropy)
+    logits = torch.tensor([[0.5, -1.0, 2.0], [1.0, 2.0, 3.0]], dtype=torch.bfloat16)
+    kept = logits.clone()
+    target = torch.tensor([-100, 2])
+    loss = ce.quack_ce(logits, target, -100, 0.0)
+    assert loss.dtype == torch.float32 and loss.shape == (2,) and loss[0] == 0
+    mean = ce.quack_ce_mean(logits, target, -100, 0.0)
+    assert mean.shape == () and torch.equal(mean, loss[1])
+    dloss = torch.tensor([3.0, -2.0])
+    grad = ce.quack_ce_backward(dloss, logits, target, -100, 0.0)
+    want = -2.0 * (torch.softmax(logits.float()[1], 0) - torch.tensor([0.0, 0.0, 1.0]))
+    assert grad.dtype == torch.bfloat16 and torch.equal(grad[0], torch.zeros(3, dtype=torch.bfloat16))
+    assert torch.equal(grad[1], want.to(torch.bfloat16))
+    ce.quack_ce_mean_backward(torch.tensor(1.0), logits, target, -100, 0.0)
+    assert torch.equal(logits, kept)  # the caller's logits untouched
+    assert calls == [((2, 3), "torch.bfloat16", -100, "none"), ((2, 3), "torch.bfloat16", -100, "mean"),
+                     ((2, 3), "torch.bfloat16", -100, "none"), ((2, 3), "torch.bfloat16", -100, "mean")]
+    with pytest.raises(ValueError, match="QuACK's cross_entropy takes no label smoothing"):
+        ce.quack_ce(logits, target, -100, 0.1)
+
+
+@pytest.mark.parametrize("name", ["quack.ce.backward-bf16", "quack.ce.mean-f32"])
+def test_quacks_entries_hunt_as_declared(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's entry, its declaration as it stands but on the CPU, hunted over a stand-in
+    that computes QuACK's contract correctly: clean, and never handed a label smoothing."""
+    pytest.importorskip("torch")
+    from dataclasses import replace
+
+    from normprops.declaration import Declaration
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_callable
+    from normprops.specs import KERNELS
+
+    calls = stand_in_quack(monkeypatch, "cross_entropy", cross_entropy=quack_cross_entropy)
+    spec = next(k for k in KERNELS if k.name == name)
+    target = target_from_callable(spec.load(), declaration=replace(Declaration.from_spec(spec), device="cpu"))
+    for family in ("ignored", "target_extremes"):
+        result = hunt(target, family=family, config=HuntConfig(max_examples=10, seed=0))
+        assert result.passed, (name, family, result.failures[0].message())
+    assert calls and {c[3] for c in calls} == {spec.op_declaration.reduction}
+
+
+def test_quacks_arithmetic_emulated_is_exact_on_small_logits_and_off_at_large_ones() -> None:
+    """scripts/quack_ce_emulation.py: QuACK's exponentials take their argument as fma(x, L, -rn(c L)),
+    c the row max or the lse, rounded at the logits' magnitude. Clean where the logits are small;
+    past the bound on the gradient where they are offset far from 0."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "quack_ce_emulation.py"
+    spec = importlib.util.spec_from_file_location("quack_ce_emulation", path)
+    emulation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(emulation)
+    keywords = dict(dtype="float32", smoothing=False, ftz=True, ignore=["batch_invariance"], seed=0)
+    for op, fn in (("cross_entropy", emulation.quack_ce),
+                   ("cross_entropy_backward", emulation.quack_ce_backward("float32"))):
+        clean = normprops.hunt_kernel(fn, op=op, families=["ignored", "ragged"], max_examples=20, **keywords)
+        assert clean.passed, clean.failures[0].message
+    off = normprops.hunt_kernel(emulation.quack_ce_backward("float32"), op="cross_entropy_backward",
+                                families=["offset"], max_examples=50, **keywords)
+    assert not off.passed and {f.property for f in off.failures} == {"accuracy"}

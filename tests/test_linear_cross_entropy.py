@@ -13,6 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from quack_stand_in import quack_linear_cross_entropy_func, stand_in_quack
 
 import normprops
 from normprops.declaration import Declaration
@@ -254,13 +255,13 @@ def test_the_entries_declare_dws_row_sum_on_the_gradient_only() -> None:
     from normprops.specs import KERNELS
 
     entries = [k for k in KERNELS if k.op.startswith("linear_cross_entropy")]
-    assert {k.backend for k in entries} == {"numpy", "torch-cpu", "torch-cuda", "liger", "cce"}
+    assert {k.backend for k in entries} == {"numpy", "torch-cpu", "torch-cuda", "liger", "quack", "cce"}
     for k in entries:
         gradient = k.op.endswith("_backward")
         assert k.row_reduction == ("sequential" if gradient else "blocks"), k.label
         assert k.op_declaration.model.row_reduction == "sequential", k.label
     rounded = {k.name for k in entries if k.op_declaration.logits_rounded}
-    assert "cce.lce-bf16" not in rounded and {"F.lce-bf16", "liger.flce-bf16"} <= rounded
+    assert "cce.lce-bf16" not in rounded and {"F.lce-bf16", "liger.flce-bf16", "quack.lce-bf16"} <= rounded
 
 
 def test_a_bad_case_is_named() -> None:
@@ -288,3 +289,54 @@ def test_the_cli_catches_the_dropped_softcap_and_replays_its_fixture(tmp_path) -
                "--softcap", "30", "--fixtures-dir", "fx")
     assert bad.returncode == 1 and "FAIL" in bad.stdout, bad.stdout + bad.stderr
     assert good.returncode == 0, good.stdout + good.stderr
+
+
+# --- QuACK's entries, without QuACK ------------------------------------------------------------
+
+
+def test_quacks_entries_declare_what_it_computes() -> None:
+    from normprops.specs import KERNELS
+
+    entries = {k.name: k for k in KERNELS if k.backend == "quack" and k.op.startswith("linear_")}
+    assert sorted(entries) == sorted(f"quack.lce{r}{b}-{d}" for r in ("", ".mean") for b in ("", ".backward")
+                                     for d in ("f32", "bf16"))
+    for name, k in entries.items():
+        d = k.op_declaration
+        assert not d.smoothing and d.softcap is None and d.logits_rounded, name  # F.linear's logits
+        assert d.reduction == ("mean" if ".mean" in name else "none"), name
+        assert k.claims == frozenset() and k.error_model.ftz and k.device == "cuda", name
+
+
+def test_quacks_adapters_call_its_linear_cross_entropy(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from normprops.backends import linear_cross_entropy_kernels as lce
+
+    calls = stand_in_quack(monkeypatch, "linear_cross_entropy",
+                           linear_cross_entropy_func=quack_linear_cross_entropy_func)
+    h = torch.tensor([[1.0, 0.5], [-1.0, 2.0], [0.25, 0.0]], dtype=torch.bfloat16)
+    w = torch.tensor([[0.5, -1.0], [2.0, 1.0], [1.0, 3.0], [0.0, 1.0]], dtype=torch.bfloat16)
+    target = torch.tensor([3, 0, 0])
+    loss = lce.quack_lce(h, w, target, 0, 0.0)  # ignore_index 0: rows 1 and 2 ignored
+    assert loss.dtype == torch.float32 and loss.shape == (3,) and not loss[1:].any() and loss[0] > 0
+    dh, dw = lce.quack_lce_mean_backward(torch.tensor(2.0), h, w, target, 0, 0.0)
+    assert dh.dtype == dw.dtype == torch.bfloat16 and not dh[1:].any()
+    assert calls == [((3, 4), "torch.bfloat16", 0, "none"), ((3, 4), "torch.bfloat16", 0, "mean")]
+    with pytest.raises(ValueError, match="takes no label smoothing"):
+        lce.quack_lce(h, w, target, -100, 0.1)
+
+
+def test_quacks_entry_hunts_as_declared(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry's gradient entry, as declared but on the CPU, over a stand-in computing QuACK's
+    contract correctly: clean in a family of ignored rows."""
+    pytest.importorskip("torch")
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_callable
+    from normprops.specs import KERNELS
+
+    calls = stand_in_quack(monkeypatch, "linear_cross_entropy",
+                           linear_cross_entropy_func=quack_linear_cross_entropy_func)
+    spec = next(k for k in KERNELS if k.name == "quack.lce.backward-f32")
+    target = target_from_callable(spec.load(), declaration=replace(Declaration.from_spec(spec), device="cpu"))
+    result = hunt(target, family="ignored", config=HuntConfig(max_examples=10, seed=0))
+    assert result.passed, result.failures[0].message()
+    assert calls and {c[3] for c in calls} == {"none"}

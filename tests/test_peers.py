@@ -146,6 +146,8 @@ def _fake_quack(root: Path) -> None:
             quack.CALLS.append(("layernorm_fwd", x, weight, bias, eps))
             return "out"
         """))
+    (pkg / "cross_entropy.py").write_text("def cross_entropy(*args, **kwargs):\n"
+                                          "    raise NotImplementedError\n")
     _dist_info(root, "quack-kernels", "0.6.5")
 
 

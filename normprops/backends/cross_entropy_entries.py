@@ -1,14 +1,15 @@
 """The registry's entries for other projects' cross-entropy (:mod:`normprops.backends.
 cross_entropy_kernels`): PyTorch's ``F.cross_entropy`` on the CPU and on CUDA (eager, and under
-``torch.compile`` on CUDA only), Liger-Kernel's Triton cross-entropy, optax's under ``jax.jit``.
+``torch.compile`` on CUDA only), Liger-Kernel's Triton cross-entropy, QuACK's CuTe DSL
+cross-entropy, optax's under ``jax.jit``.
 
 Each declares what it computes (``CrossEntropyDeclaration``: its reduction, a softcap) on the
 foreign model (every row sum as deep as a plain loop, fast-math exp). PyTorch's entries claim
 every family; the others are hunted without claims until a hunt has measured them (their findings
 reported, none gated on), and so are those of a summed or averaged loss (the committed fixtures
 are cases of losses per row, another loss for them). Liger's loss comes back in the logits' type,
-so its forward entries are float32 only; optax takes no label smoothing (declared: the hunt draws
-0).
+so its forward entries are float32 only; optax and QuACK take no label smoothing (declared: the
+hunt draws 0).
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ _ENTRIES = (
      True, False),
     ("jax", None, "optax_ce", "optax.ce", ("float32", "bfloat16"), "none", None, False,
      False),
+    # QuACK 0.6.5 (quack/cross_entropy.py): ignore_index (any int32, negative included), reduction
+    # none, mean or sum (mean and sum taken by torch over its float32 per-row losses), per-class
+    # weights and a partial lse (neither hunted); no label smoothing, no softcap, no z-loss. Any
+    # width (it loads gcd(V, 16 bytes / itemsize) elements at a time), float32, bfloat16 and float16
+    # logits; the loss float32 whatever their type. Sum adds nothing of QuACK's to mean: not entered.
+    ("quack", "cuda", "quack_ce", "quack.ce", ("float32", "bfloat16"), "none", None, False, False),
+    ("quack", "cuda", "quack_ce_mean", "quack.ce.mean", ("float32", "bfloat16"), "mean", None, False,
+     False),
 )
 # The gradients: the same calls' backward, the logits in every type each takes.
 _GRAD_DTYPES = {"liger": ("float32", "bfloat16")}
@@ -86,6 +95,11 @@ def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
         # Triton's exp flushes a subnormal result (measured on an H100: Liger's float32 gradient
         # gave 0 where dloss times a softmax entry below FLT_MIN is 2e-36, in large_logits, softcap
         # and vocab); judged as flushing.
+        model = replace(model, ftz=True)
+    if backend == "quack":
+        # QuACK's exponentials are cute.math.exp2(..., fastmath=True) (the forward's online softmax
+        # and the backward's exp(x - lse)): ex2.approx, which flushes a subnormal result, as
+        # Triton's exp does. Judged as flushing.
         model = replace(model, ftz=True)
     if backend == "jax":
         # XLA flushes subnormals on the CPU (docs/ecosystem.md): measured here, optax's gradient

@@ -5,7 +5,8 @@ dlogits`` on the framework's arrays (logits in the storage type, target int64, d
 PyTorch's ``F.cross_entropy`` on ``logits.float()`` (its backward through autograd, the gradient
 rounded once to the storage type by the cast's backward), eager or under ``torch.compile``;
 Liger-Kernel's Triton ``LigerCrossEntropyFunction`` (its gradient is computed in the forward pass
-and written over a copy of the logits here, never the caller's); optax's
+and written over a copy of the logits here, never the caller's); QuACK's CuTe DSL
+``quack.cross_entropy`` (its backward kernel through autograd; no label smoothing); optax's
 ``softmax_cross_entropy_with_integer_labels`` under ``jax.jit``, ignored rows zeroed around it
 (optax has no ``ignore_index``). Each module is imported only when its kernel is called.
 """
@@ -17,8 +18,8 @@ from typing import Any
 
 __all__ = ["torch_ce", "torch_ce_backward", "torch_ce_mean", "torch_ce_mean_backward",
            "compiled_ce", "compiled_ce_backward", "liger_ce", "liger_ce_backward", "liger_ce_mean",
-           "liger_ce_mean_backward", "liger_ce_softcap30", "liger_ce_softcap30_backward", "optax_ce",
-           "optax_ce_backward"]
+           "liger_ce_mean_backward", "liger_ce_softcap30", "liger_ce_softcap30_backward", "quack_ce",
+           "quack_ce_backward", "quack_ce_mean", "quack_ce_mean_backward", "optax_ce", "optax_ce_backward"]
 
 GEMMA_SOFTCAP = 30.0
 
@@ -131,6 +132,44 @@ def liger_ce_softcap30_backward(dloss: Any, logits: Any, target: Any, ignore_ind
                                 label_smoothing: float) -> Any:
     """LigerCrossEntropyFunction's gradient with softcap=30, reduction='none'."""
     return _liger_backward(dloss, logits, target, ignore_index, label_smoothing, "none", GEMMA_SOFTCAP)
+
+
+# --- QuACK ---------------------------------------------------------------------------------------
+
+
+def _quack(logits: Any, target: Any, ignore_index: int, label_smoothing: float, reduction: str) -> Any:
+    # `from quack.cross_entropy import ...`: the package re-exports the function cross_entropy
+    # under the module's own name.
+    from quack.cross_entropy import cross_entropy
+
+    if label_smoothing:
+        raise ValueError("QuACK's cross_entropy takes no label smoothing")
+    # (x, target, lse_partial, weight, ignore_index, reduction): no class weights, no partial lse.
+    return cross_entropy(logits, target, None, None, ignore_index=ignore_index, reduction=reduction)
+
+
+def quack_ce(logits: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
+    """quack.cross_entropy(logits, target, reduction='none'): float32 (N,), 0 on ignored rows;
+    no label smoothing."""
+    return _quack(logits, target, ignore_index, label_smoothing, "none")
+
+
+def quack_ce_backward(dloss: Any, logits: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
+    """Its gradient through autograd (CrossEntropyFunction.backward: QuACK's backward kernel, exp(x -
+    lse) from the forward's lse, in the logits' type), reduction='none'."""
+    return _autograd(quack_ce, dloss, logits, target, ignore_index, label_smoothing)
+
+
+def quack_ce_mean(logits: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
+    """quack.cross_entropy(logits, target, reduction='mean') (QuACK's default): the rows' losses
+    summed by torch and divided by the count of rows not ignored."""
+    return _quack(logits, target, ignore_index, label_smoothing, "mean")
+
+
+def quack_ce_mean_backward(dloss: Any, logits: Any, target: Any, ignore_index: int,
+                           label_smoothing: float) -> Any:
+    """Its gradient through autograd, reduction='mean'."""
+    return _autograd(quack_ce_mean, dloss, logits, target, ignore_index, label_smoothing)
 
 
 # --- optax ---------------------------------------------------------------------------------------

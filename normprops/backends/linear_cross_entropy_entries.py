@@ -1,7 +1,8 @@
 """The registry's entries for other projects' fused linear cross-entropy
 (:mod:`normprops.backends.linear_cross_entropy_kernels`): PyTorch's ``F.linear`` then
-``F.cross_entropy`` on the CPU and on CUDA, Liger-Kernel's fused linear cross-entropy, Cut
-Cross-Entropy's Triton kernels and its ``torch.compile`` path.
+``F.cross_entropy`` on the CPU and on CUDA, Liger-Kernel's fused linear cross-entropy, QuACK's
+``F.linear`` then CuTe DSL cross-entropy, Cut Cross-Entropy's Triton kernels and its
+``torch.compile`` path.
 
 Each declares what it computes (``LinearCrossEntropyDeclaration``: its reduction, a softcap,
 whether it takes a label smoothing, and whether its logits are rounded to the storage type
@@ -11,7 +12,7 @@ chunks hold their logits in the input's type: declared rounded. Cut Cross-Entrop
 kernels keep them in float32. Triton's exp and PyTorch's CPU bfloat16 matmul flush subnormal
 results: declared flushing. PyTorch's per-row entries claim every family; the others are
 hunted without claims until a hunt has measured them on a GPU (their findings reported, none
-gated on). Cut Cross-Entropy takes no label smoothing (declared: the hunt draws 0).
+gated on). Cut Cross-Entropy and QuACK take no label smoothing (declared: the hunt draws 0).
 """
 
 from __future__ import annotations
@@ -45,6 +46,14 @@ _ENTRIES = (
      False, True),
     ("liger", "cuda", "liger_flce_softcap30", "liger.flce.cap30", ("float32", "bfloat16"), "none", 30.0,
      True, False, True),
+    # QuACK 0.6.5's linear_cross_entropy_func (what its LinearCrossEntropy module runs unless given a
+    # chunk_size): F.linear, the logits in the storage type, then quack.cross_entropy on them. No
+    # label smoothing, no softcap. Its fused chunked_linear_cross_entropy is not entered: it takes a
+    # mean or a sum only, and asserts N, H and V multiples of 8 (its GEMMs' TMA alignment), widths
+    # the op's families do not restrict themselves to.
+    ("quack", "cuda", "quack_lce", "quack.lce", ("float32", "bfloat16"), "none", None, False, False, True),
+    ("quack", "cuda", "quack_lce_mean", "quack.lce.mean", ("float32", "bfloat16"), "mean", None, False,
+     False, True),
     ("cce", "cuda", "cce_lce", "cce.lce", ("float32", "bfloat16"), "none", None, False, False, False),
     ("cce", "cuda", "cce_lce_mean", "cce.lce.mean", ("float32", "bfloat16"), "mean", None, False, False,
      False),
@@ -78,7 +87,9 @@ def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
     # and Cut Cross-Entropy's kernels call tl.exp; judged as flushing.
     # PyTorch's CPU matmul on bfloat16 operands flushes too (measured: F.lce.backward-bf16 gave a
     # dw of 0 where the exact one is 1.02e-38, in softcap).
-    flushing = (backend == "liger" or attr in ("cce_lce", "cce_lce_mean")
+    # QuACK's cross-entropy takes its exponentials with ex2.approx (cute.math.exp2, fastmath), which
+    # flushes too.
+    flushing = (backend in ("liger", "quack") or attr in ("cce_lce", "cce_lce_mean")
                 or (backend == "torch-cpu" and dtype == "bfloat16"))
     model = replace(_FOREIGN, ftz=flushing)
     declared = LinearCrossEntropyDeclaration(model, softcap=softcap, reduction=reduction,

@@ -5,7 +5,9 @@ dloss float32).
 
 PyTorch's ``F.cross_entropy(F.linear(h, w).float(), ...)`` (the logits materialized, in the storage
 type), its gradient through autograd; Liger-Kernel's ``LigerFusedLinearCrossEntropyFunction``
-(Triton; the logits in chunks of rows, each chunk's logits in the storage type); Cut
+(Triton; the logits in chunks of rows, each chunk's logits in the storage type); QuACK's
+``linear_cross_entropy_func`` (``F.linear``, then QuACK's CuTe DSL cross-entropy on the logits in
+the storage type; no label smoothing); Cut
 Cross-Entropy's ``linear_cross_entropy`` (``impl="cce"``: Triton kernels that keep the logits in
 float32 registers; ``impl="torch_compile"``: ``e @ c.T`` under ``torch.compile``), called with
 ``filter_eps=None`` (its default skips gradient blocks below a threshold, an approximation the
@@ -19,7 +21,8 @@ from typing import Any
 
 __all__ = ["torch_lce", "torch_lce_backward", "torch_lce_mean", "torch_lce_mean_backward",
            "liger_flce", "liger_flce_backward", "liger_flce_mean", "liger_flce_mean_backward",
-           "liger_flce_softcap30", "liger_flce_softcap30_backward", "cce_lce", "cce_lce_backward",
+           "liger_flce_softcap30", "liger_flce_softcap30_backward", "quack_lce", "quack_lce_backward",
+           "quack_lce_mean", "quack_lce_mean_backward", "cce_lce", "cce_lce_backward",
            "cce_lce_mean", "cce_lce_mean_backward", "cce_compile_lce", "cce_compile_lce_backward"]
 
 GEMMA_SOFTCAP = 30.0
@@ -113,6 +116,41 @@ def liger_flce_softcap30_backward(dloss: Any, h: Any, w: Any, target: Any, ignor
                                   label_smoothing: float) -> tuple[Any, Any]:
     """Its (dh, dw) with softcap=30, reduction='none'."""
     return _autograd(liger_flce_softcap30, dloss, h, w, target, ignore_index, label_smoothing)
+
+
+# --- QuACK ---------------------------------------------------------------------------------------
+
+
+def _quack(h: Any, w: Any, target: Any, ignore_index: int, label_smoothing: float, reduction: str) -> Any:
+    from quack.linear_cross_entropy import linear_cross_entropy_func
+
+    if label_smoothing:
+        raise ValueError("QuACK's linear cross-entropy takes no label smoothing")
+    # (x, weight, bias, target, ignore_index, reduction): F.linear, then QuACK's cross_entropy.
+    return linear_cross_entropy_func(h, w, None, target, ignore_index=ignore_index, reduction=reduction)
+
+
+def quack_lce(h: Any, w: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
+    """quack.linear_cross_entropy.linear_cross_entropy_func (F.linear, then quack.cross_entropy on
+    the logits in the storage type), reduction='none'."""
+    return _quack(h, w, target, ignore_index, label_smoothing, "none")
+
+
+def quack_lce_backward(dloss: Any, h: Any, w: Any, target: Any, ignore_index: int,
+                       label_smoothing: float) -> tuple[Any, Any]:
+    """Its (dh, dw) through autograd (QuACK's cross-entropy backward, then F.linear's)."""
+    return _autograd(quack_lce, dloss, h, w, target, ignore_index, label_smoothing)
+
+
+def quack_lce_mean(h: Any, w: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
+    """linear_cross_entropy_func, reduction='mean' (QuACK's default)."""
+    return _quack(h, w, target, ignore_index, label_smoothing, "mean")
+
+
+def quack_lce_mean_backward(dloss: Any, h: Any, w: Any, target: Any, ignore_index: int,
+                            label_smoothing: float) -> tuple[Any, Any]:
+    """Its (dh, dw) through autograd, reduction='mean'."""
+    return _autograd(quack_lce_mean, dloss, h, w, target, ignore_index, label_smoothing)
 
 
 # --- Cut Cross-Entropy ---------------------------------------------------------------------------

@@ -84,7 +84,8 @@ LIBRARIES: dict[str, Library] = {
                 # The submodules' autograd Functions are the Triton kernels; liger_kernel.ops itself
                 # may swap in another implementation chosen by device and LIGER_KERNEL_IMPL.
                 "Triton (liger_kernel.ops.<op> Functions, forward only)"),
-        Library("quack", "quack-kernels", "quack", "0.6.5", ("quack.softmax", "quack.rmsnorm"),
+        Library("quack", "quack-kernels", "quack", "0.6.5",
+                ("quack.softmax", "quack.rmsnorm", "quack.cross_entropy"),
                 "CuTe DSL through TVM FFI (compiled on first use per dtype and width)"),
     )
 }

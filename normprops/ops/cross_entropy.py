@@ -16,7 +16,8 @@ the ``offset`` family, judged by accuracy, since the bound grows with the offset
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import Any, Callable
 
 import numpy as np
 
@@ -34,7 +35,8 @@ from normprops.ops.spec import NamedArrays, NamedExact, OpSpec
 from normprops.verdict import Verdict
 
 __all__ = ["CROSS_ENTROPY", "CROSS_ENTROPY_BACKWARD", "CROSS_ENTROPY_PROPERTIES", "FOREIGN_CROSS_ENTROPY",
-           "CrossEntropyCase", "CrossEntropyDeclaration", "as_declared"]
+           "SMOOTHINGS", "CrossEntropyCase", "CrossEntropyDeclaration", "as_declared", "loss_cases",
+           "loss_outputs", "loss_pieces"]
 
 #: The properties a cross-entropy kernel is judged on (the module's docstring says why not the others).
 CROSS_ENTROPY_PROPERTIES = frozenset({"contract", "finite", "accuracy", "determinism", "batch_invariance"})
@@ -43,7 +45,8 @@ CROSS_ENTROPY_PROPERTIES = frozenset({"contract", "finite", "accuracy", "determi
 #: module imports Hypothesis, which the op's registration must not).
 _FAMILIES = ("ordinary", "offset", "large_logits", "target_extremes", "dominant", "ignored", "softcap",
              "vocab", "ragged")
-_SMOOTHINGS = (0.0, 0.1, 1.0)
+#: The label smoothings drawn for a kernel that takes one (both loss ops).
+SMOOTHINGS = (0.0, 0.1, 1.0)
 
 
 def as_declared(case: CrossEntropyCase, *, declaration: CrossEntropyDeclaration) -> CrossEntropyCase:
@@ -56,24 +59,31 @@ def as_declared(case: CrossEntropyCase, *, declaration: CrossEntropyDeclaration)
                         params=params)
 
 
-def _cases(gradient: bool) -> Any:
-    def cases(family: str, dtype: str, declaration: CrossEntropyDeclaration) -> Any:
-        from normprops.ops.cross_entropy_families import cross_entropy_cases
+def loss_cases(*, gradient: bool, families: tuple[str, ...], strategy: str,
+               as_declared: Callable[..., Any]) -> Callable[[str, str, Any], Any]:
+    """A loss op's case strategy (:attr:`NamedArrays.cases`): the family's cases drawn by
+    ``strategy`` (``"module:function"`` of a families module, imported at the first draw: it imports
+    Hypothesis, which the ops' registration must not), with the label smoothings the declaration
+    takes (0 alone where it takes none), its reduction and, for ``gradient``, a dloss; each case
+    then computing what the kernel declared (``as_declared``)."""
+    module, _, name = strategy.partition(":")
 
-        if family not in _FAMILIES:
-            raise ValueError(f"family must be one of {', '.join(_FAMILIES)} but was {family!r}")
-        strategy = cross_entropy_cases(family, dtypes=(dtype,),
-                                       smoothing=_SMOOTHINGS if declaration.smoothing else (0.0,),
-                                       gradient=gradient, reduction=declaration.reduction)
-        return strategy.map(lambda case: as_declared(case, declaration=declaration))
+    def cases(family: str, dtype: str, declaration: CrossEntropyDeclaration) -> Any:
+        if family not in families:
+            raise ValueError(f"family must be one of {', '.join(families)} but was {family!r}")
+        draw = getattr(importlib.import_module(module), name)
+        drawn = draw(family, dtypes=(dtype,), smoothing=SMOOTHINGS if declaration.smoothing else (0.0,),
+                     gradient=gradient, reduction=declaration.reduction)
+        return drawn.map(lambda case: as_declared(case, declaration=declaration))
     return cases
 
 
-def _loss_outputs(case: CrossEntropyCase, declaration: CrossEntropyDeclaration,
-                  returned: int) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+def loss_outputs(case: Any, declaration: CrossEntropyDeclaration,
+                 returned: int) -> tuple[tuple[str, tuple[int, ...], str], ...]:
+    """A loss op's one output: float32, a row's loss each (N,) or their sum or mean ()."""
     if returned != 1:
-        raise ValueError(f"returned {returned} arrays; cross_entropy returns loss alone")
-    shape = (case.logits.shape[0],) if declaration.reduction == "none" else ()
+        raise ValueError(f"returned {returned} arrays; {case.op} returns loss alone")
+    shape = (case.shape[0],) if declaration.reduction == "none" else ()
     return (("loss", shape, "float32"),)
 
 
@@ -126,11 +136,11 @@ def _element(name: str, index: tuple[int, ...]) -> str:
     return " ".join(f"{w} {int(i)}" for w, i in zip(words, index))
 
 
-def _pieces(case: CrossEntropyCase) -> tuple[tuple[CrossEntropyCase, tuple[slice, ...], str], ...]:
+def loss_pieces(case: Any) -> tuple[tuple[Any, tuple[slice, ...], str], ...]:
+    """Batch invariance of a loss per row: the middle row alone (N = 1) must give its loss bitwise."""
     if case.reduction != "none":
         return ()  # a sum or a mean of one row is another loss
-    n = case.logits.shape[0]
-    i = n // 2
+    i = case.shape[0] // 2
     return ((case.rows(np.array([i])), (slice(i, i + 1),), f"row {i} alone (N = 1)"),)
 
 
@@ -198,9 +208,11 @@ _KEYWORDS = ("softcap", "z_loss", "loss_reduction", "smoothing")
 
 def _named(gradient: bool) -> NamedArrays:
     return NamedArrays(
-        cases=_cases(gradient), outputs=_grad_outputs if gradient else _loss_outputs,
+        cases=loss_cases(gradient=gradient, families=_FAMILIES, as_declared=as_declared,
+                         strategy="normprops.ops.cross_entropy_families:cross_entropy_cases"),
+        outputs=_grad_outputs if gradient else loss_outputs,
         exact=_grad_exact if gradient else _loss_exact, check=_check, element=_element,
-        pieces=_pieces, build=_build(gradient), describe=_describe,
+        pieces=loss_pieces, build=_build(gradient), describe=_describe,
         default_declaration=FOREIGN_CROSS_ENTROPY, declare=_declare, from_json=_from_json,
         keywords=_KEYWORDS, float32_inputs=("dloss",))
 

@@ -37,8 +37,8 @@ from normprops.errors import UsageError
 from normprops.flags import spelled
 
 __all__ = ["LOSS_REDUCTIONS", "FOREIGN_CROSS_ENTROPY", "CrossEntropyCase", "CrossEntropyDeclaration",
-           "CrossEntropyReference", "cross_entropy_reference", "loss_tolerance", "grad_tolerance",
-           "exact_loss_rows", "exact_grad_rows"]
+           "LossScalars", "CrossEntropyReference", "cross_entropy_reference", "loss_tolerance",
+           "grad_tolerance", "exact_loss_rows", "exact_grad_rows"]
 
 F32 = np.float32
 U = 2.0**-24
@@ -53,14 +53,15 @@ _CAP_ROUNDINGS = 4.0
 # --- the case ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, repr=False)
-class CrossEntropyCase:
-    """One call: float32 ``logits`` exact in ``dtype``, int64 ``target``, the scalars handed over,
+@dataclass(frozen=True, repr=False, kw_only=True)
+class LossScalars:
+    """What a loss case holds beside its arrays of the storage type and its ``target`` (the
+    subclasses' positional fields): the scalars handed over (``ignore_index``, ``label_smoothing``),
     what the kernel declared to compute on top (``softcap``, ``z_loss``, ``reduction``: recorded
-    with the case so that it is judged the same when replayed) and, for the gradient, ``dloss``."""
+    with the case so that it is judged the same when replayed), the gradient's float32 ``dloss``
+    (None for the loss itself), the storage type, the family and the drawn parameters. Keyword-only,
+    so that a subclass's arrays come first in its constructor."""
 
-    logits: np.ndarray
-    target: np.ndarray
     ignore_index: int = -100
     label_smoothing: float = 0.0
     softcap: float | None = None
@@ -70,6 +71,24 @@ class CrossEntropyCase:
     dtype: str = "float32"
     family: str = "explicit"
     params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def mask_fill(self) -> None:
+        return None
+
+    @property
+    def valid(self) -> np.ndarray:
+        """The rows not ignored."""
+        return self.target != self.ignore_index  # type: ignore[attr-defined]  # the subclass's
+
+
+@dataclass(frozen=True, repr=False)
+class CrossEntropyCase(LossScalars):
+    """One call: float32 ``logits`` exact in ``dtype``, int64 ``target``, and the loss's scalars
+    (:class:`LossScalars`)."""
+
+    logits: np.ndarray
+    target: np.ndarray
 
     def __post_init__(self) -> None:
         x, t = self.logits, self.target
@@ -104,15 +123,6 @@ class CrossEntropyCase:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.logits.shape)
-
-    @property
-    def mask_fill(self) -> None:
-        return None
-
-    @property
-    def valid(self) -> np.ndarray:
-        """The rows not ignored."""
-        return self.target != self.ignore_index
 
     def args(self) -> tuple[Any, ...]:
         head = () if self.dloss is None else (self.dloss,)

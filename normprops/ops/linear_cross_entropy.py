@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from normprops.errormodel import ErrorModel
-from normprops.ops.cross_entropy import CROSS_ENTROPY_PROPERTIES
+from normprops.ops.cross_entropy import CROSS_ENTROPY_PROPERTIES, loss_cases, loss_outputs, loss_pieces
 from normprops.ops.cross_entropy_math import LOSS_REDUCTIONS, CrossEntropyDeclaration, loss_tolerance
 from normprops.ops.linear_cross_entropy_math import (
     FAMILIES,
@@ -40,7 +40,6 @@ __all__ = ["LINEAR_CROSS_ENTROPY", "FOREIGN_LINEAR_CROSS_ENTROPY", "LinearCrossE
            "LinearCrossEntropyDeclaration", "as_declared", "named", "FAMILIES"]
 
 F32 = np.float32
-_SMOOTHINGS = (0.0, 0.1, 1.0)
 
 
 def as_declared(case: LinearCrossEntropyCase, *,
@@ -49,27 +48,6 @@ def as_declared(case: LinearCrossEntropyCase, *,
     params = dict(case.params)
     params.update(softcap=declaration.softcap, z_loss=declaration.z_loss, reduction=declaration.reduction)
     return judged_as(case, declaration).replace(params=params)
-
-
-def _cases(gradient: bool) -> Any:
-    def cases(family: str, dtype: str, declaration: CrossEntropyDeclaration) -> Any:
-        from normprops.ops.linear_cross_entropy_families import linear_cross_entropy_cases
-
-        if family not in FAMILIES:
-            raise ValueError(f"family must be one of {', '.join(FAMILIES)} but was {family!r}")
-        strategy = linear_cross_entropy_cases(family, dtypes=(dtype,),
-                                              smoothing=_SMOOTHINGS if declaration.smoothing else (0.0,),
-                                              gradient=gradient, reduction=declaration.reduction)
-        return strategy.map(lambda case: as_declared(case, declaration=declaration))
-    return cases
-
-
-def _loss_outputs(case: LinearCrossEntropyCase, declaration: CrossEntropyDeclaration,
-                  returned: int) -> tuple[tuple[str, tuple[int, ...], str], ...]:
-    if returned != 1:
-        raise ValueError(f"returned {returned} arrays; linear_cross_entropy returns loss alone")
-    shape = (case.h.shape[0],) if declaration.reduction == "none" else ()
-    return (("loss", shape, "float32"),)
 
 
 def _loss_exact(case: LinearCrossEntropyCase, declaration: CrossEntropyDeclaration,
@@ -94,14 +72,6 @@ def element(name: str, index: tuple[int, ...]) -> str:
         return "the reduced loss"
     words = ("class", "col") if name == "dw" else ("row", "col")
     return " ".join(f"{w} {int(i)}" for w, i in zip(words, index))
-
-
-def _pieces(case: LinearCrossEntropyCase
-            ) -> tuple[tuple[LinearCrossEntropyCase, tuple[slice, ...], str], ...]:
-    if case.reduction != "none":
-        return ()  # a sum or a mean of one row is another loss
-    i = case.h.shape[0] // 2
-    return ((case.rows(np.array([i])), (slice(i, i + 1),), f"row {i} alone (N = 1)"),)
 
 
 def build(gradient: bool) -> Any:
@@ -174,8 +144,10 @@ KEYWORDS = ("softcap", "z_loss", "loss_reduction", "smoothing")
 def named(gradient: bool, *, outputs: Any, exact: Any) -> NamedArrays:
     """The hooks both ops share; the gradient's outputs and exact values are its own."""
     return NamedArrays(
-        cases=_cases(gradient), outputs=outputs, exact=exact, check=_check, element=element,
-        pieces=_pieces if not gradient else (lambda case: ()),  # dw sums the batch
+        cases=loss_cases(gradient=gradient, families=FAMILIES, as_declared=as_declared,
+                         strategy="normprops.ops.linear_cross_entropy_families:linear_cross_entropy_cases"),
+        outputs=outputs, exact=exact, check=_check, element=element,
+        pieces=loss_pieces if not gradient else (lambda case: ()),  # dw sums the batch
         build=build(gradient), describe=describe, default_declaration=FOREIGN_LINEAR_CROSS_ENTROPY,
         declare=declare, from_json=from_json, keywords=KEYWORDS, float32_inputs=("dloss",))
 
@@ -189,6 +161,6 @@ LINEAR_CROSS_ENTROPY = OpSpec(
     reference=_reference,
     bound=lambda case, ref, declaration=FOREIGN_LINEAR_CROSS_ENTROPY: _loss_exact(
         case, declaration, ref.oracle).tol["loss"],
-    named=named(False, outputs=_loss_outputs, exact=_loss_exact),
+    named=named(False, outputs=loss_outputs, exact=_loss_exact),
 )
 

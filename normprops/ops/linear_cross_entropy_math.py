@@ -7,7 +7,7 @@ draws their cases.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import mpmath
@@ -20,6 +20,7 @@ from normprops.ops.cross_entropy_math import (
     CrossEntropyCase,
     CrossEntropyDeclaration,
     CrossEntropyReference,
+    LossScalars,
     cross_entropy_reference,
 )
 
@@ -35,23 +36,13 @@ FAMILIES = ("ordinary", "offset", "large_logits", "target_extremes", "dominant",
             "vocab", "ragged")
 
 @dataclass(frozen=True, repr=False)
-class LinearCrossEntropyCase:
+class LinearCrossEntropyCase(LossScalars):
     """One call: ``h`` (N, H) and ``w`` (V, H), float32 holding values exact in ``dtype``; int64
-    ``target``; the scalars handed over; what the kernel declared on top (``softcap``, ``z_loss``,
-    ``reduction``, recorded so a fixture replays the same) and, for the gradient, ``dloss``."""
+    ``target``; and the loss's scalars (:class:`~normprops.ops.cross_entropy_math.LossScalars`)."""
 
     h: np.ndarray
     w: np.ndarray
     target: np.ndarray
-    ignore_index: int = -100
-    label_smoothing: float = 0.0
-    softcap: float | None = None
-    z_loss: float = 0.0
-    reduction: str = "none"
-    dloss: np.ndarray | None = None
-    dtype: str = "float32"
-    family: str = "explicit"
-    params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         h, w = self.h, self.w
@@ -71,14 +62,6 @@ class LinearCrossEntropyCase:
     @property
     def shape(self) -> tuple[int, ...]:
         return (self.h.shape[0], self.w.shape[0], self.h.shape[1])
-
-    @property
-    def mask_fill(self) -> None:
-        return None
-
-    @property
-    def valid(self) -> np.ndarray:
-        return self.target != self.ignore_index
 
     def logits(self) -> np.ndarray:
         """``h @ w^T`` in float64: each product of two float32 values is exact there, and the H-term
