@@ -44,7 +44,8 @@ def test_every_bfloat16_sdpa_entry_has_a_float16_twin() -> None:
             attr = bf16.entry.split(":")[1]
             unclaimed = set(FLOAT16_BACKWARD_UNCLAIMED.get(attr, ()))
             if (attr, "bfloat16") in CUDA_BACKWARD_MEASURED:
-                unclaimed = set(bf16.claims)
+                # measured in each type: float16 claims what its own hunts came back clean on
+                unclaimed = set(bf16.claims) - set(CUDA_BACKWARD_MEASURED.get((attr, "float16")) or ())
         assert f16.claims == bf16.claims - unclaimed and f16.exempt == bf16.exempt, f16.label
         want = {f.name: _as_float16(getattr(bf16.op_declaration, f.name))
                 for f in dataclasses.fields(bf16.op_declaration) if f.name != "model"}
