@@ -97,3 +97,44 @@ def test_compiled_flex_on_the_cpu_across_batch_sizes() -> None:
                               dtype="float32", layout="dead_rows")
         found = evaluate(target, case, metamorphic=False)
         assert found.passed, f"B={b}: " + "; ".join(v.reason for v in found.failures)
+
+
+def _flex_traced(q, k, v, mask, scale):
+    """Eager flex_attention as torch runs it by default: its one operator through Dynamo's trace."""
+    from normprops.backends.torch_flex import _flex
+
+    return _flex(q, k, v, mask, scale, compiled=False, traced=True)
+
+
+@pytest.mark.parametrize("name", ["flex-eager-f32", "flex-eager-bf16"])
+def test_flex_eager_untraced_gives_the_traced_bits(name: str) -> None:
+    """The eager entries call flex_attention's operator without its Dynamo trace (a retrace per
+    size specialization made a hunt's 100 examples cost 8-25 s): out and lse must be the traced
+    call's bit for bit, on cases of every family, or the gate would hunt another kernel."""
+    _needs("torch")
+    from dataclasses import replace
+
+    import numpy as np
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    from normprops.ops.attention_families import ATTENTION_FAMILIES, attention_cases
+
+    spec = _spec("torch-cpu", name)
+    untraced = target_from_spec(spec)
+    traced = replace(untraced, fn=_flex_traced)
+
+    @settings(max_examples=2, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data) -> None:
+        for family in ATTENTION_FAMILIES:
+            case = data.draw(attention_cases(family, dtypes=(spec.dtype,)), label=family)
+            if case.k.shape[2] < spec.op_declaration.min_keys:  # refused loudly by both, not hunted
+                continue
+            got, want = untraced.run(case), traced.run(case)
+            for index, (a, b) in enumerate(zip(got, want, strict=True)):
+                assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32)), (
+                    f"{spec.label} {family}: output {index} untraced differs from traced [{case!r}]")
+
+    check()
