@@ -99,15 +99,11 @@ def test_compiled_flex_on_the_cpu_across_batch_sizes() -> None:
         assert found.passed, f"B={b}: " + "; ".join(v.reason for v in found.failures)
 
 
-def _flex_traced(q, k, v, mask, scale):
-    """Eager flex_attention as torch runs it by default: its one operator through Dynamo's trace."""
-    from normprops.backends.torch_flex import _flex
-
-    return _flex(q, k, v, mask, scale, compiled=False, traced=True)
-
-
-@pytest.mark.parametrize("name", ["flex-eager-f32", "flex-eager-bf16"])
-def test_flex_eager_untraced_gives_the_traced_bits(name: str) -> None:
+@pytest.mark.parametrize("backend, name", [
+    ("torch-cpu", "flex-eager-f32"), ("torch-cpu", "flex-eager-bf16"),
+    pytest.param("torch-cuda", "flex-eager-f32", marks=pytest.mark.gpu),
+    pytest.param("torch-cuda", "flex-eager-bf16", marks=pytest.mark.gpu)])
+def test_flex_eager_untraced_gives_the_traced_bits(backend: str, name: str) -> None:
     """The eager entries call flex_attention's operator without its Dynamo trace (a retrace per
     size specialization made a hunt's 100 examples cost 8-25 s): out and lse must be the traced
     call's bit for bit, on cases of every family, or the gate would hunt another kernel."""
@@ -118,11 +114,12 @@ def test_flex_eager_untraced_gives_the_traced_bits(name: str) -> None:
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
 
+    from normprops.backends.torch_flex import flex_eager_traced
     from normprops.ops.attention_families import ATTENTION_FAMILIES, attention_cases
 
-    spec = _spec("torch-cpu", name)
+    spec = _spec(backend, name)
     untraced = target_from_spec(spec)
-    traced = replace(untraced, fn=_flex_traced)
+    traced = replace(untraced, fn=flex_eager_traced)
 
     @settings(max_examples=2, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
               suppress_health_check=list(HealthCheck))

@@ -50,7 +50,8 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["flex_compiled", "flex_eager", "flex_compiled_backward", "flex_eager_backward"]
+__all__ = ["flex_compiled", "flex_eager", "flex_eager_traced", "flex_compiled_backward",
+           "flex_eager_backward"]
 
 # torch's switch for an eager flex_attention without its Dynamo trace (torch 2.6 and later).
 _NO_TRACE = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
@@ -172,6 +173,12 @@ def flex_compiled(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
 def flex_eager(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
     """``flex_attention`` uncompiled (PyTorch's unfused reference): (out, lse)."""
     return _flex(q, k, v, mask, scale, compiled=False)
+
+
+def flex_eager_traced(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+    """``flex_attention`` uncompiled as torch runs it by default, its operator through Dynamo's
+    trace: (out, lse). No registry entry; what the eager entry is checked against."""
+    return _flex(q, k, v, mask, scale, compiled=False, traced=True)
 
 
 def flex_compiled_backward(dout: Any, q: Any, k: Any, v: Any, mask: Any, scale: float
