@@ -29,12 +29,13 @@ Eager, untraced. Called without ``torch.compile``, ``flex_attention`` still runs
 ``torch.compile(..., backend="eager")``: a trace of that single call, replayed as traced, with no
 kernel generated and no arithmetic changed. Dynamo guards the trace on every size's 0/1
 specialization, the mask's presence and the storage type, so a hunt's mix of batch sizes, head
-counts, lengths and masks retraces 10-20 times in 100 examples (0.4-0.6 s each: about 10 s of an
-11 s hunt on the CPU, and 8-25 s a test on a GPU host). The forward entry sets torch's own switch
-for it, ``_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG``, around its call, which hands the same arguments
-to ``flex_attention_hop`` directly: the same ``math_attention``, bit for bit
-(tests/test_attention_libraries.py compares the two on every family). The backward keeps the trace
-(torch's note on the switch: it is not meant for the backward).
+counts, lengths and masks retraced 13-24 times in 100 examples of most families (0.4-0.6 s each:
+10-14 CPU seconds a hunt against 4-6 untraced on the CPU; 8-25 s a test on a GPU host). The
+forward entry sets torch's own switch for it, ``_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG``, around
+its call, which hands the same arguments to ``flex_attention_hop`` directly: the same
+``math_attention``, bit for bit (tests/test_attention_libraries.py compares the two on every
+family). The backward keeps the trace (torch's note on the switch: it is not meant for the
+backward).
 
 The gradients (``*_backward``, attention backward kernels ``fn(dout, q, k, v, mask, scale) -> (dq,
 dk, dv)``): autograd of the same call against ``dout``, on leaf copies of q, k and v. torch 2.13
