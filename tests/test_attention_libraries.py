@@ -58,6 +58,44 @@ def test_flex_eager_on_the_cpu_hunts_clean(name: str, family: str) -> None:
     _hunt_clean("torch-cpu", name, family, 12)
 
 
+@pytest.mark.parametrize("backend, name", [
+    ("torch-cpu", "flex-eager-f32"), ("torch-cpu", "flex-eager-bf16"),
+    pytest.param("torch-cuda", "flex-eager-f32", marks=pytest.mark.gpu),
+    pytest.param("torch-cuda", "flex-eager-bf16", marks=pytest.mark.gpu)])
+def test_flex_eager_untraced_gives_the_traced_bits(backend: str, name: str) -> None:
+    """The eager entries call flex_attention's operator without its Dynamo trace (a retrace per
+    size specialization made a hunt's 100 examples cost 8-25 s): out and lse must be the traced
+    call's bit for bit, on cases of every family, or the gate would hunt another kernel."""
+    _needs("torch")
+    from dataclasses import replace
+
+    import numpy as np
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+
+    from normprops.backends.torch_flex import flex_eager_traced
+    from normprops.ops.attention_families import ATTENTION_FAMILIES, attention_cases
+
+    spec = _spec(backend, name)
+    untraced = target_from_spec(spec)
+    traced = replace(untraced, fn=flex_eager_traced)
+
+    @settings(max_examples=2, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+              suppress_health_check=list(HealthCheck))
+    @given(st.data())
+    def check(data) -> None:
+        for family in ATTENTION_FAMILIES:
+            case = data.draw(attention_cases(family, dtypes=(spec.dtype,)), label=family)
+            if case.k.shape[2] < spec.op_declaration.min_keys:  # refused loudly by both, not hunted
+                continue
+            got, want = untraced.run(case), traced.run(case)
+            for index, (a, b) in enumerate(zip(got, want, strict=True)):
+                assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32)), (
+                    f"{spec.label} {family}: output {index} untraced differs from traced [{case!r}]")
+
+    check()
+
+
 @pytest.mark.parametrize("family", ["ordinary", "gqa"])
 def test_jax_xla_hunts_clean(family: str) -> None:
     _needs("jax")

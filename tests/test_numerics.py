@@ -5,8 +5,11 @@ caught in the family that shows it, on its own property, within the profile's ex
 
 from __future__ import annotations
 
+import json
 import math
+import statistics
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -34,20 +37,31 @@ def _marks(spec: KernelSpec) -> list[pytest.MarkDecorator]:
 # The slowest hunts first, so that pytest-xdist's workers end together instead of waiting on a
 # few long ones at the end: XLA compiles every new shape and Inductor every new eps, and a 16-bit
 # kernel converts its operands (measured on an H200 at -n 15: JAX and Flax 25-50 s a test,
-# torch.compile and Liger 8-24 s, the others 2-12 s).
-_SLOW_BACKENDS = ("flax", "jax", "torch-compile", "liger")
+# torch.compile and Liger 8-24 s, the others 2-12 s). The slow-start backends come first, in this
+# order, so that their pools are staffed first (conftest.py); within each, and among the rest, the
+# hunts that took longest in the gate's last timed runs (tests/numerics_seconds.json, written by
+# `tools/suite_by_backend.py --test-seconds`) come first: a 20-40 s hunt (a cuDNN plan per shape,
+# a 256000-class vocabulary) handed out last would end the run 20-40 s after every other worker.
+# A hunt not timed yet counts as the median of those that were, its 16-bit twins before float32.
+SLOW_BACKENDS = ("flax", "jax", "torch-compile", "liger")
+SECONDS: dict[str, float] = json.loads(Path(__file__).with_name("numerics_seconds.json").read_text())
+_TYPICAL_SECONDS = statistics.median(SECONDS.values()) if SECONDS else 0.0
 
 
-def _slowest_first(spec: KernelSpec) -> tuple[int, int]:
-    backend = _SLOW_BACKENDS.index(spec.backend) if spec.backend in _SLOW_BACKENDS else len(_SLOW_BACKENDS)
-    return backend, spec.dtype == "float32"
+def _hunt_id(spec: KernelSpec, family: str) -> str:
+    return f"{spec.backend}-{spec.name}-{family}"
+
+
+def _slowest_first(spec: KernelSpec, family: str) -> tuple[int, float, bool]:
+    backend = SLOW_BACKENDS.index(spec.backend) if spec.backend in SLOW_BACKENDS else len(SLOW_BACKENDS)
+    return backend, -SECONDS.get(_hunt_id(spec, family), _TYPICAL_SECONDS), spec.dtype == "float32"
 
 
 CLAIMS = [
-    pytest.param(spec, family, id=f"{spec.backend}-{spec.name}-{family}", marks=_marks(spec))
-    for spec in sorted(KERNELS, key=_slowest_first)
-    for family in families_for(spec.op)
-    if family in spec.claims and spec.bug_in(family) is None
+    pytest.param(spec, family, id=_hunt_id(spec, family), marks=_marks(spec))
+    for spec, family in sorted(((spec, family) for spec in KERNELS for family in families_for(spec.op)
+                                if family in spec.claims and spec.bug_in(family) is None),
+                               key=lambda claim: _slowest_first(*claim))
 ]
 BUGS = [
     pytest.param(spec, bug, id=f"{spec.backend}-{spec.name}-{bug.family}", marks=_marks(spec))

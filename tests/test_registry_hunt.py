@@ -739,3 +739,33 @@ def test_a_family_the_entry_cannot_draw_is_not_planned() -> None:
     assert "fully_masked" not in planned
     assert {family for _, family in plan_cells([spec], families=families_for("attention"))} == set(
         families_for("attention"))
+
+
+def test_the_suite_timing_writes_each_hunts_median_seconds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """tools/suite_by_backend.py --test-seconds: each claimed family's hunt that ran, the median of
+    its seconds over the runs given (a skipped one and the known-bug tests left out), as JSON."""
+    import importlib.util
+    import json
+
+    def run(path: Path, cases: list[tuple[str, float, str]]) -> str:
+        path.write_text("<testsuites><testsuite>" + "".join(
+            f'<testcase classname="tests.test_numerics" name="{test}[{name}]" time="{t}">{body}</testcase>'
+            for test, (name, t, body) in zip(["test_claimed_family_is_clean"] * len(cases), cases))
+            + '<testcase classname="tests.test_numerics" name="test_known_bug_is_caught[numpy-x-tiny]" '
+              'time="9.0"/></testsuite></testsuites>')
+        return str(path)
+
+    cold = run(tmp_path / "cold.xml", [("torch-cpu-flex-eager-f32-ragged", 22.0, ""),
+                                       ("numpy-softmaxRowSafe-tiny", 1.0, ""),
+                                       ("quack-quack.softmax-f32-huge", 0, "<skipped/>")])
+    warm = run(tmp_path / "warm.xml", [("torch-cpu-flex-eager-f32-ragged", 4.0, ""),
+                                       ("numpy-softmaxRowSafe-tiny", 1.2, "")])
+    third = run(tmp_path / "third.xml", [("torch-cpu-flex-eager-f32-ragged", 5.04, "")])
+    path = Path(__file__).resolve().parents[1] / "tools" / "suite_by_backend.py"
+    spec = importlib.util.spec_from_file_location("suite_by_backend", path)
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    assert tool.main(["--test-seconds", cold, warm, third]) == 0
+    assert json.loads(capsys.readouterr().out) == {"numpy-softmaxRowSafe-tiny": 1.1,
+                                                   "torch-cpu-flex-eager-f32-ragged": 5.0}

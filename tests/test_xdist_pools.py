@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import statistics
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -177,6 +178,28 @@ def test_every_registry_hunt_of_a_slow_start_backend_has_its_pool() -> None:
         assert pool == expected, param.id
     other = "tests/test_other.py::test_x[liger-liger.softmax-f32-ordinary]"
     assert conftest.registry_pool(other, labels) is None
+
+
+def test_every_timed_hunt_is_one_the_suite_collects() -> None:
+    """tests/numerics_seconds.json orders the hunts; an id it names that no longer exists (an entry
+    or family renamed) would leave its successor at the median, wherever it falls: refresh it."""
+    from test_numerics import CLAIMS, SECONDS
+
+    collected = {param.id for param in CLAIMS}
+    stale = sorted(set(SECONDS) - collected)
+    assert not stale, (f"tests/numerics_seconds.json names {len(stale)} hunts not collected, e.g. "
+                       f"{stale[:3]}: refresh it with tools/suite_by_backend.py --test-seconds JUNIT.xml ...")
+
+
+def test_the_longest_timed_hunts_are_handed_out_first() -> None:
+    """Among the hunts of no slow-start backend (the last and largest share of the collection), the
+    timed ones come longest first: one of 20 s handed out last ends the run 20 s after the rest."""
+    from test_numerics import CLAIMS, SECONDS, SLOW_BACKENDS
+
+    rest = [SECONDS[p.id] for p in CLAIMS
+            if p.values[0].backend not in SLOW_BACKENDS and p.id in SECONDS]
+    assert len(rest) > 100 and rest[0] == max(rest) and rest[0] > 5 * statistics.median(rest), rest[:5]
+    assert all(a >= b for a, b in zip(rest, rest[1:])), "not longest first"
 
 
 def _workers_by_test(junit: Path) -> dict[str, str]:

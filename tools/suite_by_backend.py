@@ -6,11 +6,18 @@ cost in every test (a compile, an autotune), whatever the profile's examples. Un
 test's worker): each of them paid the backend's start once.
 
     python tools/suite_by_backend.py [--by-kernel] run.xml [other.xml ...]
+
+With ``--test-seconds``, instead: each claimed family's hunt (``test_claimed_family_is_clean``) and
+its seconds, the median over the files that ran it, as JSON, the order ``tests/test_numerics.py``
+collects them in (the longest first, within each backend's rank)::
+
+    python tools/suite_by_backend.py --test-seconds cold.xml warm.xml > tests/numerics_seconds.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import statistics
 import sys
@@ -66,12 +73,33 @@ def summarize(path: str, *, by_kernel: bool = False) -> str:
     return "\n".join(lines)
 
 
+def test_seconds(paths: list[str]) -> dict[str, float]:
+    """``{hunt id: seconds}`` of the claimed families' hunts that ran (not skipped) in ``paths``,
+    the median over the files that ran each, to a tenth of a second; sorted by id."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for path in paths:
+        try:
+            root = ET.parse(path).getroot()
+        except (OSError, ET.ParseError) as exc:
+            raise SystemExit(f"{path}: not a readable junit XML file ({exc})") from None
+        for case in root.iter("testcase"):
+            name = case.get("name") or ""
+            if case.find("skipped") is None and name.startswith("test_claimed_family_is_clean["):
+                times[name[name.index("[") + 1:-1]].append(float(case.get("time") or 0))
+    return {test: round(statistics.median(v), 1) for test, v in sorted(times.items())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--by-kernel", action="store_true",
                         help="one row per registry entry, with its fastest and median test")
+    parser.add_argument("--test-seconds", action="store_true",
+                        help="each claimed family's hunt and its median seconds, as JSON")
     parser.add_argument("files", nargs="+", metavar="FILE.xml")
     args = parser.parse_args(argv)
+    if args.test_seconds:
+        print(json.dumps(test_seconds(args.files), indent=0))
+        return 0
     for path in args.files:
         print(summarize(path, by_kernel=args.by_kernel))
     return 0

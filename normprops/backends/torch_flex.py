@@ -24,6 +24,19 @@ is. The judge checks that: an lse in base 2 would be off by a factor ln 2 on eve
 ``return_aux=AuxRequest(lse=True)`` is asked for where the version has it (torch 2.9 and later),
 ``return_lse=True`` otherwise.
 
+Eager, untraced. Called without ``torch.compile``, ``flex_attention`` still runs its one operator
+(``flex_attention_hop``, whose CPU and CUDA implementation is ``math_attention``) through Dynamo,
+``torch.compile(..., backend="eager")``: a trace of that single call, replayed as traced, with no
+kernel generated and no arithmetic changed. Dynamo guards the trace on every size's 0/1
+specialization, the mask's presence and the storage type, so a hunt's mix of batch sizes, head
+counts, lengths and masks retraced 13-24 times in 100 examples of most families (0.4-0.6 s each:
+10-14 CPU seconds a hunt against 4-6 untraced on the CPU; 8-25 s a test on a GPU host). The
+forward entry sets torch's own switch for it, ``_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG``, around
+its call, which hands the same arguments to ``flex_attention_hop`` directly: the same
+``math_attention``, bit for bit (tests/test_attention_libraries.py compares the two on every
+family). The backward keeps the trace (torch's note on the switch: it is not meant for the
+backward).
+
 The gradients (``*_backward``, attention backward kernels ``fn(dout, q, k, v, mask, scale) -> (dq,
 dk, dv)``): autograd of the same call against ``dout``, on leaf copies of q, k and v. torch 2.13
 refuses any FlexAttention backward on the CPU ("FlexAttention does not support backward on CPU",
@@ -32,11 +45,17 @@ compiled or eager), so they run on CUDA.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["flex_compiled", "flex_eager", "flex_compiled_backward", "flex_eager_backward"]
+__all__ = ["flex_compiled", "flex_eager", "flex_eager_traced", "flex_compiled_backward",
+           "flex_eager_backward"]
+
+# torch's switch for an eager flex_attention without its Dynamo trace (torch 2.6 and later).
+_NO_TRACE = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
 
 
 def _block_mask(mask: Any) -> Any:
@@ -70,8 +89,27 @@ def _lse_keywords() -> dict[str, Any]:
     return {"return_lse": True}
 
 
-def _call(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool, with_lse: bool) -> Any:
-    """One call of flex_attention (compiled or eager), under the caller's grad mode."""
+@contextlib.contextmanager
+def _untraced(wanted: bool) -> Iterator[None]:
+    """Eager flex_attention without its Dynamo trace (see the module's docstring) where ``wanted``
+    and the version has the switch; the switch as it was afterwards."""
+    from torch.nn.attention import flex_attention as module
+
+    if not wanted or not hasattr(module, _NO_TRACE):
+        yield
+        return
+    before = getattr(module, _NO_TRACE)
+    setattr(module, _NO_TRACE, True)
+    try:
+        yield
+    finally:
+        setattr(module, _NO_TRACE, before)
+
+
+def _call(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool, with_lse: bool,
+          traced: bool = True) -> Any:
+    """One call of flex_attention (compiled or eager), under the caller's grad mode; eager with
+    ``traced`` False skips the Dynamo trace of its one operator."""
     import torch
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -94,7 +132,7 @@ def _call(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool, wi
     limits = {name: 1 << 12}
     if hasattr(config, "accumulated_recompile_limit"):
         limits["accumulated_recompile_limit"] = 1 << 14
-    with config.patch(**limits), warnings.catch_warnings():
+    with config.patch(**limits), warnings.catch_warnings(), _untraced(not compiled and not traced):
         # eager: "flex_attention called without torch.compile() - this will use an unfused
         # implementation", which is the point of the eager entry
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
@@ -102,12 +140,12 @@ def _call(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool, wi
                   enable_gqa=q.shape[1] != k.shape[1], **keywords)
 
 
-def _flex(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool) -> Any:
+def _flex(q: Any, k: Any, v: Any, mask: Any, scale: float, *, compiled: bool, traced: bool = False) -> Any:
     import torch
 
     with_lse = not compiled or q.device.type != "cpu"
     with torch.no_grad():
-        result = _call(q, k, v, mask, scale, compiled=compiled, with_lse=with_lse)
+        result = _call(q, k, v, mask, scale, compiled=compiled, with_lse=with_lse, traced=traced)
     if not with_lse:
         return result
     out, aux = result
@@ -136,6 +174,12 @@ def flex_compiled(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
 def flex_eager(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
     """``flex_attention`` uncompiled (PyTorch's unfused reference): (out, lse)."""
     return _flex(q, k, v, mask, scale, compiled=False)
+
+
+def flex_eager_traced(q: Any, k: Any, v: Any, mask: Any, scale: float) -> Any:
+    """``flex_attention`` uncompiled as torch runs it by default, its operator through Dynamo's
+    trace: (out, lse). No registry entry; what the eager entry is checked against."""
+    return _flex(q, k, v, mask, scale, compiled=False, traced=True)
 
 
 def flex_compiled_backward(dout: Any, q: Any, k: Any, v: Any, mask: Any, scale: float
