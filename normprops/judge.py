@@ -56,10 +56,13 @@ def rounded_past_range(got: np.ndarray, exact: np.ndarray, tol: np.ndarray, *,
     the exact magnitude, widened by the element's tolerance, reaches the storage type's overflow
     threshold (its largest value plus half an ulp, :attr:`StorageType.overflow`: 65520 in float16).
     Round to nearest takes a value there to that infinity, and a value within the tolerance of it
-    may be computed there. NaN is never such an output, nor an infinity of the other sign."""
+    may be computed there. NaN is never such an output, nor an infinity of the other sign. Only a
+    finite tolerance widens the exact value: an infinite one (a bound with no digits left, which
+    asks for a finite result) does not, and neither should a caller's for an element it does not
+    judge for accuracy (pass 0 there)."""
     threshold = get_dtype(dtype).overflow
     with np.errstate(all="ignore"):
-        reach = np.abs(exact) + np.where(np.isnan(tol), 0.0, tol) >= threshold
+        reach = np.abs(exact) + np.where(np.isfinite(tol), tol, 0.0) >= threshold
         return np.isinf(got) & (np.sign(got) == np.sign(exact)) & reach
 
 
@@ -82,7 +85,8 @@ def judge_output(case: Case, out: np.ndarray, ref: Reference, tol: Tolerance, *,
     # Non-finite output where the exact result is finite: an outright failure, unless it is the
     # infinity the exact value may round to (rounded_past_range).
     got_finite = np.isfinite(got)
-    bad = judged & ~got_finite & ~rounded_past_range(got, ref.z, tol.tol, dtype=case.dtype)
+    bad = judged & ~got_finite & ~rounded_past_range(got, ref.z, np.where(accurate_rows, tol.tol, 0.0),
+                                                     dtype=case.dtype)
     if bad.any():
         r, c = worst(np.ones_like(err), bad)
         prop = "range_safety" if range_row[r, 0] else finite_prop
@@ -303,7 +307,8 @@ def judge_grads(case: Case, outs: dict[str, np.ndarray], ref: GradReference, tol
             add(_verdict(at, "range_safety" if ranged[r, c] else "accuracy", row(r),
                          c, got[r, c], z[r, c],
                          reason=_past_range(z[r, c], case.dtype)))
-        bad = judged & ~np.isfinite(got) & ~rounded_past_range(got, z, t, dtype=case.dtype)
+        bad = judged & ~np.isfinite(got) & ~rounded_past_range(got, z, np.where(accurate, t, 0.0),
+                                                               dtype=case.dtype)
         if bad.any():
             r, c = worst(np.ones_like(err), bad)
             add(_verdict(at, "range_safety" if ranged[r, c] else "finite", row(r), c,

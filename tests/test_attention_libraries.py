@@ -72,9 +72,14 @@ def test_flex_eager_untraced_gives_the_traced_bits(backend: str, name: str) -> N
     import numpy as np
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import strategies as st
+    from torch.nn.attention import flex_attention as flex_module
 
     from normprops.backends.torch_flex import flex_eager_traced
     from normprops.ops.attention_families import ATTENTION_FAMILIES, attention_cases
+
+    # without the switch the entry falls back to the traced call, and this would compare it with itself
+    switch = "_FLEX_ATTENTION_DISABLE_COMPILE_DEBUG"
+    assert hasattr(flex_module, switch), f"this torch has no {switch}"
 
     spec = _spec(backend, name)
     untraced = target_from_spec(spec)

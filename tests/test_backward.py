@@ -266,6 +266,18 @@ def test_a_row_past_the_forwards_digits_leaves_dgamma_finite_only() -> None:
     found = evaluate(target_from_callable(infinite_dgamma, op="layernorm_backward"), case).failures
     assert [(v.property, v.output) for v in found] == [("finite", "dgamma")]
 
+    def signed_infinite_dgamma(dy, x, gamma, beta, eps):
+        # the infinities of the exact values' signs: where the bound has no digits left (an
+        # infinite tolerance) only a finite dgamma is accepted, whatever the infinity's sign
+        dx, dgamma, dbeta = _layernorm_backward_welford(dy, x, gamma, beta, eps)
+        x64 = x.astype(np.float64)
+        xhat = (x64 - x64.mean(1, keepdims=True)) / np.sqrt(x64.var(1, keepdims=True) + eps)
+        exact = (dy.astype(np.float64) * xhat).sum(0)
+        return dx, np.copysign(np.inf, exact).astype(dgamma.dtype), dbeta
+
+    found = evaluate(target_from_callable(signed_infinite_dgamma, op="layernorm_backward"), case).failures
+    assert [(v.property, v.output) for v in found] == [("finite", "dgamma")]
+
 
 # --- the contract ------------------------------------------------------------------------------
 

@@ -60,6 +60,9 @@ def test_the_overflow_threshold_is_where_rounding_gives_an_infinity(name, kind):
     pytest.param(-math.inf, 68722.0, 40.0, False, id="wrong-sign"),
     pytest.param(math.nan, 68722.0, 40.0, False, id="nan"),
     pytest.param(math.inf, 0.0, math.inf, False, id="zero-exact"),
+    # an infinite bound asks for a finite result: it widens nothing
+    pytest.param(math.inf, 1.0, math.inf, False, id="infinite-tol"),
+    pytest.param(-math.inf, -1.0, math.inf, False, id="infinite-tol-negative"),
 ])
 def test_an_infinity_is_accepted_only_where_rounding_may_give_it(got, exact, tol, ok):
     found = rounded_past_range(np.array([got]), np.array([exact]), np.array([tol]), dtype="float16")

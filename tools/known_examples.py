@@ -17,7 +17,7 @@ import sys
 
 from normprops.properties import evaluate
 from normprops.registry_hunt import known_example, registry_target
-from normprops.specs import KERNELS, backend_status
+from normprops.specs import KERNELS, kernel_status
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         for bug in spec.bugs:
             if bug.example is None:
                 continue
-            usable, why = backend_status(spec.backend)
+            usable, why = kernel_status(spec)
             if not usable:
                 skipped += 1
                 print(f"skipped  {spec.backend}:{spec.name} {bug.family} ({bug.example}): {why}")

@@ -144,8 +144,9 @@ def _quack(logits: Any, target: Any, ignore_index: int, label_smoothing: float, 
 
     if label_smoothing:
         raise ValueError("QuACK's cross_entropy takes no label smoothing")
-    # (x, target, lse_partial, weight, ignore_index, reduction): no class weights, no partial lse.
-    return cross_entropy(logits, target, None, None, ignore_index=ignore_index, reduction=reduction)
+    # No class weights, no partial lse (their defaults): keywords only, so a version whose
+    # positional parameters differ fails by name rather than by position.
+    return cross_entropy(logits, target, ignore_index=ignore_index, reduction=reduction)
 
 
 def quack_ce(logits: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:

@@ -181,7 +181,9 @@ ECOSYSTEM_GRAD_KERNELS: tuple[KernelSpec, ...] = tuple(_with_findings(_grad_entr
 #   queries and keys, 4 heads of 64; jax 0.10.2). JAX asks for that dot algorithm inside a
 #   try/except that falls back to the default precision, but under jit the error comes when XLA
 #   compiles, after the except has passed. A contract failure on every family's first small case,
-#   so the bfloat16 entry claims nothing until it has been hunted where it runs (a GPU).
+#   so the bfloat16 entry claims nothing; on the GPU its outputs look as if the scores were
+#   rounded to bfloat16, which JAX's source does not ask for (below: a bug of JAX's GPU path, not
+#   yet a known bug of the entry).
 # - cudnn: cuDNN's fused attention, GPU only, 16-bit storage only; declared as cuDNN's SDPA backend
 #   is (head dims a multiple of 8); a row with no kept key is the mean of v, as xla's.
 _JAX_ATTENTION_UNCLAIMED = frozenset({"fully_masked", "causal", "sliding_window", "decode"})

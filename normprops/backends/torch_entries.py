@@ -304,8 +304,8 @@ TORCH_KERNELS += tuple(_sdpa_entry(device, attr, name, dtype, layouts, rounds, t
 # as attention_backward kernels with the forward entries' shape declarations. cuDNN's backward
 # returns NaN dq with an attention mask, a key length of 64 mod 128 and every row's log-sum-exp
 # below -88.7 (pytorch#196678, torch 2.11 on H100 and H200, docs/reproducers/
-# torch_sdpa_cudnn_backward_nan.py): the low_lse family draws such cases; it claims no family
-# until it has been hunted.
+# torch_sdpa_cudnn_backward_nan.py): the low_lse family draws such cases, a known bug of the entry;
+# it claims the families its GPU hunts came back clean on (CUDA_BACKWARD_MEASURED below).
 _SDPA_BACKWARD = (
     # (device, attr, name, dtypes, mask layouts, rounds P, head dims a multiple of, GQA, claims)
     ("cpu", "sdpa_math_backward", "sdpa-math.backward", _F32_16, _ALL_LAYOUTS, False, 1, True, True),
@@ -327,18 +327,10 @@ _SDPA_BACKWARD = (
 # cancelling_v's values of 3.9e4) lies past float16's range, which this backend rounds dS to.
 _CPU_FLOAT16_BACKWARD_UNCLAIMED = frozenset({"orthogonal_dout"})
 # On CUDA (an H100, torch 2.11, 300 examples, seeds 0 and 1; docs/ecosystem.md, "Attention backward
-# on the GPU") the same kind of finding in float16: flash's gradients in float16's subnormal range
-# off by err/tol 1.05-2.7 of a bound that gives them half a subnormal step (ordinary, one_hot_dout,
-# dout_scale, orthogonal_dout, and a NaN dq where |v| reaches 3.9e4); the math backend's dk -inf
-# where the exact value, -68722, lies past float16's largest (orthogonal_dout: values up to 65504).
-# The memory-efficient and cuDNN float16 backwards, which claim nothing yet, likewise. The judge now
-# accepts an infinity past the range and the bound has P's and dS's float16 floor: flash's saved
-# accuracy cases re-judged come within 0.08-0.63 of it and the math backend's -inf is accepted;
-# claimed again once the GPU hunts say so (flash's orthogonal_dout also has a NaN dq where dS is
-# past float16's range, which no judge accepts).
-# Hunted again so (the same H100, 300 examples, seeds 0 and 1): the math backend clean on all eight
-# families, flash on all but orthogonal_dout, where its dq is NaN with dS past float16's range; the
-# memory-efficient backward likewise (a NaN dq where dout v^T, |v| up to 3.9e4, is past it).
+# on the GPU"), hunted again after the judge's rule for an infinity past the range and the bound's
+# float16 floor for P and dS: the math backend clean on all eight families; flash on all but
+# orthogonal_dout, where its dq is NaN with dS past float16's range; the memory-efficient backward
+# likewise (a NaN dq where dout v^T, |v| up to 3.9e4, is past it; CUDA_BACKWARD_MEASURED below).
 # Past-range intermediates of a float16 kernel are float16's limit, not a bug: hunted, not claimed.
 FLOAT16_BACKWARD_UNCLAIMED = {
     "sdpa_flash_backward": frozenset({"orthogonal_dout"}),
@@ -483,15 +475,10 @@ TORCH_KERNELS += tuple(_flex_entry(device, attr, name, dtype, lse, online, claim
 #   float32 over every query head of the group in one program, the row term sum(out * dout) in
 #   float32. Declared: online, P rounded, the group summed in float32.
 # A row with no kept key: dq 0 in both (P is 0 where the lse is -inf). Hunted on an H100 (torch
-# 2.11, 300 examples, seeds 0 and 1): eager came back clean on every family it reached, and claims
-# the five that reached 300 at both seeds; compiled was planned after the others and not reached:
-# it claims nothing (hunted, its findings reported, none gated on).
+# 2.11, 300 examples, seeds 0 and 1): eager came back clean on every family; compiled recompiles per
+# shape and has not been hunted that far: it claims nothing (its findings reported, none gated on).
 # Two more runs took fully_masked, low_lse and gqa to 300 at both seeds in both types (clean, a row
-# with no kept key giving zero gradients): every family claimed since.
-_FLEX_EAGER_BACKWARD_CLAIMS = {dtype: frozenset(("ordinary", "cancelling_dout", "orthogonal_dout",
-                                                  "one_hot_dout", "dout_scale", "fully_masked", "low_lse",
-                                                  "gqa"))
-                               for dtype in ("float32", "bfloat16")}
+# with no kept key giving zero gradients): eager claims every family since.
 _FLEX_BACKWARD = (
     # (attr, name, online, group summed in the storage type)
     ("flex_compiled_backward", "flex.backward", True, False),
@@ -512,7 +499,8 @@ def flex_backward_entry(device: str, attr: str, name: str, dtype: str, online: b
     how = "torch.compile(flex_attention)" if attr == "flex_compiled_backward" else "flex_attention, eager"
     return replace(forward, name=f"{name}-{_SHORT[dtype]}", op="attention_backward",
                    entry=f"normprops.backends.torch_flex:{attr}", op_declaration=declared,
-                   claims=(_FLEX_EAGER_BACKWARD_CLAIMS[dtype] if (device, attr) == ("cuda", "flex_eager_backward")
+                   claims=(frozenset(get_op("attention_backward").families)
+                           if (device, attr) == ("cuda", "flex_eager_backward")
                            else frozenset()),
                    summary=f"PyTorch's FlexAttention ({how}, a BlockMask from the mask) backward "
                            f"through autograd, {dtype} on the {device.upper()}")
