@@ -19,7 +19,7 @@ import difflib
 import math
 import secrets
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -32,7 +32,7 @@ from normprops.regressions import save_findings
 from normprops.replay import with_saved_examples
 
 __all__ = ["HuntRun", "hunt_families", "choose_seed", "profile_config", "deadline_after",
-           "check_families_drawable", "parse_families"]
+           "check_families_drawable", "parse_families", "gate_config", "GATE_PROFILE"]
 
 
 @dataclass
@@ -129,6 +129,25 @@ def profile_config(*, max_examples: int | None = None, seed: int | None = None,
     return HuntConfig(max_examples=current.max_examples if max_examples is None else max_examples,
                       seed=seed, derandomize=current.derandomize, parent=current, policy=policy,
                       oracle=oracle, deadline=deadline)
+
+
+#: The Hypothesis profile under which an op's ``OpSpec.gate_examples`` applies: the one a CI service
+#: loads by itself (``CI`` set) and the repository's gate runs under.
+GATE_PROFILE = "ci"
+
+
+def gate_config(config: HuntConfig, *, op: str, profile: str | None = None) -> HuntConfig:
+    """``config`` for a gate's hunt of a claimed family of a kernel of ``op``: under the ``ci``
+    profile (``profile``; None: the active Hypothesis profile), at most the op's ``gate_examples``
+    (docs/ci.md, "Examples a claimed family hunts in the gate"); otherwise, or for an op that
+    declares none, ``config`` as it is. Never more examples than ``config``'s."""
+    from hypothesis import settings as hypothesis_settings
+
+    depth = get_op(op).gate_examples
+    active = hypothesis_settings.get_current_profile_name() if profile is None else profile
+    if depth is None or active != GATE_PROFILE or depth >= config.max_examples:
+        return config
+    return replace(config, max_examples=depth)
 
 
 def check_families_drawable(target: Target, *, families: Sequence[str], config: HuntConfig,

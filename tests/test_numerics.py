@@ -1,7 +1,8 @@
 """``pytest -m numerics``: hunt every registered kernel, as ``normprops hunt`` does (one policy,
-:mod:`normprops.registry_hunt`). Claimed families must come back clean; every known bug must be
-caught in the family that shows it, on its own property, within the profile's examples (at least
-100: the ci profile's)."""
+:mod:`normprops.registry_hunt`). Claimed families must come back clean, each hunted for the
+profile's examples (under the ci profile, at most its op's ``gate_examples``: docs/ci.md); every
+known bug must be caught in the family that shows it, on its own property, within the profile's
+examples (at least 100: the ci profile's)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from normprops.engine import gate_config
 from normprops.hunt import HuntResult, hunt
 from normprops.kernelspec import KernelSpec, KnownBug
 from normprops.launch import GPU_BACKENDS, target_from_spec
@@ -125,7 +127,8 @@ def _record(request: pytest.FixtureRequest, spec: KernelSpec, result: HuntResult
 def test_claimed_family_is_clean(spec: KernelSpec, family: str, hunt_config, normprops_options,
                                  request: pytest.FixtureRequest) -> None:
     _skip_unselected(spec, normprops_options)
-    result = _hunt(_target(spec, family, normprops_options), family, hunt_config, normprops_options)
+    config = gate_config(hunt_config, op=spec.op)
+    result = _hunt(_target(spec, family, normprops_options), family, config, normprops_options)
     _record(request, spec, result, registry_cell_text(spec, result))
     assert result.passed, _report(result)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -365,3 +366,70 @@ def test_loading_the_plugin_costs_little_more_than_importing_numpy() -> None:
     defaults."""
     plugin, numpy = _import_seconds("normprops.plugin"), _import_seconds("numpy")
     assert plugin < numpy + 0.1, f"normprops.plugin {plugin:.3f} s, numpy {numpy:.3f} s"
+
+
+@pytest.mark.parametrize("op, profile, given, hunted", [
+    pytest.param("attention", "ci", 100, 30, id="attention-ci"),
+    pytest.param("attention", "dev", 300, 300, id="attention-dev"),
+    pytest.param("attention", "ci", 20, 20, id="attention-ci-never-more"),
+    pytest.param("softmax", "ci", 100, 100, id="no-gate-depth-declared"),
+    pytest.param("cross_entropy", "ci", 100, 30, id="cross-entropy-ci"),
+])
+def test_gate_config_caps_a_claimed_hunt_only_under_the_ci_profile(op: str, profile: str, given: int,
+                                                                   hunted: int) -> None:
+    from normprops.engine import gate_config
+    from normprops.hunt import HuntConfig
+
+    config = HuntConfig(max_examples=given, seed=0)
+    assert gate_config(config, op=op, profile=profile).max_examples == hunted
+
+
+def test_an_ops_gate_examples_must_be_a_positive_integer() -> None:
+    from dataclasses import replace
+
+    from normprops.ops import get_op, register
+
+    with pytest.raises(ValueError, match=r"gate_examples must be a positive integer or None .* but was 0"):
+        register(replace(get_op("softmax"), name="softmax_gate_zero", gate_examples=0))
+
+
+@pytest.mark.parametrize("profile, claimed_attention, claimed_softmax, known_bug", [
+    ("ci", 30, 100, 100),   # the gate: attention's gate depth; softmax and the known bug unchanged
+    ("dev", 300, 300, 300),  # the nightly hunt: every test the profile's 300
+])
+def test_the_numerics_suite_hunts_a_costly_ops_claims_at_its_gate_depth_under_ci_only(
+        pytester: pytest.Pytester, profile: str, claimed_attention: int, claimed_softmax: int,
+        known_bug: int) -> None:
+    # The repository's own test module, run as it is; a fixture records each hunt's examples.
+    tests = Path(__file__).parent
+    for name in ("test_numerics.py", "numerics_seconds.json"):
+        (pytester.path / name).write_text((tests / name).read_text())
+    pytester.makeconftest("""
+        import json
+        import pytest
+
+        @pytest.fixture(autouse=True)
+        def _record_examples(request, monkeypatch):
+            import test_numerics
+
+            hunted = []
+            real = test_numerics.hunt
+
+            def recording(target, *, family, config):
+                hunted.append(config.max_examples)
+                return real(target, family=family, config=config)
+
+            monkeypatch.setattr(test_numerics, "hunt", recording)
+            yield
+            with open("hunted.jsonl", "a") as out:
+                out.write(json.dumps([request.node.callspec.id, hunted]) + "\\n")
+    """)
+    chosen = ("numpy-attention_online-gqa", "numpy-softmaxRowSafe-ordinary",
+              "numpy-attention_gqa_wrong_head-gqa")
+    result = pytester.runpytest_subprocess("--hypothesis-profile", profile, "-p", "no:cacheprovider",
+                                           "test_numerics.py", "-k", " or ".join(chosen))
+    result.assert_outcomes(passed=3)
+    hunted = dict(json.loads(line) for line in (pytester.path / "hunted.jsonl").read_text().splitlines())
+    assert hunted == {"numpy-attention_online-gqa": [claimed_attention],
+                      "numpy-softmaxRowSafe-ordinary": [claimed_softmax],
+                      "numpy-attention_gqa_wrong_head-gqa": [known_bug]}

@@ -320,4 +320,6 @@ ATTENTION = OpSpec(
         declare=user_attention_declaration, from_json=_from_json,
         keywords=("mask_layouts", "empty_rows", "returns_lse", "p_dtype", "online"),
         undrawable=_undrawable),
+    # Planted bugs caught at worst at example 9 of 20 seeds (attention_first_key_max): 3 x 9 = 27.
+    gate_examples=30,
 )

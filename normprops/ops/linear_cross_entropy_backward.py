@@ -101,4 +101,7 @@ LINEAR_CROSS_ENTROPY_BACKWARD = OpSpec(
     bound=lambda case, ref, declaration=FOREIGN_LINEAR_CROSS_ENTROPY: linear_grad_exact(
         case, declaration).tol,
     named=named(True, outputs=_outputs, exact=linear_grad_exact),
+    # No gate_examples: the planted bug is caught at worst at example 75 of 20 seeds
+    # (lce_backward_dloss_first: only where two rows not ignored have different dloss), and
+    # 3 x 75 = 225 is past the ci profile's 100, so its claimed families keep the profile's count.
 )

@@ -148,6 +148,11 @@ class OpSpec:
     # What a kernel returns, as help and docs write it ("out or (out, lse)"); None: the outputs in
     # order (nothing said for a forward op's one ``y``).
     returns: str | None = None
+    # The examples a claimed family of a kernel of this op hunts in a gate, under the ``ci`` profile
+    # only, where fewer than the profile's: three times the worst examples-to-catch of the op's
+    # planted bugs over 20 seeds, at least 30 (docs/ci.md, "Examples a claimed family hunts in the
+    # gate"). None: the profile's own. Never more than the profile's (normprops.engine.gate_config).
+    gate_examples: int | None = None
 
     @property
     def signature(self) -> str:
@@ -204,6 +209,10 @@ def register(op: OpSpec, *, replace: bool = False) -> OpSpec:
     unknown = sorted(op.properties - set(PROPERTIES))
     if unknown:
         raise ValueError(f"op {op.name!r}: {', '.join(unknown)} are not properties")
+    if op.gate_examples is not None and (not isinstance(op.gate_examples, int)
+                                         or isinstance(op.gate_examples, bool) or op.gate_examples < 1):
+        raise ValueError(f"op {op.name!r}: gate_examples must be a positive integer or None (the "
+                         f"profile's own) but was {op.gate_examples!r}")
     OPS[op.name] = op
     APPLICABLE[op.name] = op.properties
     SIGNATURES[op.name] = op.params
