@@ -36,7 +36,7 @@ from normprops.verdict import Verdict
 
 __all__ = ["CROSS_ENTROPY", "CROSS_ENTROPY_BACKWARD", "CROSS_ENTROPY_PROPERTIES", "FOREIGN_CROSS_ENTROPY",
            "SMOOTHINGS", "CrossEntropyCase", "CrossEntropyDeclaration", "as_declared", "loss_cases",
-           "loss_outputs", "loss_pieces"]
+           "loss_description", "loss_outputs", "loss_pieces"]
 
 #: The properties a cross-entropy kernel is judged on (the module's docstring says why not the others).
 CROSS_ENTROPY_PROPERTIES = frozenset({"contract", "finite", "accuracy", "determinism", "batch_invariance"})
@@ -170,17 +170,19 @@ def _build(gradient: bool) -> Any:
     return build
 
 
-def _describe(case: CrossEntropyCase, verdict: Any = None) -> str:
-    n, v = case.logits.shape
-    x = case.logits.astype(np.float64)
-    valid = case.valid
-    lines = [f"input: N={n} V={v} {case.dtype}, ignore_index={case.ignore_index}, label_smoothing="
+def loss_description(case: Any, *, shape: str, logits: np.ndarray, span: str) -> str:
+    """A few lines a person reads about a loss case: ``shape`` ("N=3 V=7"), the drawn parameters,
+    the logits' range (``span``: how they were formed, before their extremes) and, where rows are
+    kept, how far each target sits below its row's max; dloss's range for a gradient."""
+    x = logits.astype(np.float64)
+    valid, n = case.valid, x.shape[0]
+    lines = [f"input: {shape} {case.dtype}, ignore_index={case.ignore_index}, label_smoothing="
              f"{case.label_smoothing!r}, reduction={case.reduction}"
              + (f", softcap={case.softcap!r}" if case.softcap is not None else "")
              + (f", z_loss={case.z_loss!r}" if case.z_loss else "") + "; drawn with "
              + ", ".join(f"{k}={val!r}" for k, val in case.params.items()
-                         if k not in ("softcap", "z_loss", "reduction"))]
-    lines.append(f"logits {x.min():.6g} to {x.max():.6g}; {int(valid.sum())} of {n} rows not ignored")
+                         if k not in ("softcap", "z_loss", "reduction")),
+             f"{span} {x.min():.6g} to {x.max():.6g}; {int(valid.sum())} of {n} rows not ignored"]
     if valid.any():
         rows = np.nonzero(valid)[0]
         below = x[rows].max(axis=1) - x[rows, case.target[rows]]
@@ -189,6 +191,11 @@ def _describe(case: CrossEntropyCase, verdict: Any = None) -> str:
         d = case.dloss.astype(np.float64)
         lines.append(f"dloss {d.min():.6g} to {d.max():.6g}")
     return "\n".join(lines)
+
+
+def _describe(case: CrossEntropyCase, verdict: Any = None) -> str:
+    n, v = case.logits.shape
+    return loss_description(case, shape=f"N={n} V={v}", logits=case.logits, span="logits")
 
 
 def _from_json(doc: Any, model: ErrorModel) -> CrossEntropyDeclaration:

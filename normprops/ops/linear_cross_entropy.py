@@ -22,7 +22,13 @@ from typing import Any
 import numpy as np
 
 from normprops.errormodel import ErrorModel
-from normprops.ops.cross_entropy import CROSS_ENTROPY_PROPERTIES, loss_cases, loss_outputs, loss_pieces
+from normprops.ops.cross_entropy import (
+    CROSS_ENTROPY_PROPERTIES,
+    loss_cases,
+    loss_description,
+    loss_outputs,
+    loss_pieces,
+)
 from normprops.ops.cross_entropy_math import LOSS_REDUCTIONS, CrossEntropyDeclaration, loss_tolerance
 from normprops.ops.linear_cross_entropy_math import (
     FAMILIES,
@@ -105,24 +111,9 @@ def build(gradient: bool) -> Any:
 def describe(case: LinearCrossEntropyCase, verdict: Any = None) -> str:
     """A few lines a person reads: the shapes, the drawn parameters, the logits' range."""
     n, v, hidden = case.shape
-    x = case.logits()
-    valid = case.valid
-    lines = [f"input: N={n} V={v} H={hidden} {case.dtype}, ignore_index={case.ignore_index}, "
-             f"label_smoothing={case.label_smoothing!r}, reduction={case.reduction}"
-             + (f", softcap={case.softcap!r}" if case.softcap is not None else "")
-             + (f", z_loss={case.z_loss!r}" if case.z_loss else "") + "; drawn with "
-             + ", ".join(f"{k}={val!r}" for k, val in case.params.items()
-                         if k not in ("softcap", "z_loss", "reduction"))]
-    lines.append(f"logits h @ w^T {x.min():.6g} to {x.max():.6g}; |h| up to {np.abs(case.h).max():.6g}, "
-                 f"|w| up to {np.abs(case.w).max():.6g}; {int(valid.sum())} of {n} rows not ignored")
-    if valid.any():
-        rows = np.nonzero(valid)[0]
-        below = x[rows].max(axis=1) - x[rows, case.target[rows]]
-        lines.append(f"target logit below its row's max by {below.min():.6g} to {below.max():.6g}")
-    if case.dloss is not None:
-        d = case.dloss.astype(np.float64)
-        lines.append(f"dloss {d.min():.6g} to {d.max():.6g}")
-    return "\n".join(lines)
+    return loss_description(case, shape=f"N={n} V={v} H={hidden}", logits=case.logits(),
+                            span=f"|h| up to {np.abs(case.h).max():.6g}, |w| up to "
+                                 f"{np.abs(case.w).max():.6g}; logits h @ w^T")
 
 
 def from_json(doc: Any, model: ErrorModel) -> LinearCrossEntropyDeclaration:
