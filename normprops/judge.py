@@ -444,17 +444,24 @@ def judge_named_bitwise(prop: str, first: dict[str, np.ndarray], second: dict[st
 
 def judge_named_close(prop: str, first: dict[str, np.ndarray], second: dict[str, np.ndarray],
                       exact: NamedExact, other: NamedExact, *, case: Any, label: str,
-                      element: Callable[[str, tuple[int, ...]], str], what: str) -> Verdict | None:
+                      element: Callable[[str, tuple[int, ...]], str], what: str,
+                      dtypes: dict[str, str] | None = None) -> Verdict | None:
     """A named-arrays op's outputs on a copy of the case (``second``, exact values ``other``) against
     its outputs on the case (``first``, ``exact``), element for element, where both are judged:
     within the two bounds plus the difference of the exact values (zero where the copy is exact).
-    ``|a - b| <= |a - z| + |z - z'| + |z' - b|``, so a kernel within both bounds always passes."""
+    ``|a - b| <= |a - z| + |z - z'| + |z' - b|``, so a kernel within both bounds always passes. An
+    element either call rounded past its type's range to the infinity its exact value allows
+    (:func:`rounded_past_range`, ``dtypes`` naming each output's type, else the case's) was judged
+    on its own and is not compared: a finite value beside it may be as correct."""
     worst_verdict: Verdict | None = None
     for name, b_out in second.items():
         a = np.asarray(first[name]).astype(np.float64)
         b = np.asarray(b_out).astype(np.float64)
         z, z2 = exact.exact[name], other.exact[name]
         judged = exact.judged[name] & other.judged[name] & np.isfinite(z) & np.isfinite(z2)
+        dtype = (dtypes or {}).get(name, case.dtype)
+        judged &= ~(rounded_past_range(a, z, exact.tol[name], dtype=dtype)
+                    | rounded_past_range(b, z2, other.tol[name], dtype=dtype))
         with np.errstate(all="ignore"):
             err = np.abs(a - b)
             allowed = exact.tol[name] + other.tol[name] + np.abs(z - z2)

@@ -301,7 +301,7 @@ def _evaluate_named(target: Target, case: Case, out: np.ndarray | tuple[np.ndarr
     failures += named.check(case, outs, exact, promises, target.label)
     failures = [v for v in failures if v.property not in skip]
     if not failures and metamorphic:
-        found = _named_metamorphic(target, case, outs, exact, skip, oracle)
+        found = _named_metamorphic(target, case, outs, exact, skip, oracle, dtypes)
         if found is not None and found.property not in skip:
             failures = [found]
     failures.sort(key=lambda v: _ORDER[v.property])
@@ -309,7 +309,7 @@ def _evaluate_named(target: Target, case: Case, out: np.ndarray | tuple[np.ndarr
 
 
 def _named_metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray], exact: NamedExact,
-                       skip: frozenset[str], oracle: str) -> Verdict | None:
+                       skip: frozenset[str], oracle: str, dtypes: dict[str, str]) -> Verdict | None:
     """Determinism and batch invariance (bitwise), then the op's metamorphic copies
     (``OpSpec.transforms``), each judged element for element within both bounds."""
     named = get_op(target.op).named
@@ -340,7 +340,7 @@ def _named_metamorphic(target: Target, case: Case, outs: dict[str, np.ndarray], 
         copied = exact if transform.same_exact else named.exact(copy, promises, oracle)
         found = judge_named_close(transform.property, outs, _by_name(other, names), exact,
                                   copied, case=case, label=target.label,
-                                  element=named.element, what=f"the copy is {what}")
+                                  element=named.element, what=f"the copy is {what}", dtypes=dtypes)
         if found:
             return found
     return None

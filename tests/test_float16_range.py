@@ -19,7 +19,7 @@ import pytest
 import normprops
 from normprops.dtypes import DTYPES
 from normprops.examples.attention_backward_kernels import ROUNDED, flash_rounded
-from normprops.judge import judge_named, rounded_past_range
+from normprops.judge import judge_named, judge_named_close, rounded_past_range
 from normprops.launch import target_from_callable
 from normprops.ops import NamedExact
 from normprops.ops.attention_backward_math import (
@@ -88,6 +88,27 @@ def test_the_named_judge_accepts_inf_near_the_threshold_and_flags_nan():
     failures, _ = judge_named(_Case(), {"y": np.array([math.inf, -math.inf, 1.0])}, exact, label="k",
                               element=lambda name, i: str(i), dtypes={"y": "float32"})
     assert [v.property for v in failures] == ["finite"]
+
+
+def test_a_metamorphic_copy_beside_an_accepted_infinity_is_not_flagged():
+    """One call rounds a value at 65510 (+- 40) past float16's range, the copy gives 65504: both
+    are correct, so the copy's comparison leaves that element out; elsewhere it still compares."""
+    exact = NamedExact({"y": np.array([65510.0, 1.0])}, {"y": np.array([40.0, 1e-3])},
+                       {"y": np.ones(2, bool)})
+
+    class _Case:
+        family, dtype = "explicit", "float16"
+
+    def compared(first, second):
+        return judge_named_close("shift_invariance", {"y": np.array(first)}, {"y": np.array(second)},
+                                 exact, exact, case=_Case(), label="k", element=lambda name, i: str(i),
+                                 what="the copy")
+
+    assert compared([math.inf, 1.0], [65504.0, 1.0]) is None
+    assert compared([math.inf, 1.0], [65504.0, 1.5]) is not None
+    # an infinity its exact value does not allow is still compared (and judged on its own)
+    found = compared([32768.0, math.inf], [32768.0, 1.0])
+    assert found is not None and found.output == "y"
 
 
 # --- end to end: the attention backward with a gradient past float16's range -----------------------
