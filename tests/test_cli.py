@@ -203,6 +203,8 @@ def test_a_kernel_that_calls_sys_exit_is_a_finding_and_the_report_is_written(use
     (["hunt", "--backend", "tpu"], "--backend tpu: not usable here"),
     (["hunt", "--backend", "numpy", "--kernel", "noSuchKernel"],
      "--kernel noSuchKernel: no numpy kernel of that name"),  # numpy: the default backend only without a GPU
+    (["hunt", "--backend", "numpy", "--kernel", "jax.attention-cudnn-bf16"],
+     "--kernel jax.attention-cudnn-bf16: no numpy kernel of that name; it is registered under --backend jax"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--backend", "cuda"],
      "--backend picks registry kernels and does not go with --impl"),
     (["hunt", "--op", "softmax", "--impl", "userkernels_cli:softmax_good", "--min-cols", "20000",

@@ -354,6 +354,12 @@ def _registry_specs(args: argparse.Namespace, backends: list[str]) -> list[Kerne
                          f"registry's {backend} ops: {', '.join(ops)}); hunt your own with "
                          f"--impl MODULE:FUNC")
     if not specs:
+        # an entry of that name on another backend: name the backend rather than list this one's
+        elsewhere = sorted({k.backend for k in KERNELS if k.name == args.kernel
+                            and (args.op is None or k.op == args.op)})
+        if elsewhere:
+            raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name; it is "
+                             f"registered under --backend {' and --backend '.join(elsewhere)}")
         names = sorted({k.name for k in KERNELS if k.backend in backends})
         raise UsageError(f"--kernel {args.kernel}: no {backend} kernel of that name"
                          f"{'' if args.op is None else ' for ' + args.op}; choose from {', '.join(names)}")
