@@ -36,7 +36,7 @@ from normprops.verdict import Verdict
 
 __all__ = ["CROSS_ENTROPY", "CROSS_ENTROPY_BACKWARD", "CROSS_ENTROPY_PROPERTIES", "FOREIGN_CROSS_ENTROPY",
            "SMOOTHINGS", "CrossEntropyCase", "CrossEntropyDeclaration", "as_declared", "loss_cases",
-           "loss_description", "loss_outputs", "loss_pieces"]
+           "loss_description", "loss_fields", "loss_outputs", "loss_pieces"]
 
 #: The properties a cross-entropy kernel is judged on (the module's docstring says why not the others).
 CROSS_ENTROPY_PROPERTIES = frozenset({"contract", "finite", "accuracy", "determinism", "batch_invariance"})
@@ -144,29 +144,39 @@ def loss_pieces(case: Any) -> tuple[tuple[Any, tuple[slice, ...], str], ...]:
     return ((case.rows(np.array([i])), (slice(i, i + 1),), f"row {i} alone (N = 1)"),)
 
 
+def loss_fields(op: str, fields: dict[str, Any], params: dict[str, Any], *, arrays: tuple[str, ...],
+                gradient: bool) -> dict[str, Any]:
+    """A loss case's scalars and target from a fixture's ``fields`` and ``params``, checked (each
+    missing field named, integer targets, a known reduction): the keywords both loss cases take
+    beside their float arrays ``arrays``."""
+    need = {*arrays, "target", "ignore_index", "label_smoothing"} | ({"dloss"} if gradient else set())
+    missing = sorted(need - set(fields))
+    if missing:
+        raise ValueError(f"{op} needs {', '.join(missing)}")
+    target = np.asarray(fields["target"])
+    if not np.array_equal(target, np.round(target)):
+        raise ValueError("target must hold integers")
+    reduction = params.get("reduction", "none")
+    if reduction not in LOSS_REDUCTIONS:
+        raise ValueError(f"reduction must be one of {LOSS_REDUCTIONS} but was {reduction!r}")
+    cap = params.get("softcap")
+    dloss = None
+    if gradient:
+        dloss = np.asarray(fields["dloss"], dtype=np.float32)
+        dloss = dloss.reshape(()) if reduction != "none" else dloss
+    return dict(target=target.astype(np.int64), ignore_index=int(fields["ignore_index"]),
+                label_smoothing=float(fields["label_smoothing"]),
+                softcap=None if cap is None else float(cap), z_loss=float(params.get("z_loss") or 0.0),
+                reduction=reduction, dloss=dloss)
+
+
 def _build(gradient: bool) -> Any:
     def build(family: str, dtype: str, fields: dict[str, Any], params: dict[str, Any]) -> CrossEntropyCase:
-        need = {"logits", "target", "ignore_index", "label_smoothing"} | ({"dloss"} if gradient else set())
-        missing = sorted(need - set(fields))
-        if missing:
-            raise ValueError(f"cross_entropy{'_backward' if gradient else ''} needs {', '.join(missing)}")
-        target = np.asarray(fields["target"])
-        if not np.array_equal(target, np.round(target)):
-            raise ValueError("target must hold integers")
-        reduction = params.get("reduction", "none")
-        if reduction not in LOSS_REDUCTIONS:
-            raise ValueError(f"reduction must be one of {LOSS_REDUCTIONS} but was {reduction!r}")
-        cap = params.get("softcap")
-        dloss = None
-        if gradient:
-            dloss = np.asarray(fields["dloss"], dtype=np.float32)
-            dloss = dloss.reshape(()) if reduction != "none" else dloss
-        return CrossEntropyCase(np.asarray(fields["logits"], dtype=np.float32), target.astype(np.int64),
-                                ignore_index=int(fields["ignore_index"]),
-                                label_smoothing=float(fields["label_smoothing"]),
-                                softcap=None if cap is None else float(cap),
-                                z_loss=float(params.get("z_loss") or 0.0), reduction=reduction,
-                                dloss=dloss, dtype=dtype, family=family, params=params)
+        scalars = loss_fields(f"cross_entropy{'_backward' if gradient else ''}", fields, params,
+                              arrays=("logits",), gradient=gradient)
+        target = scalars.pop("target")
+        return CrossEntropyCase(np.asarray(fields["logits"], dtype=np.float32), target, **scalars,
+                                dtype=dtype, family=family, params=params)
     return build
 
 

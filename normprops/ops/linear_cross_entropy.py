@@ -26,10 +26,11 @@ from normprops.ops.cross_entropy import (
     CROSS_ENTROPY_PROPERTIES,
     loss_cases,
     loss_description,
+    loss_fields,
     loss_outputs,
     loss_pieces,
 )
-from normprops.ops.cross_entropy_math import LOSS_REDUCTIONS, CrossEntropyDeclaration, loss_tolerance
+from normprops.ops.cross_entropy_math import CrossEntropyDeclaration, loss_tolerance
 from normprops.ops.linear_cross_entropy_math import (
     FAMILIES,
     FOREIGN_LINEAR_CROSS_ENTROPY,
@@ -85,26 +86,10 @@ def build(gradient: bool) -> Any:
     def built(family: str, dtype: str, fields: dict[str, Any],
               params: dict[str, Any]) -> LinearCrossEntropyCase:
         op = "linear_cross_entropy" + ("_backward" if gradient else "")
-        need = {"h", "w", "target", "ignore_index", "label_smoothing"} | ({"dloss"} if gradient else set())
-        missing = sorted(need - set(fields))
-        if missing:
-            raise ValueError(f"{op} needs {', '.join(missing)}")
-        target = np.asarray(fields["target"])
-        if not np.array_equal(target, np.round(target)):
-            raise ValueError("target must hold integers")
-        reduction = params.get("reduction", "none")
-        if reduction not in LOSS_REDUCTIONS:
-            raise ValueError(f"reduction must be one of {LOSS_REDUCTIONS} but was {reduction!r}")
-        cap = params.get("softcap")
-        dloss = None
-        if gradient:
-            dloss = np.asarray(fields["dloss"], dtype=F32)
-            dloss = dloss.reshape(()) if reduction != "none" else dloss
-        return LinearCrossEntropyCase(
-            np.asarray(fields["h"], dtype=F32), np.asarray(fields["w"], dtype=F32), target.astype(np.int64),
-            ignore_index=int(fields["ignore_index"]), label_smoothing=float(fields["label_smoothing"]),
-            softcap=None if cap is None else float(cap), z_loss=float(params.get("z_loss") or 0.0),
-            reduction=reduction, dloss=dloss, dtype=dtype, family=family, params=params)
+        scalars = loss_fields(op, fields, params, arrays=("h", "w"), gradient=gradient)
+        target = scalars.pop("target")
+        return LinearCrossEntropyCase(np.asarray(fields["h"], dtype=F32), np.asarray(fields["w"], dtype=F32),
+                                      target, **scalars, dtype=dtype, family=family, params=params)
     return built
 
 
