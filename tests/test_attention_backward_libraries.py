@@ -154,7 +154,9 @@ def test_jax_backward_entries_are_declared_as_the_forward(name: str, p_dtype: st
     assert not spec.claims, "claims nothing until hunted where it runs (TF32 on a GPU; 16-bit)"
 
 
-@pytest.mark.parametrize("family", ["ordinary", "gqa", "low_lse"])
+# Families that draw no query row without a kept key (the backward's ordinary family draws causal
+# bottom-right masks with Lq > Lk, whose empty rows JAX spreads over dv by design: see below).
+@pytest.mark.parametrize("family", ["dout_scale", "gqa", "low_lse"])
 def test_jax_xla_backward_hunts_clean(family: str) -> None:
     _needs("jax")
     spec = _jax_on_the_cpu("jax.attention.backward-f32")

@@ -153,6 +153,28 @@ def test_a_case_with_equal_head_dims_widens_the_narrower() -> None:
     assert np.array_equal(widened.out, attention_reference(q, k, v, None, 0.25).out)
 
 
+def test_a_case_under_the_least_head_dim_is_widened_to_it() -> None:
+    """Compiled FlexAttention on CUDA takes no head dimension under 16 (Triton's tl.dot): q, k and v
+    of 8 and 3 columns are handed over with 16, the same attention; wider ones are left alone."""
+    from normprops.ops.attention import AttentionDeclaration, as_taken, attention_reference
+
+    rng = np.random.default_rng(2)
+    shapes = ((1, 2, 2, 8), (1, 1, 3, 8), (1, 1, 3, 3))
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    case = AttentionCase(q, k, v, None, 0.25)
+    declared = AttentionDeclaration(min_head_dim=16)
+    taken = as_taken(case, declaration=declared)
+    assert (taken.q.shape, taken.k.shape, taken.v.shape) == ((1, 2, 2, 16), (1, 1, 3, 16), (1, 1, 3, 16))
+    widened = attention_reference(taken.q, taken.k, taken.v, None, 0.25)
+    assert np.array_equal(widened.out[..., :3], attention_reference(q, k, v, None, 0.25).out)
+    assert not widened.out[..., 3:].any()
+    wide = AttentionCase(*(rng.standard_normal((1, 1, 2, 24)).astype(np.float32) for _ in range(3)),
+                         None, 0.25)
+    assert as_taken(wide, declaration=declared) is wide
+    with pytest.raises(ValueError, match="min_head_dim must be a positive int but was 0"):
+        AttentionDeclaration(min_head_dim=0)
+
+
 def test_a_kernel_with_a_least_key_length_is_never_handed_a_shorter_case() -> None:
     # cuDNN's SDPA has no kernel for a single key: declared, such cases are not drawn (and without
     # the declaration they are, so the filter is what keeps them out).

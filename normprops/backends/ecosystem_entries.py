@@ -191,13 +191,16 @@ _JAX_ATTENTION_UNCLAIMED = frozenset({"fully_masked", "causal", "sliding_window"
 
 def _jax_attention_entry(implementation: str, dtype: str, claims: frozenset[str]) -> KernelSpec:
     from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
+    from normprops.ops.attention_math import COMPILED_SHAPE_POOL
 
     cudnn = implementation == "cudnn"
     model = replace(FOREIGN_ATTENTION.model, ftz=True)  # XLA flushes subnormals, as for softmax
     declared = AttentionDeclaration(model, online=cudnn,
                                     p_dtype=None if dtype == "float32" else dtype,
                                     returns_lse=dtype == "float32", equal_head_dims=True,
-                                    head_dims_multiple_of=8 if cudnn else 1)
+                                    head_dims_multiple_of=8 if cudnn else 1,
+                                    # jax.jit compiles every new shape
+                                    shape_pool=COMPILED_SHAPE_POOL)
     unclaimable = sorted(claims & _JAX_ATTENTION_UNCLAIMED)
     if unclaimable:
         raise ValueError(f"claims must leave out the families that draw a query row with no kept "

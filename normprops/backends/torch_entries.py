@@ -435,13 +435,22 @@ _FLEX_EAGER_CPU_CLAIMS = frozenset(get_op("attention").families or ())
 def _flex_entry(device: str, attr: str, name: str, dtype: str, returns_lse: bool, online: bool,
                 claiming: bool) -> KernelSpec:
     from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
+    from normprops.ops.attention_math import COMPILED_SHAPE_POOL
 
     declared = AttentionDeclaration(FOREIGN_ATTENTION.model, online=online, empty_row="zero",
                                     p_dtype=None if dtype == "float32" else dtype,
                                     returns_lse=returns_lse,
                                     # zero keys: "max(): Expected reduction dim 3 to have non-zero
                                     # size" (eager, torch 2.13 on the CPU), a loud refusal
-                                    min_keys=1)
+                                    min_keys=1,
+                                    # compiled on CUDA: Inductor's Triton template fails to compile
+                                    # a head dim of 8, forward and backward (InductorError, torch
+                                    # 2.11 on an H100; 16, 24 and 72 compile): tl.dot takes no
+                                    # dimension under 16
+                                    min_head_dim=16 if (device, attr) == ("cuda", "flex_compiled") else 1,
+                                    # torch.compile compiles every new batch size, head count, head
+                                    # dim and mask presence (the lengths go dynamic)
+                                    shape_pool=COMPILED_SHAPE_POOL if attr == "flex_compiled" else 0)
     how = "torch.compile(flex_attention)" if attr == "flex_compiled" else "flex_attention, eager"
     return KernelSpec(f"{name}-{_SHORT[dtype]}", "attention", f"torch-{device}",
                       f"normprops.backends.torch_flex:{attr}", 4, FOREIGN_ATTENTION.model,

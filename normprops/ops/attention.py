@@ -78,7 +78,8 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     why = _undrawable(family, declaration)
     if why is not None:
         raise ValueError(why)
-    return cases_taken(attention_cases(family, dtypes=(dtype,)), layouts=FAMILY_LAYOUTS[family],
+    return cases_taken(attention_cases(family, dtypes=(dtype,), shape_pool=declaration.shape_pool),
+                       layouts=FAMILY_LAYOUTS[family],
                        declaration=declaration, taken=functools.partial(as_taken, declaration=declaration))
 
 
@@ -91,22 +92,24 @@ def cases_taken(strategy: Any, *, layouts: frozenset[str], declaration: Attentio
         strategy = strategy.filter(lambda case: bool(mask_layouts_of(case.mask) & declaration.mask_layouts))
     if declaration.min_keys > 0:
         strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
-    if declaration.head_dims_multiple_of > 1 or not declaration.gqa or declaration.equal_head_dims:
+    if (declaration.head_dims_multiple_of > 1 or declaration.min_head_dim > 1 or not declaration.gqa
+            or declaration.equal_head_dims):
         strategy = strategy.map(taken)
     return strategy
 
 
 def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> AttentionCase:
     """``case`` in the shapes a kernel declared it takes, the same attention: head dimensions
-    widened to a multiple of ``head_dims_multiple_of`` (and q's and v's to the wider of the two,
-    ``equal_head_dims``) with zero columns (of q and k: every score unchanged; of v: output
-    columns that are exactly zero), and, for a kernel without GQA, each kv head repeated for the
-    query heads that read it."""
+    widened to at least ``min_head_dim`` and to a multiple of ``head_dims_multiple_of`` (and q's
+    and v's to the wider of the two, ``equal_head_dims``) with zero columns (of q and k: every
+    score unchanged; of v: output columns that are exactly zero), and, for a kernel without GQA,
+    each kv head repeated for the query heads that read it."""
     m = declaration.head_dims_multiple_of
     q, k, v = case.q, case.k, case.v
     d, dv = q.shape[3], v.shape[3]
     if declaration.equal_head_dims:
         d = dv = max(d, dv)
+    d, dv = max(d, declaration.min_head_dim), max(dv, declaration.min_head_dim)
     d, dv = d + -d % m, dv + -dv % m
 
     def widened(a: np.ndarray, width: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
 from normprops.ops.attention_backward_math import AttentionBackwardCase
 from normprops.ops.attention_families import FAMILY_LAYOUTS as FORWARD_LAYOUTS
-from normprops.ops.attention_families import attention_cases
+from normprops.ops.attention_families import Dim, attention_cases, shape_dim
 from normprops.ops.attention_math import AttentionCase, attention_reference
 
 __all__ = ["ATTENTION_BACKWARD_FAMILIES", "FAMILY_LAYOUTS", "attention_backward_cases", "with_dout"]
@@ -140,10 +140,10 @@ def _low_lse(p: dict[str, Any]) -> AttentionCase:
     return _forward("low_lse", p["dtype"], p, q, k, v, mask, scale)
 
 
-def _shape(*, b=(1, 2), hkv=(1, 2), group=(1, 2, 4), lq=(1, 6), lk=(1, 16), d=(32, 64)
-           ) -> dict[str, st.SearchStrategy[Any]]:
-    return {"B": st.sampled_from(b), "Hkv": st.sampled_from(hkv), "group": st.sampled_from(group),
-            "Lq": st.integers(*lq), "Lk": st.integers(*lk), "D": st.sampled_from(d),
+def _shape(*, b: Dim = (1, 2), hkv: Dim = (1, 2), group: Dim = (1, 2, 4), lq: Dim = range(1, 7),
+           lk: Dim = range(1, 17), d: Dim = (32, 64), pool: int = 0) -> dict[str, st.SearchStrategy[Any]]:
+    dims = {"B": b, "Hkv": hkv, "group": group, "Lq": lq, "Lk": lk, "D": d}
+    return {**{key: shape_dim(key, choices, pool=pool) for key, choices in dims.items()},
             "seed": st.integers(0, 2**16 - 1)}
 
 
@@ -151,7 +151,7 @@ def _shape(*, b=(1, 2), hkv=(1, 2), group=(1, 2, 4), lq=(1, 6), lk=(1, 16), d=(3
 #  the dout kinds)
 _FAMILIES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "ordinary": (("ordinary", "causal", "ragged"), ("ordinary",)),
-    "cancelling_dout": ((lambda dt: {**_shape(), "dtype": st.sampled_from(dt),
+    "cancelling_dout": ((lambda dt, pool=0: {**_shape(pool=pool), "dtype": st.sampled_from(dt),
                                      "offset": st.sampled_from([0.0, 1.0, -4.0])}, _cancelling),
                         ("cancelling",)),
     "orthogonal_dout": (("ordinary", "large_scores", "cancelling_v"), ("orthogonal",)),
@@ -159,10 +159,9 @@ _FAMILIES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "dout_scale": (("ordinary", "large_scores"), ("scaled",)),
     "fully_masked": (("fully_masked", "causal"), ("ordinary",)),
     # One or two query heads: the widest case (Lq 64, Lk 320, D 256) stays a few 10M flops.
-    "low_lse": ((lambda dt: {**_shape(b=(1,), hkv=(1,), group=(1, 2), lq=(1, 1), lk=(1, 1)),
+    "low_lse": ((lambda dt, pool=0: {**_shape(b=(1,), hkv=(1,), group=(1, 2), lq=(1, 3, 16, 64),
+                                             lk=(64, 192, 320), d=(64, 128, 256), pool=pool),
                              "dtype": st.sampled_from(dt),
-                             "Lq": st.sampled_from([1, 3, 16, 64]),
-                             "Lk": st.sampled_from([64, 192, 320]), "D": st.sampled_from([64, 128, 256]),
                              "shift": st.sampled_from([-128.0, -100.0, -200.0, -1000.0]),
                              "layout": st.sampled_from(["all_kept", "left_pad", "random"])}, _low_lse),
                 ("ordinary",)),
@@ -187,12 +186,14 @@ def _kind_params(kind: str) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
 
 
 def attention_backward_cases(family: str | None = None, *,
-                             dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
-                             ) -> st.SearchStrategy[AttentionBackwardCase]:
-    """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``."""
+                             dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16"),
+                             shape_pool: int = 0) -> st.SearchStrategy[AttentionBackwardCase]:
+    """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``; with
+    ``shape_pool`` > 0, in at most that many shapes a forward family
+    (:func:`normprops.ops.attention_families.shape_dim`)."""
     if family is None:
         return st.sampled_from(ATTENTION_BACKWARD_FAMILIES).flatmap(
-            lambda f: attention_backward_cases(f, dtypes=dtypes))
+            lambda f: attention_backward_cases(f, dtypes=dtypes, shape_pool=shape_pool))
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {', '.join(ATTENTION_BACKWARD_FAMILIES)} but was "
                          f"{family!r}")
@@ -200,10 +201,11 @@ def attention_backward_cases(family: str | None = None, *,
         raise ValueError(f"dtypes must name some of {', '.join(DTYPES)} but was {dtypes!r}")
     forward, kinds = _FAMILIES[family]
     if isinstance(forward[0], str):
-        cases = st.sampled_from(forward).flatmap(lambda f: attention_cases(f, dtypes=tuple(dtypes)))
+        cases = st.sampled_from(forward).flatmap(
+            lambda f: attention_cases(f, dtypes=tuple(dtypes), shape_pool=shape_pool))
     else:
         params, build = forward
-        cases = st.fixed_dictionaries(params(tuple(dtypes))).map(build)
+        cases = st.fixed_dictionaries(params(tuple(dtypes), shape_pool)).map(build)
     douts = st.sampled_from(kinds).flatmap(_kind_params)
 
     def built(drawn: tuple[AttentionCase, tuple[str, dict[str, Any]]]) -> AttentionBackwardCase:

@@ -7,6 +7,7 @@ docs/tolerances.md, "Attention", says what each aims at.
 from __future__ import annotations
 
 import math
+import zlib
 from typing import Any, Callable
 
 import numpy as np
@@ -15,19 +16,51 @@ from hypothesis import strategies as st
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
 from normprops.ops.attention_math import AttentionCase, laid_out
 
-__all__ = ["ATTENTION_FAMILIES", "FAMILY_LAYOUTS", "attention_case", "attention_cases"]
+__all__ = ["ATTENTION_FAMILIES", "FAMILY_LAYOUTS", "attention_case", "attention_cases", "shape_dim"]
 
 F32 = np.float32
 
 
-def _shape(*, b: tuple[int, ...] = (1, 2), hkv: tuple[int, ...] = (1, 2), group: tuple[int, ...] = (1, 2, 4),
-           lq: tuple[int, int] = (1, 6), lk: st.SearchStrategy[int] | None = None,
-           d: tuple[int, ...] = (8, 16, 32, 64, 128)) -> dict[str, st.SearchStrategy[Any]]:
-    return {
-        "B": st.sampled_from(b), "Hkv": st.sampled_from(hkv), "group": st.sampled_from(group),
-        "Lq": st.integers(*lq), "Lk": st.integers(1, 96) if lk is None else lk,
-        "D": st.sampled_from(d), "seed": st.integers(0, 2**16 - 1),
-    }
+#: A shape parameter's choices: a tuple of values, or a range of them.
+Dim = tuple[int, ...] | range
+
+#: The key of the slot every shape parameter of a pooled case reads (one draw an example).
+_SLOT = "normprops-attention-shape-slot"
+
+
+def _edges(values: range) -> tuple[int, ...]:
+    """A range's ends and the tile edges inside it (2^k - 1, 2^k, 2^k + 1): what a pool keeps of it."""
+    lo, hi = values.start, values.stop - 1
+    edges = {lo, hi} | {2**k + e for k in range(1, hi.bit_length() + 1) for e in (-1, 0, 1)}
+    return tuple(sorted(x for x in edges if lo <= x <= hi))
+
+
+def shape_dim(key: str, choices: Dim, *, pool: int) -> st.SearchStrategy[int]:
+    """The strategy of one shape parameter ``key``: any of ``choices``, or, with ``pool`` > 0, the
+    value the example's pool slot (one of ``pool``, drawn once an example and shared by every shape
+    parameter) picks, so that a family's cases come in at most ``pool`` shapes. A kernel that
+    compiles for every new shape (``jax.jit``, ``torch.compile``) spends its hunt on values, not
+    compiles. A pooled range keeps its ends and its tile edges (:func:`_edges`); which value a slot
+    picks is a fixed permutation of the choices for each key, the same in every run."""
+    if not pool:
+        if isinstance(choices, range):
+            return st.integers(choices.start, choices.stop - 1)
+        return st.sampled_from(choices)
+    values = _edges(choices) if isinstance(choices, range) else tuple(choices)
+    order = np.random.default_rng(zlib.crc32(key.encode())).permutation(len(values))
+    return st.shared(st.integers(0, pool - 1), key=_SLOT).map(
+        lambda slot: values[int(order[slot % len(values)])])
+
+
+def _shape(*, b: Dim = (1, 2), hkv: Dim = (1, 2), group: Dim = (1, 2, 4), lq: Dim = range(1, 7),
+           lk: Dim = range(1, 97), d: Dim = (8, 16, 32, 64, 128), dv: Dim | None = None,
+           pool: int = 0) -> dict[str, st.SearchStrategy[Any]]:
+    dims = {"B": b, "Hkv": hkv, "group": group, "Lq": lq, "Lk": lk, "D": d}
+    drawn = {**{key: shape_dim(key, choices, pool=pool) for key, choices in dims.items()},
+             "seed": st.integers(0, 2**16 - 1)}
+    if dv is not None:  # after the seed: the order a family's parameters are drawn in
+        drawn["Dv"] = shape_dim("Dv", dv, pool=pool)
+    return drawn
 
 
 _SHAPE_KEYS = frozenset({"B", "Hkv", "group", "Lq", "Lk", "D", "Dv", "dtype"})
@@ -270,56 +303,74 @@ _ODD = (1, 3, 17, 63, 65, 127, 129, 255)
 _DECODE_KEYS = (0, 1, 33, 64, 97, 127, 129, 192, 255, 257, 513, 1023, 1025, 1088, 2047, 2049, 4095, 4097)
 #: The head dimensions of released models.
 _MODEL_DIMS = (32, 64, 72, 80, 96, 104, 128, 192, 256)
-_FAMILIES: dict[str, tuple[Callable[[tuple[str, ...]], dict[str, st.SearchStrategy[Any]]],
+_FAMILIES: dict[str, tuple[Callable[..., dict[str, st.SearchStrategy[Any]]],
                            Callable[[dict[str, Any]], AttentionCase]]] = {
-    "ordinary": (lambda dt: {**_shape(), "dtype": _dtypes(dt), "masked": st.booleans(),
-                             "spread": st.sampled_from([1.0, 0.1, 3.0]),
-                             "offset": st.sampled_from([0.0, 1.0, -4.0])}, _ordinary),
-    "large_scores": (lambda dt: {**_shape(), "dtype": _dtypes(dt),
-                                 "top": st.floats(2, 4).map(lambda e: float(10.0**e))}, _large_scores),
-    "sentinel": (lambda dt: {**_shape(group=(1, 2, 4, 16), lq=(1, 4), d=(16, 32, 64, 128)),
-                             "dtype": _dtypes(dt),
-                             "level": st.floats(5.5e4, 1.2e5).map(lambda x: float(round(x))),
-                             "rows": st.sampled_from(["all", "even"]), "jitter": st.integers(0, 4),
-                             "offset": st.sampled_from([0.0, 1.0, 4.0]), "padded": st.integers(0, 4)},
-                 _sentinel),
-    "fully_masked": (lambda dt: {**_shape(lk=st.sampled_from([1, 33, 65, 97, 64, 192])),
-                                 "dtype": _dtypes(dt),
-                                 "layout": st.sampled_from(["left_pad", "left_pad_causal", "dead_rows"])},
-                     _fully_masked),
-    "causal": (lambda dt: {**_shape(lq=(1, 12), lk=st.integers(1, 40)), "dtype": _dtypes(dt),
-                           "corner": st.sampled_from(["top_left", "bottom_right"])}, _causal),
-    "gqa": (lambda dt: {**_shape(b=(1,), hkv=(1, 2, 3), group=(1, 2, 4, 8, 16), lq=(1, 3),
-                                 lk=st.integers(1, 64), d=(16, 32, 64)), "dtype": _dtypes(dt)}, _gqa),
-    "cancelling_v": (lambda dt: {**_shape(lk=st.integers(1, 48)), "dtype": _dtypes(dt),
-                                 "size": st.sampled_from([1e2, 1e3, 3e4]),
-                                 "residual": st.sampled_from([0.0, 1e-3, 1.0])}, _cancelling_v),
-    "ragged": (lambda dt: {**_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=(1, 3),
-                                    lk=st.sampled_from([1, 63, 65, 127, 129, 255, 257]), d=_ODD),
-                           "Dv": st.sampled_from(_ODD), "dtype": _dtypes(dt), "masked": st.booleans()},
-               _ragged),
-    "sliding_window": (lambda dt: {**_shape(lq=(1, 12), lk=st.integers(1, 80)), "dtype": _dtypes(dt),
-                                   "window": st.sampled_from([1, 2, 3, 16, 31, 32, 33, 64])},
-                       _sliding_window),
-    "decode": (lambda dt: {**_shape(hkv=(1,), lq=(1, 1), lk=st.sampled_from(_DECODE_KEYS),
-                                    group=(1, 4), d=(64, 128)),
-                           "dtype": _dtypes(dt), "cached": st.booleans()}, _decode),
-    "extreme_lse": (lambda dt: {**_shape(lq=(1, 4), lk=st.integers(1, 48)), "dtype": _dtypes(dt),
-                                "level": st.tuples(st.sampled_from([1.0, -1.0]), st.floats(2, 4)).map(
-                                    lambda se: float(se[0] * round(10.0**se[1]))),
-                                "spread": st.sampled_from([0.0, 0.5, 2.0])}, _extreme_lse),
-    "head_dims": (lambda dt: {**_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=(1, 4), lk=st.integers(1, 64),
-                                       d=_MODEL_DIMS),
-                              "Dv": st.sampled_from(_MODEL_DIMS), "dtype": _dtypes(dt),
-                              "masked": st.booleans()}, _head_dims),
-    "outlier_key": (lambda dt: {**_shape(lq=(1, 4), lk=st.integers(2, 64)), "dtype": _dtypes(dt),
-                                "gap": st.sampled_from([8.0, 30.0, 95.0, 200.0]),
-                                "position": st.sampled_from(["first", "last", "middle"]),
-                                "sink_value": st.sampled_from([1.0, 0.0, 100.0])}, _outlier_key),
-    "strided": (lambda dt: {**_shape(hkv=(2, 3), group=(1, 2), lq=(2, 6), lk=st.integers(2, 48),
-                                     d=(8, 16, 64)),
-                            "Dv": st.sampled_from([8, 16, 24]), "dtype": _dtypes(dt), "masked": st.booleans(),
-                            "memory": st.just("bshd")}, _strided),
+    "ordinary": (lambda dt, pool=0: {
+        **_shape(pool=pool), "dtype": _dtypes(dt), "masked": st.booleans(),
+        "spread": st.sampled_from([1.0, 0.1, 3.0]), "offset": st.sampled_from([0.0, 1.0, -4.0])},
+        _ordinary),
+    "large_scores": (lambda dt, pool=0: {
+        **_shape(pool=pool), "dtype": _dtypes(dt),
+        "top": st.floats(2, 4).map(lambda e: float(10.0**e))},
+        _large_scores),
+    "sentinel": (lambda dt, pool=0: {
+        **_shape(group=(1, 2, 4, 16), lq=range(1, 5), d=(16, 32, 64, 128), pool=pool),
+        "dtype": _dtypes(dt), "level": st.floats(5.5e4, 1.2e5).map(lambda x: float(round(x))),
+        "rows": st.sampled_from(["all", "even"]), "jitter": st.integers(0, 4),
+        "offset": st.sampled_from([0.0, 1.0, 4.0]), "padded": st.integers(0, 4)},
+        _sentinel),
+    "fully_masked": (lambda dt, pool=0: {
+        **_shape(lk=(1, 33, 65, 97, 64, 192), pool=pool), "dtype": _dtypes(dt),
+        "layout": st.sampled_from(["left_pad", "left_pad_causal", "dead_rows"])},
+        _fully_masked),
+    "causal": (lambda dt, pool=0: {
+        **_shape(lq=range(1, 13), lk=range(1, 41), pool=pool), "dtype": _dtypes(dt),
+        "corner": st.sampled_from(["top_left", "bottom_right"])},
+        _causal),
+    "gqa": (lambda dt, pool=0: {
+        **_shape(b=(1,), hkv=(1, 2, 3), group=(1, 2, 4, 8, 16), lq=range(1, 4), lk=range(1, 65),
+                 d=(16, 32, 64), pool=pool),
+        "dtype": _dtypes(dt)},
+        _gqa),
+    "cancelling_v": (lambda dt, pool=0: {
+        **_shape(lk=range(1, 49), pool=pool), "dtype": _dtypes(dt),
+        "size": st.sampled_from([1e2, 1e3, 3e4]), "residual": st.sampled_from([0.0, 1e-3, 1.0])},
+        _cancelling_v),
+    "ragged": (lambda dt, pool=0: {
+        **_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=range(1, 4), lk=(1, 63, 65, 127, 129, 255, 257),
+                 d=_ODD, dv=_ODD, pool=pool),
+        "dtype": _dtypes(dt), "masked": st.booleans()},
+        _ragged),
+    "sliding_window": (lambda dt, pool=0: {
+        **_shape(lq=range(1, 13), lk=range(1, 81), pool=pool), "dtype": _dtypes(dt),
+        "window": st.sampled_from([1, 2, 3, 16, 31, 32, 33, 64])},
+        _sliding_window),
+    "decode": (lambda dt, pool=0: {
+        **_shape(hkv=(1,), lq=range(1, 2), lk=_DECODE_KEYS, group=(1, 4), d=(64, 128), pool=pool),
+        "dtype": _dtypes(dt), "cached": st.booleans()},
+        _decode),
+    "extreme_lse": (lambda dt, pool=0: {
+        **_shape(lq=range(1, 5), lk=range(1, 49), pool=pool), "dtype": _dtypes(dt),
+        "level": st.tuples(st.sampled_from([1.0, -1.0]), st.floats(2, 4)).map(
+            lambda se: float(se[0] * round(10.0**se[1]))),
+        "spread": st.sampled_from([0.0, 0.5, 2.0])},
+        _extreme_lse),
+    "head_dims": (lambda dt, pool=0: {
+        **_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=range(1, 5), lk=range(1, 65), d=_MODEL_DIMS,
+                 dv=_MODEL_DIMS, pool=pool),
+        "dtype": _dtypes(dt), "masked": st.booleans()},
+        _head_dims),
+    "outlier_key": (lambda dt, pool=0: {
+        **_shape(lq=range(1, 5), lk=range(2, 65), pool=pool), "dtype": _dtypes(dt),
+        "gap": st.sampled_from([8.0, 30.0, 95.0, 200.0]),
+        "position": st.sampled_from(["first", "last", "middle"]),
+        "sink_value": st.sampled_from([1.0, 0.0, 100.0])},
+        _outlier_key),
+    "strided": (lambda dt, pool=0: {
+        **_shape(hkv=(2, 3), group=(1, 2), lq=range(2, 7), lk=range(2, 49), d=(8, 16, 64), dv=(8, 16, 24),
+                 pool=pool),
+        "dtype": _dtypes(dt), "masked": st.booleans(), "memory": st.just("bshd")},
+        _strided),
 }
 
 #: The mask layouts (normprops.ops.attention_math.MASK_LAYOUTS) each family's cases can have: a
@@ -360,14 +411,18 @@ def attention_case(family: str, **params: Any) -> AttentionCase:
 
 
 def attention_cases(family: str | None = None, *,
-                    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16")
-                    ) -> st.SearchStrategy[AttentionCase]:
-    """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``."""
+                    dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16"),
+                    shape_pool: int = 0) -> st.SearchStrategy[AttentionCase]:
+    """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``; with
+    ``shape_pool`` > 0, in at most that many shapes a family (:func:`shape_dim`)."""
     if family is None:
-        return st.sampled_from(ATTENTION_FAMILIES).flatmap(lambda f: attention_cases(f, dtypes=dtypes))
+        return st.sampled_from(ATTENTION_FAMILIES).flatmap(
+            lambda f: attention_cases(f, dtypes=dtypes, shape_pool=shape_pool))
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {', '.join(ATTENTION_FAMILIES)} but was {family!r}")
     if not dtypes or any(t not in DTYPES for t in dtypes):
         raise ValueError(f"dtypes must name some of {', '.join(DTYPES)} but was {dtypes!r}")
+    if not isinstance(shape_pool, int) or shape_pool < 0:
+        raise ValueError(f"shape_pool must be a non-negative int but was {shape_pool!r}")
     params, build = _FAMILIES[family]
-    return st.fixed_dictionaries(params(tuple(dtypes))).map(build)
+    return st.fixed_dictionaries(params(tuple(dtypes), shape_pool)).map(build)

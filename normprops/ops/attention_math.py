@@ -179,6 +179,11 @@ class AttentionCase:
 # --- what a kernel declares ----------------------------------------------------------------------
 
 
+#: The shapes a family draws for a kernel that compiles for every new shape (``shape_pool``): 300
+#: examples over 8 shapes is 8 compiles (16 with and without a mask) rather than 200-300.
+COMPILED_SHAPE_POOL = 8
+
+
 @dataclass(frozen=True)
 class AttentionDeclaration:
     """What a kernel promises about its arithmetic and its calls, which the bound and the hunt
@@ -196,8 +201,13 @@ class AttentionDeclaration:
     widened with zero columns of q, k and v: the scores do not change, the extra output columns are
     zero); ``gqa``: False, it takes only as many kv heads as query heads (a drawn case's kv heads
     are repeated for it: the same attention); ``equal_head_dims``: it takes v's head dimension only
-    equal to q's and k's (the narrower widened with zero columns); ``min_keys``: no shorter key
-    length is drawn (SDPA's fused backends take no zero keys, cuDNN's no single key).
+    equal to q's and k's (the narrower widened with zero columns); ``min_head_dim``: the narrowest
+    head dimension it takes, of q and k and of v (a narrower drawn one is widened with zero columns,
+    as for ``head_dims_multiple_of``: Triton's ``tl.dot`` takes no dimension under 16);
+    ``min_keys``: no shorter key length is drawn (SDPA's fused backends take no zero keys, cuDNN's
+    no single key); ``shape_pool``: it compiles for every new shape (``jax.jit``,
+    ``torch.compile``), so each family draws its cases in at most this many shapes (0: in any), and
+    a hunt spends its examples on values rather than compiles.
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -209,11 +219,17 @@ class AttentionDeclaration:
     head_dims_multiple_of: int = 1
     gqa: bool = True
     equal_head_dims: bool = False
+    min_head_dim: int = 1
     min_keys: int = 0
+    shape_pool: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.min_keys, int) or self.min_keys < 0:
             raise ValueError(f"min_keys must be a non-negative int but was {self.min_keys!r}")
+        if not isinstance(self.shape_pool, int) or self.shape_pool < 0:
+            raise ValueError(f"shape_pool must be a non-negative int but was {self.shape_pool!r}")
+        if not isinstance(self.min_head_dim, int) or self.min_head_dim < 1:
+            raise ValueError(f"min_head_dim must be a positive int but was {self.min_head_dim!r}")
         if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
             raise ValueError(f"head_dims_multiple_of must be a positive int but was "
                              f"{self.head_dims_multiple_of!r}")
