@@ -130,7 +130,7 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
                 mask_fill: float | str | None = None, variance: str = "two_pass",
                 mask_layouts: Iterable[str] | str | None = None, empty_rows: str | None = None,
                 returns_lse: bool | None = None, p_dtype: str | None = None,
-                online: bool | None = None, softcap: float | None = None,
+                online: bool | None = None, shape_pool: int | None = None, softcap: float | None = None,
                 z_loss: float | None = None, loss_reduction: str | None = None,
                 smoothing: bool | None = None) -> Report:
     """Hunt ``fn`` for numerical bugs in every family of ``op`` (or ``families``).
@@ -181,7 +181,9 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
       causal_top_left, causal_bottom_right, key_padding, arbitrary; the hunt draws only those),
       what a query row with no kept key gives ("zero", "nan" or "either"), whether it returns lse
       (None: either), the type P is rounded to before P.V, and whether a running max rescales its
-      sums (default True; False tightens the P.V bound). docs/hunting.md, "Attention".
+      sums (default True; False tightens the P.V bound). ``shape_pool`` (attention and its
+      backward): each family draws its cases in at most this many shapes, for an ``fn`` that
+      compiles for every new shape (``jax.jit``, ``torch.compile``). docs/hunting.md, "Attention".
     - ``softcap``, ``z_loss``, ``loss_reduction``, ``smoothing`` (cross_entropy and its gradient
       only): the cap ``c`` of ``c tanh(x / c)`` applied to the logits first (Gemma 2: 30), the
       coefficient of ``lse^2`` added to each row's loss, what the loss is ("none", the default:
@@ -215,7 +217,8 @@ def hunt_kernel(fn: Callable[..., Any], *, op: str, dtype: str = "float32",
         row_reduction=row_reduction, mask=mask, mask_fill=mask_fill, variance=variance,
         **{key: value for key, value in (("mask_layouts", mask_layouts), ("empty_rows", empty_rows),
                                          ("returns_lse", returns_lse), ("p_dtype", p_dtype),
-                                         ("online", online), ("softcap", softcap),
+                                         ("online", online), ("shape_pool", shape_pool),
+                                         ("softcap", softcap),
                                          ("z_loss", z_loss), ("loss_reduction", loss_reduction),
                                          ("smoothing", smoothing)) if value is not None})
     target = target_from_callable(fn, declaration=declaration)

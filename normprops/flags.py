@@ -22,6 +22,7 @@ FLAGS: dict[str, str] = {
     "fixtures_dir": "--fixtures-dir", "seed": "--seed", "json": "--json", "shard": "--shard",
     "peers": "--peers", "mask_layouts": "--mask-layouts", "empty_rows": "--empty-rows",
     "returns_lse": "--returns-lse", "p_dtype": "--p-dtype", "online": "--online",
+    "shape_pool": "--shape-pool",
     "softcap": "--softcap", "z_loss": "--z-loss", "loss_reduction": "--loss-reduction",
     "smoothing": "--smoothing",
 }

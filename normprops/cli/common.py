@@ -366,7 +366,8 @@ def _attention_args(args: argparse.Namespace) -> dict[str, object]:
     declare()'s keywords (an op that takes none of them names the flag in its error)."""
     given = {"mask_layouts": args.mask_layouts, "empty_rows": args.empty_rows,
              "returns_lse": _yes_no(args.returns_lse), "p_dtype": args.p_dtype,
-             "online": _yes_no(args.online), "softcap": args.softcap, "z_loss": args.z_loss,
+             "online": _yes_no(args.online), "shape_pool": args.shape_pool,
+             "softcap": args.softcap, "z_loss": args.z_loss,
              "loss_reduction": args.loss_reduction, "smoothing": _yes_no(args.smoothing)}
     return {key: value for key, value in given.items() if value is not None}
 

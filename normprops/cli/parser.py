@@ -127,6 +127,10 @@ def _add_kernel_flags(p: argparse.ArgumentParser, *, replay: bool = False) -> No
     g.add_argument("--online", choices=("yes", "no"), default=None,
                    help="attention: yes (default), a running max rescales the partial sums "
                         "(FlashAttention); no, two passes (a tighter P.V bound)")
+    g.add_argument("--shape-pool", type=int, default=None, metavar="N",
+                   help="attention and its backward: each family draws its cases in at most N "
+                        "shapes, for a kernel that compiles for every new shape (jax.jit, "
+                        "torch.compile): the examples go to values, not compiles (default: any shape)")
     g.add_argument("--softcap", type=float, default=None, metavar="C",
                    help="cross_entropy: the logits pass through C tanh(x / C) first (Gemma 2: 30)")
     g.add_argument("--z-loss", type=float, default=None, metavar="Z",

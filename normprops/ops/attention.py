@@ -321,7 +321,7 @@ ATTENTION = OpSpec(
         cases=_cases, outputs=_outputs, exact=_exact, check=_check, element=_element,
         pieces=_pieces, build=_build, describe=_describe, default_declaration=FOREIGN_ATTENTION,
         declare=user_attention_declaration, from_json=_from_json,
-        keywords=("mask_layouts", "empty_rows", "returns_lse", "p_dtype", "online"),
+        keywords=("mask_layouts", "empty_rows", "returns_lse", "p_dtype", "online", "shape_pool"),
         undrawable=_undrawable),
     # Planted bugs caught at worst at example 9 of 20 seeds (attention_first_key_max): 3 x 9 = 27.
     gate_examples=30,

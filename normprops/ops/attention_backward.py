@@ -144,11 +144,12 @@ def _describe(case: AttentionBackwardCase, verdict: Any = None) -> str:
 
 
 def _declare(model: ErrorModel, *, dtype: str, mask_layouts: object = None,
-             p_dtype: object = None) -> AttentionDeclaration:
-    """A user's declaration: the masks the kernel takes and the type it rounds P and dS to before
-    their matrix products (the forward's keywords; an empty row's dq is always 0)."""
+             p_dtype: object = None, shape_pool: object = None) -> AttentionDeclaration:
+    """A user's declaration: the masks the kernel takes, the type it rounds P and dS to before
+    their matrix products and the shapes a family draws (the forward's keywords; an empty row's
+    dq is always 0)."""
     return AttentionBackwardDeclaration.declare(model, dtype=dtype, mask_layouts=mask_layouts,
-                                                p_dtype=p_dtype)
+                                                p_dtype=p_dtype, shape_pool=shape_pool)
 
 
 def _from_json(doc: Any, model: ErrorModel) -> AttentionDeclaration:
@@ -174,7 +175,7 @@ ATTENTION_BACKWARD = OpSpec(
     named=NamedArrays(
         cases=_cases, outputs=_outputs, exact=_exact, check=_check, element=_element,
         pieces=_pieces, build=_build, describe=_describe, default_declaration=FOREIGN_ATTENTION_BACKWARD,
-        declare=_declare, from_json=_from_json, keywords=("mask_layouts", "p_dtype"),
+        declare=_declare, from_json=_from_json, keywords=("mask_layouts", "p_dtype", "shape_pool"),
         undrawable=_undrawable),
     # Planted bugs caught at worst at example 5 of 20 seeds (unscaled_dk, gqa_one_head): 3 x 5 = 15.
     gate_examples=30,

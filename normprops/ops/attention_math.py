@@ -247,7 +247,7 @@ class AttentionDeclaration:
     @classmethod
     def declare(cls, model: ErrorModel, *, dtype: str, mask_layouts: object = None,
                 empty_rows: object = None, returns_lse: object = None, p_dtype: object = None,
-                online: object = None) -> AttentionDeclaration:
+                online: object = None, shape_pool: object = None) -> AttentionDeclaration:
         """A user's declaration from keywords (None: the default), each checked: UsageError naming
         the argument, its value and the fix."""
         layouts = frozenset(MASK_LAYOUTS)
@@ -280,15 +280,22 @@ class AttentionDeclaration:
                                  f"{dtype}: P is rounded to the storage type at most; drop it")
         if online not in (None, True, False):
             raise UsageError(f"{spelled('online')} must be True or False but was {online!r}")
+        if shape_pool is not None and (isinstance(shape_pool, bool) or not isinstance(shape_pool, int)
+                                       or shape_pool < 0):
+            raise UsageError(f"{spelled('shape_pool')} must be a whole number, 0 or more, but was "
+                             f"{shape_pool!r}: how many shapes each family draws for a kernel that "
+                             f"compiles for every new shape (0: any shape)")
         rounded = None if p_dtype in (None, "float32") else str(p_dtype)
         return cls(model, online=True if online is None else bool(online), p_dtype=rounded,
                    empty_row=None if empty_rows in (None, "either") else str(empty_rows),
-                   mask_layouts=layouts, returns_lse=returns_lse)  # type: ignore[arg-type]
+                   mask_layouts=layouts, returns_lse=returns_lse,  # type: ignore[arg-type]
+                   shape_pool=int(shape_pool or 0))
 
     def to_json(self) -> dict[str, Any]:
         return {"online": self.online, "p_dtype": self.p_dtype, "empty_rows": self.empty_row or "either",
                 "mask_layouts": [n for n in MASK_LAYOUTS if n in self.mask_layouts],
-                "returns_lse": self.returns_lse, "threads": self.model.threads}
+                "returns_lse": self.returns_lse, "threads": self.model.threads,
+                **({"shape_pool": self.shape_pool} if self.shape_pool else {})}
 
     @classmethod
     def from_json(cls, doc: Any, model: ErrorModel) -> AttentionDeclaration:
@@ -299,7 +306,8 @@ class AttentionDeclaration:
         return cls(model, online=bool(doc.get("online", True)), p_dtype=doc.get("p_dtype"),
                    empty_row=None if empty in (None, "either") else empty,
                    mask_layouts=frozenset(doc.get("mask_layouts") or MASK_LAYOUTS),
-                   returns_lse=doc.get("returns_lse"))
+                   returns_lse=doc.get("returns_lse"),
+                   shape_pool=doc["shape_pool"] if isinstance(doc.get("shape_pool"), int) else 0)
 
     def flag_pairs(self) -> list[tuple[str, object]]:
         """The fields that differ from a user kernel's default, as (field, value) for a command."""
@@ -310,6 +318,7 @@ class AttentionDeclaration:
             ("returns_lse", None if self.returns_lse is None else ("yes" if self.returns_lse else "no")),
             ("p_dtype", self.p_dtype),
             ("online", None if self.online else "no"),
+            ("shape_pool", self.shape_pool or None),
         ]
 
 
