@@ -193,3 +193,49 @@ def test_a_kernel_with_a_least_key_length_is_never_handed_a_shorter_case() -> No
              lambda c: c.k.shape[2] == 1, settings=quick)
     with pytest.raises(ValueError, match="min_keys"):
         AttentionDeclaration(min_keys=-1)
+
+
+@pytest.mark.parametrize("op", ["attention", "attention_backward"])
+def test_a_shape_pool_bounds_the_shapes_a_family_draws(op: str) -> None:
+    """A kernel that compiles for every new shape (shape_pool=N) meets at most N shapes a forward
+    family, the same N in every run (the pool is fixed, the slot drawn), while the values go on
+    changing; without a pool the same family draws many more."""
+    from hypothesis import HealthCheck, given, settings
+
+    from normprops.ops.attention_backward_families import attention_backward_cases
+    from normprops.ops.attention_families import attention_cases
+
+    def shapes(pool: int, seed: int) -> tuple[set[tuple[tuple[int, ...], ...]], set[float]]:
+        seen: set[tuple[tuple[int, ...], ...]] = set()
+        values: set[float] = set()
+        drawn = (attention_cases("ordinary", dtypes=("float32",), shape_pool=pool) if op == "attention"
+                 else attention_backward_cases("dout_scale", dtypes=("float32",), shape_pool=pool))
+
+        @settings(max_examples=120, database=None, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(drawn)
+        def collect(case: AttentionCase) -> None:
+            seen.add((case.q.shape, case.k.shape, case.v.shape))
+            values.add(float(case.q.flat[0]))
+
+        collect._hypothesis_internal_use_seed = seed  # type: ignore[attr-defined]
+        collect()
+        return seen, values
+
+    pooled, values = shapes(4, 0)
+    # dout_scale draws from two forward families (ordinary, large_scores): 4 shapes each at most
+    assert 1 < len(pooled) <= (4 if op == "attention" else 8) and len(values) > 15
+    again, _ = shapes(4, 1)
+    assert again <= set().union(pooled, *(shapes(4, s)[0] for s in (2, 3)))  # one fixed pool
+    assert len(shapes(0, 0)[0]) > 20
+
+
+def test_a_shape_pool_is_declared_by_flag_or_keyword() -> None:
+    from normprops.errors import UsageError
+    from normprops.ops.attention import FOREIGN_ATTENTION, AttentionDeclaration
+
+    declared = AttentionDeclaration.declare(FOREIGN_ATTENTION.model, dtype="float32", shape_pool=8)
+    assert declared.shape_pool == 8 and ("shape_pool", 8) in declared.flag_pairs()
+    assert AttentionDeclaration.from_json(declared.to_json(), FOREIGN_ATTENTION.model).shape_pool == 8
+    for bad in (-1, 2.5, True, "8"):
+        with pytest.raises(UsageError, match=r"--shape-pool \(shape_pool=\) must be a whole number"):
+            AttentionDeclaration.declare(FOREIGN_ATTENTION.model, dtype="float32", shape_pool=bad)
