@@ -146,10 +146,11 @@ def test_cudnn_entries_live_on_the_gpu_and_claim_what_was_hunted_clean() -> None
     """cuDNN's attention runs only on a GPU: its entries say so (device "cuda"), the xla ones run
     wherever JAX does. They claim the families hunted clean at 300 examples, seeds 0 and 1 on an
     H100 (docs/ecosystem.md), none that draws a query row with no kept key."""
-    clean = {"ordinary", "large_scores", "sentinel", "gqa", "ragged"}
+    clean = {"ordinary", "large_scores", "sentinel", "gqa", "cancelling_v", "ragged", "extreme_lse",
+             "head_dims", "outlier_key", "strided"}
     bf16, f16 = _spec("jax", "jax.attention-cudnn-bf16"), _spec("jax", "jax.attention-cudnn-f16")
     assert (bf16.device, f16.device) == ("cuda", "cuda")
-    assert bf16.claims == clean and f16.claims == clean | {"cancelling_v"}
+    assert bf16.claims == clean and f16.claims == clean
     assert not (bf16.claims | f16.claims) & {"fully_masked", "causal", "sliding_window", "decode"}
     for name in ("jax.attention-f32", "jax.attention-bf16"):
         assert _spec("jax", name).device is None
