@@ -239,3 +239,26 @@ def test_a_shape_pool_is_declared_by_flag_or_keyword() -> None:
     for bad in (-1, 2.5, True, "8"):
         with pytest.raises(UsageError, match=r"--shape-pool \(shape_pool=\) must be a whole number"):
             AttentionDeclaration.declare(FOREIGN_ATTENTION.model, dtype="float32", shape_pool=bad)
+
+
+def test_the_hunt_says_it_draws_a_pool_of_shapes_and_rejects_a_bad_one(tmp_path) -> None:
+    run = _cli("hunt", "--op", "attention", "--impl", f"{IMPL}:two_pass", "--shape-pool", "4",
+               "--families", "ordinary", "--seed", "0", "--max-examples", "10", "--no-fixtures",
+               cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "; 4 shapes a family (--shape-pool);" in run.stdout.splitlines()[0]
+    bad = _cli("hunt", "--op", "softmax", "--impl", f"{IMPL}:two_pass", "--shape-pool", "4", cwd=tmp_path)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    assert "--shape-pool (shape_pool=) applies to --op attention" in bad.stderr
+
+
+def test_the_compiled_entries_declare_their_pool_and_flex_its_least_head_dim() -> None:
+    from normprops.ops.attention_math import COMPILED_SHAPE_POOL
+    from normprops.specs import KERNELS
+
+    pools = {(s.backend, s.name): (s.op_declaration.shape_pool, s.op_declaration.min_head_dim)
+             for s in KERNELS if s.op in ("attention", "attention_backward")}
+    for (backend, name), (pool, least) in pools.items():
+        compiled = name.startswith(("flex-f32", "flex-bf16", "flex.backward", "jax."))
+        assert pool == (COMPILED_SHAPE_POOL if compiled else 0), (backend, name)
+        assert least == (16 if compiled and backend == "torch-cuda" else 1), (backend, name)
