@@ -177,7 +177,7 @@ class _KernelHunt:
             ignored += f"; rows summed: {target.row_reduction} (--row-reduction)"
         pool = getattr(target.declaration.op_declaration, "shape_pool", 0)
         if pool:
-            ignored += f"; {pool} shapes a family (--shape-pool)"
+            ignored += f"; {pool} shapes a family (a shape pool)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         shard = ("" if args.shard is None else
                  f" (shard {args.shard[0]}/{args.shard[1]} of the {len(self.chosen)} asked for)")

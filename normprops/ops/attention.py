@@ -78,7 +78,8 @@ def _cases(family: str, dtype: str, declaration: AttentionDeclaration) -> Any:
     why = _undrawable(family, declaration)
     if why is not None:
         raise ValueError(why)
-    return cases_taken(attention_cases(family, dtypes=(dtype,), shape_pool=declaration.shape_pool),
+    return cases_taken(attention_cases(family, dtypes=(dtype,), shape_pool=declaration.shape_pool,
+                                       min_keys=declaration.min_keys),
                        layouts=FAMILY_LAYOUTS[family],
                        declaration=declaration, taken=functools.partial(as_taken, declaration=declaration))
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
 from normprops.ops.attention_backward_math import AttentionBackwardCase
 from normprops.ops.attention_families import FAMILY_LAYOUTS as FORWARD_LAYOUTS
-from normprops.ops.attention_families import Dim, attention_cases, shape_dim
+from normprops.ops.attention_families import Dim, ShapePool, attention_cases, pool_pick, pool_slot, shape_dim
 from normprops.ops.attention_math import AttentionCase, attention_reference
 
 __all__ = ["ATTENTION_BACKWARD_FAMILIES", "FAMILY_LAYOUTS", "attention_backward_cases", "with_dout"]
@@ -141,7 +141,8 @@ def _low_lse(p: dict[str, Any]) -> AttentionCase:
 
 
 def _shape(*, b: Dim = (1, 2), hkv: Dim = (1, 2), group: Dim = (1, 2, 4), lq: Dim = range(1, 7),
-           lk: Dim = range(1, 17), d: Dim = (32, 64), pool: int = 0) -> dict[str, st.SearchStrategy[Any]]:
+           lk: Dim = range(1, 17), d: Dim = (32, 64), pool: ShapePool | None = None
+           ) -> dict[str, st.SearchStrategy[Any]]:
     dims = {"B": b, "Hkv": hkv, "group": group, "Lq": lq, "Lk": lk, "D": d}
     return {**{key: shape_dim(key, choices, pool=pool) for key, choices in dims.items()},
             "seed": st.integers(0, 2**16 - 1)}
@@ -151,7 +152,7 @@ def _shape(*, b: Dim = (1, 2), hkv: Dim = (1, 2), group: Dim = (1, 2, 4), lq: Di
 #  the dout kinds)
 _FAMILIES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "ordinary": (("ordinary", "causal", "ragged"), ("ordinary",)),
-    "cancelling_dout": ((lambda dt, pool=0: {**_shape(pool=pool), "dtype": st.sampled_from(dt),
+    "cancelling_dout": ((lambda dt, pool=None: {**_shape(pool=pool), "dtype": st.sampled_from(dt),
                                      "offset": st.sampled_from([0.0, 1.0, -4.0])}, _cancelling),
                         ("cancelling",)),
     "orthogonal_dout": (("ordinary", "large_scores", "cancelling_v"), ("orthogonal",)),
@@ -159,7 +160,7 @@ _FAMILIES: dict[str, tuple[Any, tuple[str, ...]]] = {
     "dout_scale": (("ordinary", "large_scores"), ("scaled",)),
     "fully_masked": (("fully_masked", "causal"), ("ordinary",)),
     # One or two query heads: the widest case (Lq 64, Lk 320, D 256) stays a few 10M flops.
-    "low_lse": ((lambda dt, pool=0: {**_shape(b=(1,), hkv=(1,), group=(1, 2), lq=(1, 3, 16, 64),
+    "low_lse": ((lambda dt, pool=None: {**_shape(b=(1,), hkv=(1,), group=(1, 2), lq=(1, 3, 16, 64),
                                              lk=(64, 192, 320), d=(64, 128, 256), pool=pool),
                              "dtype": st.sampled_from(dt),
                              "shift": st.sampled_from([-128.0, -100.0, -200.0, -1000.0]),
@@ -187,25 +188,34 @@ def _kind_params(kind: str) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
 
 def attention_backward_cases(family: str | None = None, *,
                              dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16"),
-                             shape_pool: int = 0) -> st.SearchStrategy[AttentionBackwardCase]:
+                             shape_pool: int = 0, min_keys: int = 0
+                             ) -> st.SearchStrategy[AttentionBackwardCase]:
     """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``; with
-    ``shape_pool`` > 0, in at most that many shapes a forward family
-    (:func:`normprops.ops.attention_families.shape_dim`)."""
+    ``shape_pool`` > 0, in at most that many shapes a family
+    (:class:`normprops.ops.attention_families.ShapePool`: a slot picks the forward family too),
+    none of fewer than ``min_keys`` keys."""
     if family is None:
         return st.sampled_from(ATTENTION_BACKWARD_FAMILIES).flatmap(
-            lambda f: attention_backward_cases(f, dtypes=dtypes, shape_pool=shape_pool))
+            lambda f: attention_backward_cases(f, dtypes=dtypes, shape_pool=shape_pool, min_keys=min_keys))
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {', '.join(ATTENTION_BACKWARD_FAMILIES)} but was "
                          f"{family!r}")
     if not dtypes or any(t not in DTYPES for t in dtypes):
         raise ValueError(f"dtypes must name some of {', '.join(DTYPES)} but was {dtypes!r}")
     forward, kinds = _FAMILIES[family]
-    if isinstance(forward[0], str):
-        cases = st.sampled_from(forward).flatmap(
-            lambda f: attention_cases(f, dtypes=tuple(dtypes), shape_pool=shape_pool))
-    else:
+    pool = ShapePool(shape_pool, family, min_keys) if shape_pool else None
+
+    def forward_cases(name: str) -> Any:
+        return attention_cases(name, dtypes=tuple(dtypes), shape_pool=shape_pool, min_keys=min_keys)
+
+    if not isinstance(forward[0], str):
         params, build = forward
-        cases = st.fixed_dictionaries(params(tuple(dtypes), shape_pool)).map(build)
+        cases = st.fixed_dictionaries(params(tuple(dtypes), pool)).map(build)
+    elif pool is None:
+        cases = st.sampled_from(forward).flatmap(forward_cases)
+    else:  # the slot picks the forward family as well as its shape: pool.size (family, shape) pairs
+        cases = pool_slot(pool).flatmap(
+            lambda slot: forward_cases(forward[pool_pick(pool, "forward", slot, len(forward))]))
     douts = st.sampled_from(kinds).flatmap(_kind_params)
 
     def built(drawn: tuple[AttentionCase, tuple[str, dict[str, Any]]]) -> AttentionBackwardCase:

@@ -6,8 +6,9 @@ docs/tolerances.md, "Attention", says what each aims at.
 
 from __future__ import annotations
 
+import hashlib
 import math
-import zlib
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
@@ -16,7 +17,8 @@ from hypothesis import strategies as st
 from normprops.dtypes import DTYPES, get_dtype, to_dtype
 from normprops.ops.attention_math import AttentionCase, laid_out
 
-__all__ = ["ATTENTION_FAMILIES", "FAMILY_LAYOUTS", "attention_case", "attention_cases", "shape_dim"]
+__all__ = ["ATTENTION_FAMILIES", "FAMILY_LAYOUTS", "SLOT", "ShapePool", "attention_case", "attention_cases",
+           "pool_pick", "pool_slot", "shape_dim"]
 
 F32 = np.float32
 
@@ -25,7 +27,19 @@ F32 = np.float32
 Dim = tuple[int, ...] | range
 
 #: The key of the slot every shape parameter of a pooled case reads (one draw an example).
-_SLOT = "normprops-attention-shape-slot"
+SLOT = "normprops-attention-shape-slot"
+
+
+@dataclass(frozen=True)
+class ShapePool:
+    """At most ``size`` shapes for ``family``'s cases (a kernel's ``shape_pool``): slot ``i`` of the
+    pool is one shape, each of its parameters picked from that parameter's choices on its own. Key
+    lengths under ``min_keys`` (the kernel's) are left out of the choices, so that no slot holds a
+    shape the kernel refuses."""
+
+    size: int
+    family: str
+    min_keys: int = 0
 
 
 def _edges(values: range) -> tuple[int, ...]:
@@ -35,26 +49,39 @@ def _edges(values: range) -> tuple[int, ...]:
     return tuple(sorted(x for x in edges if lo <= x <= hi))
 
 
-def shape_dim(key: str, choices: Dim, *, pool: int) -> st.SearchStrategy[int]:
-    """The strategy of one shape parameter ``key``: any of ``choices``, or, with ``pool`` > 0, the
-    value the example's pool slot (one of ``pool``, drawn once an example and shared by every shape
-    parameter) picks, so that a family's cases come in at most ``pool`` shapes. A kernel that
-    compiles for every new shape (``jax.jit``, ``torch.compile``) spends its hunt on values, not
-    compiles. A pooled range keeps its ends and its tile edges (:func:`_edges`); which value a slot
-    picks is a fixed permutation of the choices for each key, the same in every run."""
-    if not pool:
+def pool_pick(pool: ShapePool, key: str, slot: int, count: int) -> int:
+    """Which of ``count`` choices slot ``slot`` of ``pool`` takes for ``key``: a BLAKE2 hash of the
+    three, the same in every run, process and version. (Not a CRC: CRC-32 is linear, and its low
+    bits moved together for keys of one family, tying batch size to head count.)"""
+    digest = hashlib.blake2b(f"{pool.family}/{key}/{slot}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % count
+
+
+def pool_slot(pool: ShapePool) -> st.SearchStrategy[int]:
+    """The example's slot in ``pool``: drawn once an example and shared by every shape parameter
+    (Hypothesis's ``shared``), shrinking towards slot 0."""
+    return st.shared(st.integers(0, pool.size - 1), key=SLOT)
+
+
+def shape_dim(key: str, choices: Dim, *, pool: ShapePool | None) -> st.SearchStrategy[int]:
+    """The strategy of one shape parameter ``key``: any of ``choices``, or, in a ``pool``, the value
+    the example's slot takes (:func:`pool_pick`), so that a family's cases come in at most
+    ``pool.size`` shapes. A kernel that compiles for every new shape (``jax.jit``,
+    ``torch.compile``) spends its hunt on values, not compiles. A pooled range keeps its ends and
+    its tile edges (:func:`_edges`)."""
+    if pool is None:
         if isinstance(choices, range):
             return st.integers(choices.start, choices.stop - 1)
         return st.sampled_from(choices)
     values = _edges(choices) if isinstance(choices, range) else tuple(choices)
-    order = np.random.default_rng(zlib.crc32(key.encode())).permutation(len(values))
-    return st.shared(st.integers(0, pool - 1), key=_SLOT).map(
-        lambda slot: values[int(order[slot % len(values)])])
+    if key == "Lk":
+        values = tuple(v for v in values if v >= pool.min_keys) or values
+    return pool_slot(pool).map(lambda slot: values[pool_pick(pool, key, slot, len(values))])
 
 
 def _shape(*, b: Dim = (1, 2), hkv: Dim = (1, 2), group: Dim = (1, 2, 4), lq: Dim = range(1, 7),
            lk: Dim = range(1, 97), d: Dim = (8, 16, 32, 64, 128), dv: Dim | None = None,
-           pool: int = 0) -> dict[str, st.SearchStrategy[Any]]:
+           pool: ShapePool | None = None) -> dict[str, st.SearchStrategy[Any]]:
     dims = {"B": b, "Hkv": hkv, "group": group, "Lq": lq, "Lk": lk, "D": d}
     drawn = {**{key: shape_dim(key, choices, pool=pool) for key, choices in dims.items()},
              "seed": st.integers(0, 2**16 - 1)}
@@ -305,68 +332,68 @@ _DECODE_KEYS = (0, 1, 33, 64, 97, 127, 129, 192, 255, 257, 513, 1023, 1025, 1088
 _MODEL_DIMS = (32, 64, 72, 80, 96, 104, 128, 192, 256)
 _FAMILIES: dict[str, tuple[Callable[..., dict[str, st.SearchStrategy[Any]]],
                            Callable[[dict[str, Any]], AttentionCase]]] = {
-    "ordinary": (lambda dt, pool=0: {
+    "ordinary": (lambda dt, pool=None: {
         **_shape(pool=pool), "dtype": _dtypes(dt), "masked": st.booleans(),
         "spread": st.sampled_from([1.0, 0.1, 3.0]), "offset": st.sampled_from([0.0, 1.0, -4.0])},
         _ordinary),
-    "large_scores": (lambda dt, pool=0: {
+    "large_scores": (lambda dt, pool=None: {
         **_shape(pool=pool), "dtype": _dtypes(dt),
         "top": st.floats(2, 4).map(lambda e: float(10.0**e))},
         _large_scores),
-    "sentinel": (lambda dt, pool=0: {
+    "sentinel": (lambda dt, pool=None: {
         **_shape(group=(1, 2, 4, 16), lq=range(1, 5), d=(16, 32, 64, 128), pool=pool),
         "dtype": _dtypes(dt), "level": st.floats(5.5e4, 1.2e5).map(lambda x: float(round(x))),
         "rows": st.sampled_from(["all", "even"]), "jitter": st.integers(0, 4),
         "offset": st.sampled_from([0.0, 1.0, 4.0]), "padded": st.integers(0, 4)},
         _sentinel),
-    "fully_masked": (lambda dt, pool=0: {
+    "fully_masked": (lambda dt, pool=None: {
         **_shape(lk=(1, 33, 65, 97, 64, 192), pool=pool), "dtype": _dtypes(dt),
         "layout": st.sampled_from(["left_pad", "left_pad_causal", "dead_rows"])},
         _fully_masked),
-    "causal": (lambda dt, pool=0: {
+    "causal": (lambda dt, pool=None: {
         **_shape(lq=range(1, 13), lk=range(1, 41), pool=pool), "dtype": _dtypes(dt),
         "corner": st.sampled_from(["top_left", "bottom_right"])},
         _causal),
-    "gqa": (lambda dt, pool=0: {
+    "gqa": (lambda dt, pool=None: {
         **_shape(b=(1,), hkv=(1, 2, 3), group=(1, 2, 4, 8, 16), lq=range(1, 4), lk=range(1, 65),
                  d=(16, 32, 64), pool=pool),
         "dtype": _dtypes(dt)},
         _gqa),
-    "cancelling_v": (lambda dt, pool=0: {
+    "cancelling_v": (lambda dt, pool=None: {
         **_shape(lk=range(1, 49), pool=pool), "dtype": _dtypes(dt),
         "size": st.sampled_from([1e2, 1e3, 3e4]), "residual": st.sampled_from([0.0, 1e-3, 1.0])},
         _cancelling_v),
-    "ragged": (lambda dt, pool=0: {
+    "ragged": (lambda dt, pool=None: {
         **_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=range(1, 4), lk=(1, 63, 65, 127, 129, 255, 257),
                  d=_ODD, dv=_ODD, pool=pool),
         "dtype": _dtypes(dt), "masked": st.booleans()},
         _ragged),
-    "sliding_window": (lambda dt, pool=0: {
+    "sliding_window": (lambda dt, pool=None: {
         **_shape(lq=range(1, 13), lk=range(1, 81), pool=pool), "dtype": _dtypes(dt),
         "window": st.sampled_from([1, 2, 3, 16, 31, 32, 33, 64])},
         _sliding_window),
-    "decode": (lambda dt, pool=0: {
+    "decode": (lambda dt, pool=None: {
         **_shape(hkv=(1,), lq=range(1, 2), lk=_DECODE_KEYS, group=(1, 4), d=(64, 128), pool=pool),
         "dtype": _dtypes(dt), "cached": st.booleans()},
         _decode),
-    "extreme_lse": (lambda dt, pool=0: {
+    "extreme_lse": (lambda dt, pool=None: {
         **_shape(lq=range(1, 5), lk=range(1, 49), pool=pool), "dtype": _dtypes(dt),
         "level": st.tuples(st.sampled_from([1.0, -1.0]), st.floats(2, 4)).map(
             lambda se: float(se[0] * round(10.0**se[1]))),
         "spread": st.sampled_from([0.0, 0.5, 2.0])},
         _extreme_lse),
-    "head_dims": (lambda dt, pool=0: {
+    "head_dims": (lambda dt, pool=None: {
         **_shape(b=(1,), hkv=(1, 2), group=(1, 2), lq=range(1, 5), lk=range(1, 65), d=_MODEL_DIMS,
                  dv=_MODEL_DIMS, pool=pool),
         "dtype": _dtypes(dt), "masked": st.booleans()},
         _head_dims),
-    "outlier_key": (lambda dt, pool=0: {
+    "outlier_key": (lambda dt, pool=None: {
         **_shape(lq=range(1, 5), lk=range(2, 65), pool=pool), "dtype": _dtypes(dt),
         "gap": st.sampled_from([8.0, 30.0, 95.0, 200.0]),
         "position": st.sampled_from(["first", "last", "middle"]),
         "sink_value": st.sampled_from([1.0, 0.0, 100.0])},
         _outlier_key),
-    "strided": (lambda dt, pool=0: {
+    "strided": (lambda dt, pool=None: {
         **_shape(hkv=(2, 3), group=(1, 2), lq=range(2, 7), lk=range(2, 49), d=(8, 16, 64), dv=(8, 16, 24),
                  pool=pool),
         "dtype": _dtypes(dt), "masked": st.booleans(), "memory": st.just("bshd")},
@@ -412,17 +439,19 @@ def attention_case(family: str, **params: Any) -> AttentionCase:
 
 def attention_cases(family: str | None = None, *,
                     dtypes: tuple[str, ...] = ("float32", "bfloat16", "float16"),
-                    shape_pool: int = 0) -> st.SearchStrategy[AttentionCase]:
+                    shape_pool: int = 0, min_keys: int = 0) -> st.SearchStrategy[AttentionCase]:
     """Cases of one family (or of any, ``family=None``) in the storage types ``dtypes``; with
-    ``shape_pool`` > 0, in at most that many shapes a family (:func:`shape_dim`)."""
+    ``shape_pool`` > 0, in at most that many shapes a family (:class:`ShapePool`), none of fewer
+    than ``min_keys`` keys."""
     if family is None:
         return st.sampled_from(ATTENTION_FAMILIES).flatmap(
-            lambda f: attention_cases(f, dtypes=dtypes, shape_pool=shape_pool))
+            lambda f: attention_cases(f, dtypes=dtypes, shape_pool=shape_pool, min_keys=min_keys))
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {', '.join(ATTENTION_FAMILIES)} but was {family!r}")
     if not dtypes or any(t not in DTYPES for t in dtypes):
         raise ValueError(f"dtypes must name some of {', '.join(DTYPES)} but was {dtypes!r}")
-    if not isinstance(shape_pool, int) or shape_pool < 0:
+    if type(shape_pool) is not int or shape_pool < 0:
         raise ValueError(f"shape_pool must be a non-negative int but was {shape_pool!r}")
     params, build = _FAMILIES[family]
-    return st.fixed_dictionaries(params(tuple(dtypes), shape_pool)).map(build)
+    pool = ShapePool(shape_pool, family, min_keys) if shape_pool else None
+    return st.fixed_dictionaries(params(tuple(dtypes), pool)).map(build)

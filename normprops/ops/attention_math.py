@@ -15,6 +15,7 @@ mixture.
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
@@ -101,7 +102,7 @@ class AttentionDeclaration:
     def __post_init__(self) -> None:
         if not isinstance(self.min_keys, int) or self.min_keys < 0:
             raise ValueError(f"min_keys must be a non-negative int but was {self.min_keys!r}")
-        if not isinstance(self.shape_pool, int) or self.shape_pool < 0:
+        if type(self.shape_pool) is not int or self.shape_pool < 0:
             raise ValueError(f"shape_pool must be a non-negative int but was {self.shape_pool!r}")
         if not isinstance(self.min_head_dim, int) or self.min_head_dim < 1:
             raise ValueError(f"min_head_dim must be a positive int but was {self.min_head_dim!r}")
@@ -155,8 +156,13 @@ class AttentionDeclaration:
                                  f"{dtype}: P is rounded to the storage type at most; drop it")
         if online not in (None, True, False):
             raise UsageError(f"{spelled('online')} must be True or False but was {online!r}")
-        if shape_pool is not None and (isinstance(shape_pool, bool) or not isinstance(shape_pool, int)
-                                       or shape_pool < 0):
+        pool = 0
+        if shape_pool is not None:
+            try:
+                pool = -1 if isinstance(shape_pool, bool) else operator.index(shape_pool)  # type: ignore[arg-type]
+            except TypeError:
+                pool = -1
+        if pool < 0:
             raise UsageError(f"{spelled('shape_pool')} must be a whole number, 0 or more, but was "
                              f"{shape_pool!r}: how many shapes each family draws for a kernel that "
                              f"compiles for every new shape (0: any shape)")
@@ -164,7 +170,7 @@ class AttentionDeclaration:
         return cls(model, online=True if online is None else bool(online), p_dtype=rounded,
                    empty_row=None if empty_rows in (None, "either") else str(empty_rows),
                    mask_layouts=layouts, returns_lse=returns_lse,  # type: ignore[arg-type]
-                   shape_pool=int(shape_pool or 0))
+                   shape_pool=pool)
 
     def to_json(self) -> dict[str, Any]:
         return {"online": self.online, "p_dtype": self.p_dtype, "empty_rows": self.empty_row or "either",
@@ -182,7 +188,7 @@ class AttentionDeclaration:
                    empty_row=None if empty in (None, "either") else empty,
                    mask_layouts=frozenset(doc.get("mask_layouts") or MASK_LAYOUTS),
                    returns_lse=doc.get("returns_lse"),
-                   shape_pool=doc["shape_pool"] if isinstance(doc.get("shape_pool"), int) else 0)
+                   shape_pool=doc["shape_pool"] if type(doc.get("shape_pool")) is int else 0)
 
     def flag_pairs(self) -> list[tuple[str, object]]:
         """The fields that differ from a user kernel's default, as (field, value) for a command."""
