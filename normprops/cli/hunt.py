@@ -114,8 +114,7 @@ def _hunt_impl(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
                                       "oracle": config.oracle, "max_examples": config.max_examples,
                                       "seed": config.seed, "families": list(chosen),
                                       "shard": None if args.shard is None else "%d/%d" % args.shard,
-                                      "time_budget": args.time_budget},
-                    targets=[target_json(target)])
+                                      "time_budget": args.time_budget}, targets=[target_json(target)])
     hunt = _KernelHunt(args, out, target=target, source=source, chosen=chosen, families=families,
                        config=config, fixtures=fixtures, report=report)
     return _guarded(_Run(report, args.json, out, err, summary=hunt.summary), hunt.body)
@@ -175,8 +174,7 @@ class _KernelHunt:
             ignored += "; variance as E[x^2] - E[x]^2 (--variance one_pass)"
         if is_backward(target.op) and OPS[target.op].has_gamma:
             ignored += f"; rows summed: {target.row_reduction} (--row-reduction)"
-        pool = getattr(target.declaration.op_declaration, "shape_pool", 0)
-        if pool:
+        if pool := getattr(target.declaration.op_declaration, "shape_pool", 0):
             ignored += f"; {pool} shapes a family (a shape pool)"
         arithmetic = "flush-to-zero allowed (--ftz)" if target.error_model.ftz else "judged as IEEE"
         shard = ("" if args.shard is None else
