@@ -225,6 +225,48 @@ def test_a_case_widened_and_without_gqa_is_the_same_gradient():
                                rtol=1e-12, atol=1e-15)
 
 
+def test_a_case_lengthened_to_even_lengths_is_the_same_gradient():
+    """The extra query's dout is zero and the extra key is kept by none: the drawn dq, dk and dv
+    are unchanged and the extra ones are zero."""
+    mask = np.random.default_rng(4).random((1, 1, 3, 5)) < 0.7
+    case = _case(seed=4, mask=mask)
+    taken = backward_as_taken(case, declaration=AttentionDeclaration(lengths_multiple_of=2))
+    assert taken.dout.shape == (1, 2, 4, 8) and not taken.dout[:, :, 3].any() and taken.k.shape[2] == 6
+    drawn = attention_backward_reference(case.dout, case.q, case.k, case.v, mask, case.scale)
+    longer = attention_backward_reference(taken.dout, taken.q, taken.k, taken.v, taken.mask, taken.scale)
+    np.testing.assert_allclose(longer.dq[:, :, :3], drawn.dq, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(longer.dk[:, :, :5], drawn.dk, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(longer.dv[:, :, :5], drawn.dv, rtol=1e-12, atol=1e-15)
+    assert not longer.dq[:, :, 3].any() and not longer.dk[:, :, 5].any() and not longer.dv[:, :, 5].any()
+
+
+@pytest.mark.parametrize("family", ["ordinary", "low_lse", "fully_masked"])
+def test_a_kernel_of_even_lengths_that_declares_them_meets_only_even_lengths(family):
+    """A backward that raises on an odd query or key length (JAX's cuDNN backward with a mask)
+    and declares ``lengths_multiple_of=2`` is hunted clean, every call of even lengths."""
+    from normprops.declaration import Declaration
+    from normprops.hunt import HuntConfig, hunt
+    from normprops.launch import target_from_callable
+    from normprops.specs import KERNELS
+
+    spec = next(k for k in KERNELS if (k.backend, k.name) == ("numpy", "attention_backward_flash"))
+    correct = spec.load()
+    lengths = []
+
+    def even_only(dout, q, k, v, mask, scale):
+        lengths.append((q.shape[2], k.shape[2]))
+        if q.shape[2] % 2 or k.shape[2] % 2:
+            raise NotImplementedError(f"Unsupported sequence length Q {q.shape[2]}, KV {k.shape[2]}.")
+        return correct(dout, q, k, v, mask, scale)
+
+    declared = Declaration.from_spec(spec)
+    declared = replace(declared, op_declaration=replace(declared.op_promises, lengths_multiple_of=2))
+    result = hunt(target_from_callable(even_only, declaration=declared), family=family,
+                  config=HuntConfig(max_examples=15, seed=0))
+    assert result.passed, result.failures[0].message()
+    assert lengths and all(lq % 2 == 0 and lk % 2 == 0 for lq, lk in lengths)
+
+
 # --- the planted kernels ---------------------------------------------------------------------------
 
 

@@ -139,6 +139,42 @@ def test_a_case_widened_and_without_gqa_is_the_same_attention() -> None:
     assert as_taken(case, declaration=AttentionDeclaration()) is case
 
 
+@pytest.mark.parametrize("masked", [False, True])
+def test_a_case_lengthened_to_even_lengths_is_the_same_attention(masked: bool) -> None:
+    """JAX's cuDNN backward takes only even lengths: 3 queries and 5 keys are handed over as 4 and
+    6, the extra query zeros keeping every drawn key, the extra key kept by none. Each drawn row's
+    output and lse are the drawn ones; a row with no kept key stays empty; the extra row is the
+    mean of v over the drawn keys."""
+    from normprops.ops.attention import AttentionDeclaration, as_taken, attention_reference
+
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal(s).astype(np.float32) for s in ((2, 2, 3, 8), (2, 1, 5, 8), (2, 1, 5, 4)))
+    mask = None
+    if masked:
+        mask = rng.random((2, 1, 3, 5)) < 0.6
+        mask[1, 0, 2] = False  # an empty row
+    declared = AttentionDeclaration(lengths_multiple_of=2)
+    taken = as_taken(AttentionCase(q, k, v, mask, 0.25), declaration=declared)
+    assert taken.q.shape == (2, 2, 4, 8) and taken.k.shape == (2, 1, 6, 8) and taken.v.shape == (2, 1, 6, 4)
+    assert taken.mask.shape == (2, 1, 4, 6) and not taken.mask[..., 5].any() and taken.mask[:, :, 3, :5].all()
+    drawn = attention_reference(q, k, v, mask, 0.25)
+    longer = attention_reference(taken.q, taken.k, taken.v, taken.mask, 0.25)
+    assert np.array_equal(longer.out[:, :, :3], drawn.out, equal_nan=True)
+    assert np.array_equal(longer.lse[:, :, :3], drawn.lse, equal_nan=True)
+    np.testing.assert_allclose(longer.out[:, :, 3], np.broadcast_to(v.mean(axis=2), (2, 2, 4)), rtol=1e-6)
+    even = AttentionCase(q[:, :, :2], k[:, :, :4], v[:, :, :4], None, 0.25)
+    assert as_taken(even, declaration=declared) is even
+
+
+def test_lengths_multiple_of_is_checked() -> None:
+    from normprops.ops.attention import AttentionDeclaration
+
+    with pytest.raises(ValueError, match="lengths_multiple_of must be a positive int but was 0"):
+        AttentionDeclaration(lengths_multiple_of=0)
+    with pytest.raises(ValueError, match="lengths_multiple_of needs a kernel that takes arbitrary masks"):
+        AttentionDeclaration(lengths_multiple_of=2, mask_layouts=frozenset({"none", "key_padding"}))
+
+
 def test_a_case_with_equal_head_dims_widens_the_narrower() -> None:
     """Flash attention takes v's head dimension only equal to q's: the narrower is widened with
     zero columns, the same attention."""

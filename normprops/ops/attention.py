@@ -94,7 +94,7 @@ def cases_taken(strategy: Any, *, layouts: frozenset[str], declaration: Attentio
     if declaration.min_keys > 0:
         strategy = strategy.filter(lambda case: case.k.shape[2] >= declaration.min_keys)
     if (declaration.head_dims_multiple_of > 1 or declaration.min_head_dim > 1 or not declaration.gqa
-            or declaration.equal_head_dims):
+            or declaration.equal_head_dims or declaration.lengths_multiple_of > 1):
         strategy = strategy.map(taken)
     return strategy
 
@@ -104,7 +104,8 @@ def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> Atten
     widened to at least ``min_head_dim`` and to a multiple of ``head_dims_multiple_of`` (and q's
     and v's to the wider of the two, ``equal_head_dims``) with zero columns (of q and k: every
     score unchanged; of v: output columns that are exactly zero), and, for a kernel without GQA,
-    each kv head repeated for the query heads that read it."""
+    each kv head repeated for the query heads that read it; query and key lengths lengthened to a
+    multiple of ``lengths_multiple_of`` (:func:`lengthened`)."""
     m = declaration.head_dims_multiple_of
     q, k, v = case.q, case.k, case.v
     d, dv = q.shape[3], v.shape[3]
@@ -121,9 +122,37 @@ def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> Atten
     if not declaration.gqa and k.shape[1] != q.shape[1]:
         group = q.shape[1] // k.shape[1]
         k, v = laid_like(np.repeat(k, group, axis=1), k), laid_like(np.repeat(v, group, axis=1), v)
-    if q is case.q and k is case.k and v is case.v:
+    q, k, v, mask = lengthened(q, k, v, case.mask, declaration.lengths_multiple_of)
+    if q is case.q and k is case.k and v is case.v and mask is case.mask:
         return case
-    return dataclasses.replace(case, q=q, k=k, v=v)
+    params = case.params
+    if (q.shape[2], k.shape[2]) != (case.q.shape[2], case.k.shape[2]):  # shown beside the drawn ones
+        params = {**params, "lengthened_from": f"Lq={case.q.shape[2]} Lk={case.k.shape[2]}"}
+    return dataclasses.replace(case, q=q, k=k, v=v, mask=mask, params=params)
+
+
+def lengthened(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, m: int
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """q's query length and k's and v's key length raised to multiples of ``m``: the extra queries
+    are zeros that keep every drawn key (a uniform softmax over them: an ordinary row, judged as
+    any), the extra keys and values zeros that no query keeps (every drawn row's attention is
+    unchanged). A mask is made where keys are added to a case without one. (A kernel that fills
+    masked scores with a finite value, as JAX does, spreads a drawn row with no kept key over the
+    extra keys too; such a row is judged on its own contract, not on its values.)"""
+    lq, lk = q.shape[2], k.shape[2]
+    extra_q, extra_k = -lq % m, -lk % m
+    if not extra_q and not extra_k:
+        return q, k, v, mask
+
+    def longer(a: np.ndarray, extra: int) -> np.ndarray:
+        return laid_like(np.pad(a, ((0, 0), (0, 0), (0, extra), (0, 0))), a) if extra else a
+
+    if mask is not None or extra_k:
+        kept = np.ones((q.shape[0], 1, lq, lk), bool) if mask is None else mask
+        mask = np.pad(kept, ((0, 0), (0, 0), (0, 0), (0, extra_k)), constant_values=False)
+        mask = np.pad(mask, ((0, 0), (0, 0), (0, extra_q), (0, 0)), constant_values=True)
+        mask[:, :, lq:, lk:] = False
+    return longer(q, extra_q), longer(k, extra_k), longer(v, extra_k), mask
 
 
 def _undrawable(family: str, declaration: AttentionDeclaration) -> str | None:

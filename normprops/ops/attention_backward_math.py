@@ -124,14 +124,18 @@ def backward_as_taken(case: AttentionBackwardCase, *, declaration: AttentionDecl
     """:func:`normprops.ops.attention.as_taken` for the backward: q, k, v widened and kv heads
     repeated as the forward's, and ``dout`` widened with zero columns as v is (``dout . v_j`` and
     ``dout . out`` unchanged; the extra columns of dq, dk and dv are exactly zero). With kv heads
-    repeated, each dk and dv head is its own query head's gradient."""
+    repeated, each dk and dv head is its own query head's gradient. Where the lengths are raised
+    (``lengths_multiple_of``), the extra queries' dout is zero: their dq is zero and they add
+    nothing to dk and dv, and the extra keys, kept by no query, get zero dk and dv."""
     forward = AttentionCase(case.q, case.k, case.v, case.mask, case.scale, dtype=case.dtype)
     taken = as_taken(forward, declaration=declaration)
     if taken is forward:
         return case
     extra = taken.v.shape[3] - case.v.shape[3]
-    dout = np.pad(case.dout, ((0, 0),) * 3 + ((0, extra),)) if extra else case.dout
-    return dataclasses.replace(case, q=taken.q, k=taken.k, v=taken.v, dout=dout)
+    rows = taken.q.shape[2] - case.q.shape[2]
+    dout = np.pad(case.dout, ((0, 0), (0, 0), (0, rows), (0, extra))) if extra or rows else case.dout
+    return dataclasses.replace(case, q=taken.q, k=taken.k, v=taken.v, mask=taken.mask, dout=dout,
+                               params={**case.params, **taken.params})
 
 
 # --- the exact reference -----------------------------------------------------------------------

@@ -81,7 +81,11 @@ class AttentionDeclaration:
     head dimension it takes, of q and k and of v (a narrower drawn one is widened with zero columns,
     as for ``head_dims_multiple_of``: Triton's ``tl.dot`` takes no dimension under 16);
     ``min_keys``: no shorter key length is drawn (SDPA's fused backends take no zero keys, cuDNN's
-    no single key); ``shape_pool``: it compiles for every new shape (``jax.jit``,
+    no single key); ``lengths_multiple_of``: the query and key lengths it takes are multiples of
+    this (a drawn case is lengthened with zero queries that keep every key, whose outputs are judged
+    as any row's, and zero keys that no query keeps: every drawn row's attention unchanged; a
+    backward's declaration, since the forward's batch invariance hands a query row alone);
+    ``shape_pool``: it compiles for every new shape (``jax.jit``,
     ``torch.compile``), so each family draws its cases in at most this many shapes (0: in any), and
     a hunt spends its examples on values rather than compiles.
     """
@@ -97,6 +101,7 @@ class AttentionDeclaration:
     equal_head_dims: bool = False
     min_head_dim: int = 1
     min_keys: int = 0
+    lengths_multiple_of: int = 1
     shape_pool: int = 0
 
     def __post_init__(self) -> None:
@@ -106,6 +111,9 @@ class AttentionDeclaration:
             raise ValueError(f"shape_pool must be a non-negative int but was {self.shape_pool!r}")
         if not isinstance(self.min_head_dim, int) or self.min_head_dim < 1:
             raise ValueError(f"min_head_dim must be a positive int but was {self.min_head_dim!r}")
+        if type(self.lengths_multiple_of) is not int or self.lengths_multiple_of < 1:
+            raise ValueError(f"lengths_multiple_of must be a positive int but was "
+                             f"{self.lengths_multiple_of!r}")
         if not isinstance(self.head_dims_multiple_of, int) or self.head_dims_multiple_of < 1:
             raise ValueError(f"head_dims_multiple_of must be a positive int but was "
                              f"{self.head_dims_multiple_of!r}")
@@ -118,6 +126,10 @@ class AttentionDeclaration:
         unknown = sorted(self.mask_layouts - set(MASK_LAYOUTS))
         if unknown or not self.mask_layouts:
             raise ValueError(f"mask_layouts must name some of {', '.join(MASK_LAYOUTS)} but was "
+                             f"{sorted(self.mask_layouts)!r}")
+        if self.lengths_multiple_of > 1 and "arbitrary" not in self.mask_layouts:
+            raise ValueError("lengths_multiple_of needs a kernel that takes arbitrary masks (a "
+                             "lengthened case's mask keeps no extra key), but mask_layouts were "
                              f"{sorted(self.mask_layouts)!r}")
 
     @classmethod
