@@ -194,6 +194,25 @@ def test_the_vocab_family_draws_released_vocabularies() -> None:
     assert {32000, 50257, 128256, 151936, 256000, 256001, 31999} <= set(VOCABULARIES)
 
 
+@pytest.mark.parametrize("family", ["vocab", "ragged"])
+def test_a_kernel_of_even_vocabularies_is_drawn_the_next_even_one(family: str) -> None:
+    """QuACK's bfloat16 loss takes even vocabularies only: each drawn one is raised to the next
+    even width, so 50257 is hunted as 50258 and 33 as 34."""
+    widths = []
+
+    @settings(max_examples=40, deadline=None, database=None, derandomize=True)
+    @given(case=cross_entropy_cases(family, vocab_multiple_of=2))
+    def check(case: CrossEntropyCase) -> None:
+        widths.append(case.logits.shape[1])
+
+    check()
+    assert widths and all(v % 2 == 0 for v in widths)
+    drawn = set(VOCABULARIES) if family == "vocab" else {2, 3, 5, 7, 31, 33, 63, 65, 127, 129}
+    assert any(v - 1 in drawn for v in widths)
+    with pytest.raises(ValueError, match="vocab_multiple_of must be a positive int but was 0"):
+        CrossEntropyDeclaration(vocab_multiple_of=0)
+
+
 def test_a_gradient_case_of_a_mean_carries_one_dloss() -> None:
     from normprops.ops.cross_entropy_families import cross_entropy_case
 
@@ -323,6 +342,8 @@ def test_quacks_entries_declare_what_it_computes() -> None:
         assert not d.smoothing and d.softcap is None and d.z_loss == 0.0, name
         assert d.reduction == ("mean" if ".mean" in name else "none"), name
         assert k.claims == frozenset() and not k.bugs, name  # hunted on a GPU before it claims
+        # bfloat16 rows are copied in 4-byte pieces: even vocabularies only
+        assert d.vocab_multiple_of == (2 if k.dtype == "bfloat16" else 1), name
         assert k.error_model.ftz and k.device == "cuda" and k.framework == "torch", name
         assert "batch_invariance" in k.exempt, name
 
@@ -332,7 +353,7 @@ def test_quacks_adapters_call_its_cross_entropy(monkeypatch: pytest.MonkeyPatch)
     from normprops.backends import cross_entropy_kernels as ce
 
     calls = stand_in_quack(monkeypatch, "cross_entropy", cross_entropy=quack_cross_entropy)
-    logits = torch.tensor([[0.5, -1.0, 2.0], [1.0, 2.0, 3.0]], dtype=torch.bfloat16)
+    logits = torch.tensor([[0.5, -1.0, 2.0, 0.25], [1.0, 2.0, 3.0, -1.0]], dtype=torch.bfloat16)
     kept = logits.clone()
     target = torch.tensor([-100, 2])
     loss = ce.quack_ce(logits, target, -100, 0.0)
@@ -341,13 +362,13 @@ def test_quacks_adapters_call_its_cross_entropy(monkeypatch: pytest.MonkeyPatch)
     assert mean.shape == () and torch.equal(mean, loss[1])
     dloss = torch.tensor([3.0, -2.0])
     grad = ce.quack_ce_backward(dloss, logits, target, -100, 0.0)
-    want = -2.0 * (torch.softmax(logits.float()[1], 0) - torch.tensor([0.0, 0.0, 1.0]))
-    assert grad.dtype == torch.bfloat16 and torch.equal(grad[0], torch.zeros(3, dtype=torch.bfloat16))
+    want = -2.0 * (torch.softmax(logits.float()[1], 0) - torch.tensor([0.0, 0.0, 1.0, 0.0]))
+    assert grad.dtype == torch.bfloat16 and torch.equal(grad[0], torch.zeros(4, dtype=torch.bfloat16))
     assert torch.equal(grad[1], want.to(torch.bfloat16))
     ce.quack_ce_mean_backward(torch.tensor(1.0), logits, target, -100, 0.0)
     assert torch.equal(logits, kept)  # the caller's logits untouched
-    assert calls == [((2, 3), "torch.bfloat16", -100, "none"), ((2, 3), "torch.bfloat16", -100, "mean"),
-                     ((2, 3), "torch.bfloat16", -100, "none"), ((2, 3), "torch.bfloat16", -100, "mean")]
+    assert calls == [((2, 4), "torch.bfloat16", -100, "none"), ((2, 4), "torch.bfloat16", -100, "mean"),
+                     ((2, 4), "torch.bfloat16", -100, "none"), ((2, 4), "torch.bfloat16", -100, "mean")]
     with pytest.raises(ValueError, match="QuACK's cross_entropy takes no label smoothing"):
         ce.quack_ce(logits, target, -100, 0.1)
 
@@ -355,7 +376,8 @@ def test_quacks_adapters_call_its_cross_entropy(monkeypatch: pytest.MonkeyPatch)
 @pytest.mark.parametrize("name", ["quack.ce.backward-bf16", "quack.ce.mean-f32"])
 def test_quacks_entries_hunt_as_declared(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The registry's entry, its declaration as it stands but on the CPU, hunted over a stand-in
-    that computes QuACK's contract correctly: clean, and never handed a label smoothing."""
+    that computes QuACK's contract correctly: clean, never handed a label smoothing, and in
+    bfloat16 never an odd vocabulary (which the stand-in refuses, as QuACK does)."""
     pytest.importorskip("torch")
     from dataclasses import replace
 
@@ -367,10 +389,11 @@ def test_quacks_entries_hunt_as_declared(name: str, monkeypatch: pytest.MonkeyPa
     calls = stand_in_quack(monkeypatch, "cross_entropy", cross_entropy=quack_cross_entropy)
     spec = next(k for k in KERNELS if k.name == name)
     target = target_from_callable(spec.load(), declaration=replace(Declaration.from_spec(spec), device="cpu"))
-    for family in ("ignored", "target_extremes"):
+    for family in ("ignored", "target_extremes", "ragged"):
         result = hunt(target, family=family, config=HuntConfig(max_examples=10, seed=0))
         assert result.passed, (name, family, result.failures[0].message())
     assert calls and {c[3] for c in calls} == {spec.op_declaration.reduction}
+    assert any(c[0][1] % 2 for c in calls) == (spec.dtype == "float32")
 
 
 def test_quacks_arithmetic_emulated_is_exact_on_small_logits_and_off_at_large_ones() -> None:

@@ -73,7 +73,8 @@ def loss_cases(*, gradient: bool, families: tuple[str, ...], strategy: str,
             raise ValueError(f"family must be one of {', '.join(families)} but was {family!r}")
         draw = getattr(importlib.import_module(module), name)
         drawn = draw(family, dtypes=(dtype,), smoothing=SMOOTHINGS if declaration.smoothing else (0.0,),
-                     gradient=gradient, reduction=declaration.reduction)
+                     gradient=gradient, reduction=declaration.reduction,
+                     vocab_multiple_of=declaration.vocab_multiple_of)
         return drawn.map(lambda case: as_declared(case, declaration=declaration))
     return cases
 

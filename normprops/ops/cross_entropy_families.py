@@ -174,9 +174,11 @@ CROSS_ENTROPY_FAMILIES: tuple[str, ...] = tuple(_FAMILIES)
 
 
 def _params(family: str, dtypes: tuple[str, ...], smoothing: tuple[float, ...],
-            gradient: bool) -> dict[str, st.SearchStrategy[Any]]:
+            gradient: bool, vocab_multiple_of: int = 1) -> dict[str, st.SearchStrategy[Any]]:
     params = {**_FAMILIES[family][0](), "dtype": st.sampled_from(dtypes),
               "smoothing": st.sampled_from(smoothing)}
+    if vocab_multiple_of > 1:  # raised to the next multiple: an edge width stays beside its edge
+        params["V"] = params["V"].map(lambda v: v + -v % vocab_multiple_of)
     if gradient:
         params["dloss"] = st.sampled_from(DLOSS_KINDS)
     return params
@@ -211,9 +213,11 @@ def cross_entropy_case(family: str, **params: Any) -> CrossEntropyCase:
 
 def cross_entropy_cases(family: str, *, dtypes: tuple[str, ...] = ("float32", "bfloat16"),
                         smoothing: tuple[float, ...] = (0.0, 0.1, 1.0), gradient: bool = False,
-                        reduction: str = "none") -> st.SearchStrategy[CrossEntropyCase]:
+                        reduction: str = "none", vocab_multiple_of: int = 1
+                        ) -> st.SearchStrategy[CrossEntropyCase]:
     """Cases of one family in the storage types ``dtypes``, with label smoothings drawn from
-    ``smoothing``; gradient cases (``gradient``) carry a dloss of a kind of :data:`DLOSS_KINDS`."""
+    ``smoothing``; gradient cases (``gradient``) carry a dloss of a kind of :data:`DLOSS_KINDS`;
+    vocabularies raised to multiples of ``vocab_multiple_of``."""
     if family not in _FAMILIES:
         raise ValueError(f"family must be one of {', '.join(CROSS_ENTROPY_FAMILIES)} but was {family!r}")
     if not dtypes or any(t not in DTYPES for t in dtypes):
@@ -228,4 +232,5 @@ def cross_entropy_cases(family: str, *, dtypes: tuple[str, ...] = ("float32", "b
             case = case.replace(reduction=reduction)
         return case
 
-    return st.fixed_dictionaries(_params(family, tuple(dtypes), tuple(smoothing), gradient)).map(built)
+    return st.fixed_dictionaries(_params(family, tuple(dtypes), tuple(smoothing), gradient,
+                                         vocab_multiple_of)).map(built)

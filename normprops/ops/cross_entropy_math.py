@@ -177,6 +177,9 @@ class CrossEntropyDeclaration:
     first (None: no cap). ``z_loss``: the coefficient of ``lse^2`` added to each row's loss.
     ``reduction``: none, mean or sum (what ``loss`` is, and what ``dloss`` is the gradient of).
     ``smoothing``: it takes a label smoothing other than 0 (False: the hunt draws 0 only).
+    ``vocab_multiple_of``: the vocabularies it takes are multiples of this (QuACK's bfloat16 loss
+    copies a row in 4-byte pieces: even ones); a drawn vocabulary is raised to the next multiple,
+    so the families' edges stay next to where they were (50257 is hunted as 50258).
     """
 
     model: ErrorModel = field(default_factory=lambda: ErrorModel(threads=1, rho=6.0, c_x=3.5))
@@ -184,8 +187,11 @@ class CrossEntropyDeclaration:
     z_loss: float = 0.0
     reduction: str = "none"
     smoothing: bool = True
+    vocab_multiple_of: int = 1
 
     def __post_init__(self) -> None:
+        if type(self.vocab_multiple_of) is not int or self.vocab_multiple_of < 1:
+            raise ValueError(f"vocab_multiple_of must be a positive int but was {self.vocab_multiple_of!r}")
         if self.softcap is not None and not (isinstance(self.softcap, float) and self.softcap > 0
                                              and math.isfinite(self.softcap)):
             raise ValueError(f"softcap must be a positive finite float or None but was {self.softcap!r}")

@@ -68,13 +68,14 @@ def linear_case(ce: CrossEntropyCase, *, mix_cols: int, mix_scale: float) -> Lin
 
 def linear_cross_entropy_cases(family: str, *, dtypes: tuple[str, ...] = ("float32", "bfloat16"),
                                smoothing: tuple[float, ...] = (0.0, 0.1, 1.0), gradient: bool = False,
-                               reduction: str = "none") -> st.SearchStrategy[LinearCrossEntropyCase]:
+                               reduction: str = "none", vocab_multiple_of: int = 1
+                               ) -> st.SearchStrategy[LinearCrossEntropyCase]:
     """Cases of one family (cross-entropy's, through h and w) in the storage types ``dtypes``;
     gradient cases carry cross-entropy's kinds of dloss."""
     if family not in FAMILIES:
         raise ValueError(f"family must be one of {', '.join(FAMILIES)} but was {family!r}")
     drawn = st.tuples(cross_entropy_cases(family, dtypes=dtypes, smoothing=smoothing, gradient=gradient,
-                                          reduction=reduction),
+                                          reduction=reduction, vocab_multiple_of=vocab_multiple_of),
                       st.sampled_from(VOCAB_MIX_COLS if family == "vocab" else MIX_COLS),
                       st.sampled_from(MIX_SCALES))
     return drawn.map(lambda t: linear_case(t[0], mix_cols=t[1], mix_scale=t[2]))
