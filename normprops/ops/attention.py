@@ -114,11 +114,7 @@ def as_taken(case: AttentionCase, *, declaration: AttentionDeclaration) -> Atten
     d, dv = max(d, declaration.min_head_dim), max(dv, declaration.min_head_dim)
     d, dv = d + -d % m, dv + -dv % m
 
-    def widened(a: np.ndarray, width: int) -> np.ndarray:
-        extra = width - a.shape[3]
-        return laid_like(np.pad(a, ((0, 0), (0, 0), (0, 0), (0, extra))), a) if extra else a
-
-    q, k, v = widened(q, d), widened(k, d), widened(v, dv)
+    q, k, v = (_zero_padded(a, 3, width - a.shape[3]) for a, width in ((q, d), (k, d), (v, dv)))
     if not declaration.gqa and k.shape[1] != q.shape[1]:
         group = q.shape[1] // k.shape[1]
         k, v = laid_like(np.repeat(k, group, axis=1), k), laid_like(np.repeat(v, group, axis=1), v)
@@ -144,15 +140,22 @@ def lengthened(q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | N
     if not extra_q and not extra_k:
         return q, k, v, mask
 
-    def longer(a: np.ndarray, extra: int) -> np.ndarray:
-        return laid_like(np.pad(a, ((0, 0), (0, 0), (0, extra), (0, 0))), a) if extra else a
-
     if mask is not None or extra_k:
-        kept = np.ones((q.shape[0], 1, lq, lk), bool) if mask is None else mask
-        mask = np.pad(kept, ((0, 0), (0, 0), (0, 0), (0, extra_k)), constant_values=False)
-        mask = np.pad(mask, ((0, 0), (0, 0), (0, extra_q), (0, 0)), constant_values=True)
-        mask[:, :, lq:, lk:] = False
-    return longer(q, extra_q), longer(k, extra_k), longer(v, extra_k), mask
+        longer = np.zeros((q.shape[0], 1, lq + extra_q, lk + extra_k), bool)  # extra keys: kept by none
+        longer[:, :, :lq, :lk] = True if mask is None else mask
+        longer[:, :, lq:, :lk] = True  # extra queries: every drawn key
+        mask = longer
+    return (_zero_padded(q, 2, extra_q), _zero_padded(k, 2, extra_k), _zero_padded(v, 2, extra_k),
+            mask)
+
+
+def _zero_padded(a: np.ndarray, axis: int, extra: int) -> np.ndarray:
+    """``a`` with ``extra`` zeros appended along ``axis``, in ``a``'s memory order (itself if none)."""
+    if not extra:
+        return a
+    pad = [(0, 0)] * a.ndim
+    pad[axis] = (0, extra)
+    return laid_like(np.pad(a, pad), a)
 
 
 def _undrawable(family: str, declaration: AttentionDeclaration) -> str | None:
