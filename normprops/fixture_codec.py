@@ -2,8 +2,10 @@
 float32 bytes, rows of 0s and 1s) and read back with every part checked against its op.
 
 Arrays of up to :data:`INLINE_LIMIT` elements are lists of hex floats (``float.hex``: readable and
-exact), larger ones base64 of little-endian float32 bytes; a masked softmax's mask is rows of 0s and
-1s (or base64 of its packed bits), its scale and additive fill hex floats. Reading raises
+exact), larger ones base64 of little-endian float32 bytes, or of the top two bytes of each where
+every value is a bfloat16 (the low two are then 0: half the size, as exact); a masked softmax's
+mask is rows of 0s and 1s (or base64 of its packed bits), its scale and additive fill hex floats.
+Reading raises
 ValueError naming the part that is malformed; :mod:`normprops.regressions` adds the file's name.
 """
 
@@ -32,7 +34,11 @@ def encode_array(a: np.ndarray) -> dict[str, Any]:
     a = np.ascontiguousarray(a, dtype=np.float32)
     if a.size <= INLINE_LIMIT:
         return {"shape": list(a.shape), "hex": [float(v).hex() for v in a.ravel()]}
-    return {"shape": list(a.shape), "f32le_base64": base64.b64encode(a.astype("<f4").tobytes()).decode()}
+    bits = a.astype("<f4").view("<u4")
+    if not (bits & 0xFFFF).any():  # every value a bfloat16: its float32 bits' top half
+        top = (bits >> 16).astype("<u2")
+        return {"shape": list(a.shape), "bf16le_base64": base64.b64encode(top.tobytes()).decode()}
+    return {"shape": list(a.shape), "f32le_base64": base64.b64encode(bits.tobytes()).decode()}
 
 
 def _checked_shape(shape: list[Any], *, what: str) -> tuple[list[int], int]:
@@ -82,7 +88,17 @@ def decode_array(blob: Any, *, what: str = "array") -> np.ndarray:
             raise ValueError(f"{what}: 'f32le_base64' holds {len(raw)} bytes; shape {shape!r} "
                              f"needs {4 * size}")
         return np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(shape).copy()
-    raise ValueError(f"{what}: neither 'hex' nor 'f32le_base64' present")
+    if "bf16le_base64" in blob:
+        try:
+            raw = base64.b64decode(blob["bf16le_base64"], validate=True)
+        except (TypeError, ValueError, binascii.Error) as exc:
+            raise ValueError(f"{what}: 'bf16le_base64' is not base64 ({exc})") from None
+        if len(raw) != 2 * size:
+            raise ValueError(f"{what}: 'bf16le_base64' holds {len(raw)} bytes; shape {shape!r} "
+                             f"needs {2 * size}")
+        top = np.frombuffer(raw, dtype="<u2").astype(np.uint32)
+        return (top << 16).view(np.float32).reshape(shape).copy()
+    raise ValueError(f"{what}: none of 'hex', 'f32le_base64' or 'bf16le_base64' present")
 
 
 def _jsonable(value: Any) -> Any:

@@ -1,10 +1,11 @@
 """Regression fixtures: failing inputs saved as data, replayed against every kernel that claims them.
 
-A fixture is one JSON file, ``<dir>/<op>/<family>-<id>.json``, holding the minimal and the worst
-input of one finding (one property of one kernel failing in one family) with its verdicts, the
-versions that produced it and when it was saved (``saved``, ISO 8601 UTC). Values are exact:
-arrays of up to 256 elements are lists of hex floats (``float.hex``, readable and exact); larger
-ones are base64 of little-endian float32 bytes; a masked softmax's mask is rows of 0s and 1s (or
+A fixture is one JSON file, ``<dir>/<op>/<family>-<id>.json``, holding the minimal and (where it
+differs) the worst input of one finding (one property of one kernel failing in one family) with
+its verdicts, the versions that produced it and when it was saved (``saved``, ISO 8601 UTC).
+Values are exact: arrays of up to 256 elements are lists of hex floats (``float.hex``, readable
+and exact); larger ones are base64 of little-endian float32 bytes (of bfloat16 bytes where every
+value is one); a masked softmax's mask is rows of 0s and 1s (or
 base64 of its packed bits), its scale and additive fill hex floats. No pickle, no seeds (numpy
 does not promise seed streams across versions). ``<id>`` is a hash of the kernel, the property and
 the minimal input: the same finding found twice is written once, and the same input failing two
@@ -89,7 +90,8 @@ def _versions() -> dict[str, str]:
 
 
 def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
-    """Write ``finding``'s minimal and worst inputs under ``directory/<op>/``; return the path.
+    """Write ``finding``'s minimal and worst inputs under ``directory/<op>/`` (the worst only where
+    it is another input); return the path.
 
     The same finding (kernel, property, minimal input) is written once. The folders are created
     as needed; :class:`~normprops.errors.WriteError` names the file that could not be written."""
@@ -119,8 +121,11 @@ def save_fixture(finding: Finding, *, target: Target, directory: Path) -> Path:
         "message": finding.message,
         "verdict": finding.verdict.to_json(),
         "minimal": encode_case(finding.minimal),
-        "worst_verdict": finding.worst_verdict.to_json(),
-        "worst": encode_case(finding.worst),
+    }
+    worst = encode_case(finding.worst)
+    if worst != doc["minimal"]:  # the same input is kept once
+        doc.update(worst_verdict=finding.worst_verdict.to_json(), worst=worst)
+    doc |= {
         "versions": _versions(),
         "saved": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
