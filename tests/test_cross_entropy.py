@@ -341,7 +341,10 @@ def test_quacks_entries_declare_what_it_computes() -> None:
         d = k.op_declaration
         assert not d.smoothing and d.softcap is None and d.z_loss == 0.0, name
         assert d.reduction == ("mean" if ".mean" in name else "none"), name
-        assert k.claims == frozenset() and not k.bugs, name  # hunted on a GPU before it claims
+        assert k.claims == frozenset(), name  # hunted on a GPU before it claims
+        # the NaN of a bfloat16 row of 151936 logits, met by every bfloat16 hunt of vocab
+        assert [(b.family, b.property) for b in k.bugs] == ([("vocab", "finite")] if k.dtype == "bfloat16"
+                                                            else []), name
         # bfloat16 rows are copied in 4-byte pieces: even vocabularies only
         assert d.vocab_multiple_of == (2 if k.dtype == "bfloat16" else 1), name
         assert k.error_model.ftz and k.device == "cuda" and k.framework == "torch", name
