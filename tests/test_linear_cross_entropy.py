@@ -264,6 +264,34 @@ def test_the_entries_declare_dws_row_sum_on_the_gradient_only() -> None:
     assert "cce.lce-bf16" not in rounded and {"F.lce-bf16", "liger.flce-bf16", "quack.lce-bf16"} <= rounded
 
 
+def test_ligers_float32_accumulator_entry_passes_accum_dtype(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    import types
+
+    from normprops.backends import linear_cross_entropy_kernels as lce
+    from normprops.specs import KERNELS
+
+    calls = []
+
+    class Function:  # Liger's autograd Function, standing in: records its arguments
+        @staticmethod
+        def apply(h, w, target, *args):
+            calls.append(args)
+            return (torch.nn.functional.cross_entropy(h.float() @ w.float().T, target, reduction="none"),)
+
+    module = types.ModuleType("liger_kernel.ops.fused_linear_cross_entropy")
+    module.LigerFusedLinearCrossEntropyFunction = Function
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.fused_linear_cross_entropy", module)
+    h, w = torch.ones(2, 3), torch.ones(4, 3)
+    lce.liger_flce_acc32(h, w, torch.tensor([0, 1]), -100, 0.0)
+    lce.liger_flce(h, w, torch.tensor([0, 1]), -100, 0.0)
+    # (bias, ce_weight, ignore_index, lse_square_scale, label_smoothing, reduction, softcap,
+    # return_z_loss, accum_dtype)
+    assert calls[0][-1] is torch.float32 and calls[1][-1] is None
+    entries = [k.name for k in KERNELS if k.name.startswith("liger.flce.acc32")]
+    assert entries == ["liger.flce.acc32.backward-bf16"]  # its loss is liger.flce's
+
+
 def test_a_bad_case_is_named() -> None:
     with pytest.raises(ValueError, match=r"h must be \(N, H\) and w \(V, H\)"):
         LinearCrossEntropyCase(np.zeros((2, 3), np.float32), np.zeros((5, 4), np.float32),

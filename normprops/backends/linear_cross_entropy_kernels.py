@@ -21,7 +21,8 @@ from typing import Any
 
 __all__ = ["torch_lce", "torch_lce_backward", "torch_lce_mean", "torch_lce_mean_backward",
            "liger_flce", "liger_flce_backward", "liger_flce_mean", "liger_flce_mean_backward",
-           "liger_flce_softcap30", "liger_flce_softcap30_backward", "quack_lce", "quack_lce_backward",
+           "liger_flce_acc32", "liger_flce_acc32_backward", "liger_flce_softcap30",
+           "liger_flce_softcap30_backward", "quack_lce", "quack_lce_backward",
            "quack_lce_mean", "quack_lce_mean_backward", "cce_lce", "cce_lce_backward",
            "cce_lce_mean", "cce_lce_mean_backward", "cce_compile_lce", "cce_compile_lce_backward"]
 
@@ -75,13 +76,15 @@ def torch_lce_mean_backward(dloss: Any, h: Any, w: Any, target: Any, ignore_inde
 
 
 def _liger(h: Any, w: Any, target: Any, ignore_index: int, label_smoothing: float, reduction: str,
-           softcap: float | None) -> Any:
+           softcap: float | None, accum_float32: bool = False) -> Any:
+    import torch
     from liger_kernel.ops.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyFunction
 
     # (input, weight, target, bias, ce_weight, ignore_index, lse_square_scale, label_smoothing,
-    # reduction, softcap)
+    # reduction, softcap, return_z_loss, accum_dtype)
     loss, *_ = LigerFusedLinearCrossEntropyFunction.apply(h, w, target, None, None, ignore_index, 0.0,
-                                                          label_smoothing, reduction, softcap)
+                                                          label_smoothing, reduction, softcap, False,
+                                                          torch.float32 if accum_float32 else None)
     return loss
 
 
@@ -105,6 +108,18 @@ def liger_flce_mean_backward(dloss: Any, h: Any, w: Any, target: Any, ignore_ind
                              label_smoothing: float) -> tuple[Any, Any]:
     """Its (dh, dw), reduction='mean' (computed in the forward pass, times dloss)."""
     return _autograd(liger_flce_mean, dloss, h, w, target, ignore_index, label_smoothing)
+
+
+def liger_flce_acc32(h: Any, w: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
+    """LigerFusedLinearCrossEntropyFunction with accum_dtype=torch.float32 (dw and the bias's
+    gradient summed in float32 across chunks, as its docstring recommends), reduction='none'."""
+    return _liger(h, w, target, ignore_index, label_smoothing, "none", None, accum_float32=True)
+
+
+def liger_flce_acc32_backward(dloss: Any, h: Any, w: Any, target: Any, ignore_index: int,
+                              label_smoothing: float) -> tuple[Any, Any]:
+    """Its (dh, dw) with accum_dtype=torch.float32, reduction='none'."""
+    return _autograd(liger_flce_acc32, dloss, h, w, target, ignore_index, label_smoothing)
 
 
 def liger_flce_softcap30(h: Any, w: Any, target: Any, ignore_index: int, label_smoothing: float) -> Any:
