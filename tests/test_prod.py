@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from normprops.cuda.entries import FAST_EXP_C_X, PROD_BLOCK
@@ -139,6 +139,18 @@ def test_auto_softmax_bound_covers_the_cluster_path_too(cols: int, largest: int,
 def test_auto_softmax_bound_at_a_width_a_cluster_of_two_holds() -> None:
     spec = next(k for k in KERNELS if k.name == "softmaxFast")
     assert spec.error_model.k(16388) == 5 * 4 - 1 + 9 + 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(cols=st.integers(1, 70_000), width=st.sampled_from((4, 8)), rows=st.integers(1, 5000),
+       sms=st.sampled_from((1, 8, 132)))
+def test_a_small_batch_takes_one_row_per_block_and_nothing_else_changes(cols: int, width: int, rows: int,
+                                                                       sms: int) -> None:
+    shape = shape_for(cols, vector_width=width, per_thread=64)
+    got = shape.for_batch(rows, sms=sms)
+    assert (got.vpt, got.tpr, got.cluster) == (shape.vpt, shape.tpr, shape.cluster)  # the arithmetic
+    assert got.rpb == (1 if shape.vpt and rows < sms * shape.rpb else shape.rpb)
+    assert got.grid(rows)[0] * got.rpb >= rows  # every row has its threads
 
 
 def test_launch_shape_rejects_empty_rows() -> None:
@@ -335,6 +347,38 @@ def test_arrays_at_different_offsets_keep_the_bits(op: str, cols: int) -> None:
     """Each array of a launch off the grid at its own offset (each computes its own shift): x 1,
     out 0, residual 5, gamma 3, beta 6 elements past a 16-byte boundary."""
     _check_rows_alone(op, "bfloat16", cols, offsets={"x": 1, "out": 0, "residual": 5, "gamma": 3, "beta": 6})
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
+@pytest.mark.parametrize("dtype, cols", [("bfloat16", 2048), ("bfloat16", 1019), ("float32", 1000)])
+def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: int) -> None:
+    """A batch too small to fill the GPU takes one row per block (Shape.for_batch), a large one
+    several: its first rows must get the same bits either way."""
+    import cupy
+
+    from normprops.bench.launchers import device_storage
+    from normprops.cuda.prod import ProdKernel, multiprocessors
+
+    kernel = ProdKernel(op, dtype=dtype)
+    shape = kernel.shape(cols)
+    sms = multiprocessors(cupy.cuda.Device().id)
+    rows = sms * shape.rpb + 3
+    assert shape.rpb > 1 and shape.for_batch(rows, sms=sms) == shape and shape.for_batch(5, sms=sms).rpb == 1
+    rng = cupy.random.default_rng(cols)
+    x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
+                    for n in ((rows, cols), (rows, cols), cols, cols))
+
+    def run(n: int):
+        out, r = cupy.zeros_like(x[:n]), res[:n].copy()
+        kernel.launch(*kernel.operands(x=x[:n], out=out, residual=r, gamma=g, beta=b), rows=n, cols=cols,
+                      eps=1e-5)
+        return cupy.concatenate([out, r])
+
+    full, small = run(rows), run(5)
+    assert cupy.array_equal(full[:5], small[:5])
+    if op == "addrmsnorm":
+        assert cupy.array_equal(full[rows:rows + 5], small[5:])
 
 
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:

@@ -6,13 +6,15 @@ for several elements-per-thread settings (which set threads per row). Usage on a
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
 float32). --variants: prod.cu compiled with these -D macros ("base": none), or "src=PATH": another
 copy of prod.cu (an older commit's, for an A/B in one run; --src-clusters: it has the cluster path),
-or "tpr=N": the softmax cluster path with blocks of N threads (e.g. NP_A+tpr=256). --rows: batch
+or "tpr=N": the softmax cluster path with blocks of N threads (e.g. NP_A+tpr=256), or "rpb=N": at
+most N rows per block on the register path. --rows: batch
 sizes ("gib": 1 GiB each way, the default). Each configuration is timed like
 normprops bench (spin, CUDA events, interleaved rounds, median)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import itertools
 import json
@@ -32,7 +34,8 @@ def _variant_module(defines: tuple[str, ...], source: str = SOURCE):
     """``source`` (prod.cu, or prod_kept_bad.cu on top of it) or the "src=" copy, with the -D macros."""
     paths = [d[4:] for d in defines if d.startswith("src=")]
     code = open(paths[0]).read() if paths else unit_text(source)
-    options = BUILDS["default"] + tuple(f"-D{d}" for d in defines if not d.startswith(("src=", "tpr=")))
+    macros = [d for d in defines if not d.startswith(("src=", "tpr=", "rpb="))]
+    options = BUILDS["default"] + tuple(f"-D{d}" for d in macros)
     return compile_source(code, filename=SOURCE if paths else source, options=options)
 
 
@@ -45,10 +48,19 @@ class SweepKernel(ProdKernel):
         self.defines = defines
 
     def _module(self):
-        compiled = tuple(d for d in self.defines if not d.startswith("tpr="))
+        compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
         if not compiled:
             return super()._module()
         return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
+
+    def shape(self, cols: int):
+        """"rpb=N": at most N rows per block on the register path (the arithmetic of a row is the
+        same whatever the rows per block: only how rows share blocks changes)."""
+        shape = super().shape(cols)
+        rpb = [int(d[4:]) for d in self.defines if d.startswith("rpb=")]
+        if rpb and shape.vpt and shape.cluster == 1:
+            return dataclasses.replace(shape, rpb=max(1, min(rpb[0], shape.rpb)))
+        return shape
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
     #: there (tools/ab_bits.py --src-clusters says it has)

@@ -39,8 +39,8 @@ from normprops.errors import ContractError
 from normprops.ops import get_op
 
 __all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
-           "ProdKernel", "clusters_supported", "largest_cluster", "split_exact", "split_on_device",
-           "to_storage", "from_storage"]
+           "ProdKernel", "clusters_supported", "multiprocessors", "largest_cluster", "split_exact",
+           "split_on_device", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -129,6 +129,14 @@ def _device() -> int:
     except ImportError:
         return 0
     return cupy.cuda.Device().id
+
+
+@functools.cache
+def multiprocessors(device: int) -> int:
+    """The number of multiprocessors of CUDA device ``device``."""
+    import cupy
+
+    return int(cupy.cuda.runtime.getDeviceProperties(device)["multiProcessorCount"])
 
 
 def vector_width(dtype: str) -> int:
@@ -371,6 +379,7 @@ class ProdKernel:
         fn = self._function(shape.vpt, shape.cluster)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
+        shape = shape.for_batch(rows, sms=multiprocessors(_device()))
         grid, block = shape.grid(rows), shape.block()
         return lambda: fn(grid, block, args)
 
