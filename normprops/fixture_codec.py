@@ -53,6 +53,17 @@ def _checked_shape(shape: list[Any], *, what: str) -> tuple[list[int], int]:
     return shape, size
 
 
+def _base64_bytes(blob: dict[str, Any], key: str, nbytes: int, shape: list[int], *, what: str) -> bytes:
+    """The bytes of ``blob[key]``; ValueError naming ``what`` unless it is base64 of ``nbytes``."""
+    try:
+        raw = base64.b64decode(blob[key], validate=True)
+    except (TypeError, ValueError, binascii.Error) as exc:
+        raise ValueError(f"{what}: {key!r} is not base64 ({exc})") from None
+    if len(raw) != nbytes:
+        raise ValueError(f"{what}: {key!r} holds {len(raw)} bytes; shape {shape!r} needs {nbytes}")
+    return raw
+
+
 def decode_array(blob: Any, *, what: str = "array") -> np.ndarray:
     """The float32 array a blob of :func:`encode_array` holds; ValueError naming ``what`` if the
     blob is malformed (wrong shape, wrong length, not hex, not base64)."""
@@ -80,24 +91,11 @@ def decode_array(blob: Any, *, what: str = "array") -> np.ndarray:
                              f"read as {float(array[i])!r})")
         return array.reshape(shape)
     if "f32le_base64" in blob:
-        try:
-            raw = base64.b64decode(blob["f32le_base64"], validate=True)
-        except (TypeError, ValueError, binascii.Error) as exc:
-            raise ValueError(f"{what}: 'f32le_base64' is not base64 ({exc})") from None
-        if len(raw) != 4 * size:
-            raise ValueError(f"{what}: 'f32le_base64' holds {len(raw)} bytes; shape {shape!r} "
-                             f"needs {4 * size}")
+        raw = _base64_bytes(blob, "f32le_base64", 4 * size, shape, what=what)
         return np.frombuffer(raw, dtype="<f4").astype(np.float32).reshape(shape).copy()
-    if "bf16le_base64" in blob:
-        try:
-            raw = base64.b64decode(blob["bf16le_base64"], validate=True)
-        except (TypeError, ValueError, binascii.Error) as exc:
-            raise ValueError(f"{what}: 'bf16le_base64' is not base64 ({exc})") from None
-        if len(raw) != 2 * size:
-            raise ValueError(f"{what}: 'bf16le_base64' holds {len(raw)} bytes; shape {shape!r} "
-                             f"needs {2 * size}")
-        top = np.frombuffer(raw, dtype="<u2").astype(np.uint32)
-        return (top << 16).view(np.float32).reshape(shape).copy()
+    if "bf16le_base64" in blob:  # each value's top two bytes (its low two are 0)
+        top = np.frombuffer(_base64_bytes(blob, "bf16le_base64", 2 * size, shape, what=what), dtype="<u2")
+        return (top.astype(np.uint32) << 16).view(np.float32).reshape(shape).copy()
     raise ValueError(f"{what}: none of 'hex', 'f32le_base64' or 'bf16le_base64' present")
 
 
