@@ -5,8 +5,8 @@ Arrays of up to :data:`INLINE_LIMIT` elements are lists of hex floats (``float.h
 exact), larger ones base64 of little-endian float32 bytes, or of the top two bytes of each where
 every value is a bfloat16 (the low two are then 0: half the size, as exact); a masked softmax's
 mask is rows of 0s and 1s (or base64 of its packed bits), its scale and additive fill hex floats.
-Reading raises
-ValueError naming the part that is malformed; :mod:`normprops.regressions` adds the file's name.
+Reading raises ValueError naming the part that is malformed; :mod:`normprops.regressions` adds the
+file's name.
 """
 
 from __future__ import annotations

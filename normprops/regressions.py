@@ -5,8 +5,8 @@ differs) the worst input of one finding (one property of one kernel failing in o
 its verdicts, the versions that produced it and when it was saved (``saved``, ISO 8601 UTC).
 Values are exact: arrays of up to 256 elements are lists of hex floats (``float.hex``, readable
 and exact); larger ones are base64 of little-endian float32 bytes (of bfloat16 bytes where every
-value is one); a masked softmax's mask is rows of 0s and 1s (or
-base64 of its packed bits), its scale and additive fill hex floats. No pickle, no seeds (numpy
+value is one); a masked softmax's mask is rows of 0s and 1s (or base64 of its packed bits), its
+scale and additive fill hex floats. No pickle, no seeds (numpy
 does not promise seed streams across versions). ``<id>`` is a hash of the kernel, the property and
 the minimal input: the same finding found twice is written once, and the same input failing two
 kernels gives two files. Files are written atomically (temporary file, then rename).
