@@ -50,7 +50,7 @@ from normprops.ops import OPS, PROPERTIES, get_op, is_backward
 from normprops.properties import evaluate
 from normprops.strategies import FAMILIES, families_for
 
-__all__ = ["Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
+__all__ = ["dloss_reduction", "Fixture", "save_fixture", "save_findings", "load_fixture", "iter_fixtures",
            "list_fixtures", "FixtureListing", "Unreadable", "select_fixtures", "Selection", "Skipped",
            "OTHER_DTYPE", "OTHER_WIDTH", "encode_array", "decode_array", "replay", "replay_fixture",
            "replay_selection", "Replayed", "case_id", "FORMAT", "encode_mask", "decode_mask"]
@@ -305,15 +305,22 @@ def list_fixtures(directory: Path, *, op: str | None = None) -> FixtureListing:
     return FixtureListing(tuple(fixtures), tuple(unreadable))
 
 
-#: Why a fixture is left out of a replay: it holds another storage type than the one replayed, or
-#: rows of a width the kernel does not accept.
-OTHER_DTYPE, OTHER_WIDTH = "dtype", "width"
+#: Why a fixture is left out of a replay: it holds another storage type than the one replayed,
+#: rows of a width the kernel does not accept, or (a loss's gradient) a dloss shaped for another
+#: reduction than the kernel's (a mean's is one number, a per-row loss's one per row).
+OTHER_DTYPE, OTHER_WIDTH, OTHER_REDUCTION = "dtype", "width", "reduction"
+
+
+def dloss_reduction(fixture: Fixture) -> str | None:
+    """The loss reduction a loss gradient's fixture has its dloss shaped for; None for any other."""
+    case = fixture.minimal
+    return getattr(case, "reduction", None) if getattr(case, "dloss", None) is not None else None
 
 
 @dataclass(frozen=True)
 class Skipped:
     fixture: Fixture
-    why: str  # OTHER_DTYPE or OTHER_WIDTH
+    why: str  # OTHER_DTYPE, OTHER_WIDTH or OTHER_REDUCTION
     reason: str  # in words, for a report
 
 
@@ -330,12 +337,15 @@ class Selection:
 
 
 def select_fixtures(fixtures: Iterable[Fixture], *, dtype: str = "float32", all_dtypes: bool = False,
-                    widths: ShapeConstraints = ShapeConstraints()) -> Selection:
+                    widths: ShapeConstraints = ShapeConstraints(),
+                    reduction: str | None = None) -> Selection:
     """The fixtures that belong to a kernel of storage type ``dtype`` taking rows of ``widths``:
     those saved in ``dtype`` (with ``all_dtypes``, every fixture, each in its own storage type) whose
-    rows all have a width it accepts. A fixture holds the failure of one kernel in one storage type;
+    rows all have a width it accepts, and, for a loss's gradient of ``reduction`` (None: any),
+    whose dloss is shaped for it. A fixture holds the failure of one kernel in one storage type;
     replayed on a kernel of another, it tests something that kernel never promised (a float32
-    kernel handed bfloat16 arrays fails its contract)."""
+    kernel handed bfloat16 arrays fails its contract; a per-row gradient handed a mean's one dloss
+    too)."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)} but was {dtype!r}")
     replays: list[tuple[Fixture, str]] = []
@@ -348,6 +358,9 @@ def select_fixtures(fixtures: Iterable[Fixture], *, dtype: str = "float32", all_
         elif outside:
             skipped.append(Skipped(fixture, OTHER_WIDTH,
                                    f"rows {outside[0]} wide, outside {widths.describe()}"))
+        elif reduction is not None and dloss_reduction(fixture) not in (None, reduction):
+            why = f"its dloss is for reduction={dloss_reduction(fixture)!r}, not {reduction!r}"
+            skipped.append(Skipped(fixture, OTHER_REDUCTION, why))
         else:
             replays.append((fixture, fixture.dtype if all_dtypes else dtype))
     return Selection(tuple(replays), tuple(skipped))

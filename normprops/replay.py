@@ -33,7 +33,7 @@ from normprops.regressions import (
 )
 
 __all__ = ["ReplayRun", "replay_fixtures", "Pruning", "PruneProgress", "prune_fixtures", "saved_examples",
-           "with_saved_examples"]
+           "with_saved_examples", "declared_reduction"]
 
 
 def _target_for(target: Target | Callable[[str], Target]) -> Callable[[str], Target]:
@@ -79,17 +79,20 @@ class ReplayRun:
 
 def replay_fixtures(directory: Path, *, op: str, target: Target | Callable[[str], Target],
                     dtype: str = "float32", all_dtypes: bool = False,
-                    widths: ShapeConstraints = ShapeConstraints(), policy: str = "default",
+                    widths: ShapeConstraints = ShapeConstraints(), reduction: str | None = None,
+                    policy: str = "default",
                     on_selected: Callable[[ReplayRun], None] | None = None,
                     on_result: Callable[[Replayed], None] | None = None) -> ReplayRun:
     """Replay the ``op`` fixtures under ``directory`` that a kernel of storage type ``dtype``
-    taking rows of ``widths`` owns (with ``all_dtypes``, every fixture in its own storage type) on
+    taking rows of ``widths`` owns (with ``all_dtypes``, every fixture in its own storage type; a
+    loss gradient's of its ``reduction`` only, see :func:`select_fixtures`) on
     ``target`` (a target, or a function from a storage type to one). ``on_selected`` is called
     once the fixtures are loaded and selected, before any runs (with the run it returns, empty);
     ``on_result`` after each fixture. The replay ends after a fixture on which the target stopped
     (``ReplayRun.stopped``)."""
     listing = list_fixtures(directory, op=op)
-    selection = select_fixtures(listing.fixtures, dtype=dtype, all_dtypes=all_dtypes, widths=widths)
+    selection = select_fixtures(listing.fixtures, dtype=dtype, all_dtypes=all_dtypes, widths=widths,
+                                reduction=reduction)
     run = ReplayRun(listing, selection)
     if on_selected is not None:
         on_selected(run)
@@ -211,14 +214,19 @@ def _own(fixtures: list[Fixture], target: Target) -> list[Fixture]:
             and (f.source is None or target.source is None or same_source(f.source, target.source))]
 
 
+def declared_reduction(target: Target) -> str | None:
+    """The loss reduction ``target``'s kernel declares (None for an op that is no loss)."""
+    return getattr(target.declaration.op_promises, "reduction", None)
+
+
 def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:
     """The failures ``target``'s kernel saved under ``directory`` that a hunt tries first, as
     (property, minimal input): the newest fixture of each family and property, of those the kernel
     can be handed (its storage type, widths it accepts; as :func:`select_fixtures` chooses for a
     replay). A file that cannot be read is passed over (``normprops replay`` names it)."""
     mine = _own(list_fixtures(directory, op=target.op).fixtures, target)
-    chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype,
-                                            widths=target.constraints).replays]
+    chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype, widths=target.constraints,
+                                            reduction=declared_reduction(target)).replays]
     newest: dict[tuple[str, str], Fixture] = {}
     for fixture in sorted(chosen, key=lambda f: f.saved_at()[0], reverse=True):
         newest.setdefault((fixture.family, fixture.property), fixture)

@@ -654,3 +654,20 @@ def test_a_package_s_name_never_finds_a_cuda_source(fixtures: Path) -> None:
     (fixtures / "rmsnorm" / name).write_text(json.dumps({**doc, "source": "norms.cu:rms_norm"}))
     code, out, _ = run("fixtures", "prune", "--kernel", "norms:rms_norm", "--dry-run")
     assert code == 5 and "would remove" not in out, out
+
+
+def test_a_loss_gradients_fixture_of_another_reduction_is_left_out_in_one_line(tmp_path: Path) -> None:
+    # The committed bfloat16 gradients of QuACK's loss: one per row, one of the mean (its dloss one
+    # number). A per-row kernel is handed the per-row one only; the mean's is counted, not failed.
+    committed = Path(__file__).parent / "regressions" / "cross_entropy_backward"
+    (tmp_path / "cross_entropy_backward").mkdir()
+    for name in ("vocab-f4b4f26bbd07.json", "vocab-5a17ab85432d.json"):
+        shutil.copy(committed / name, tmp_path / "cross_entropy_backward" / name)
+    code, out, _ = run("replay", "--op", "cross_entropy_backward", "--impl",
+                       "normprops.examples.cross_entropy_kernels:ce_backward", "--dtype", "bfloat16",
+                       "--fixtures-dir", str(tmp_path))
+    assert code == 0, out
+    assert ("1 fixture of another loss reduction skipped: its dloss is for a mean loss; "
+            "--loss-reduction mean replays it on a kernel that reduces so") in out
+    assert "pass vocab-f4b4f26bbd07.json" in out and "vocab-5a17ab85432d" not in out
+    assert out.splitlines()[-1] == "2 fixtures: 1 passed, 0 failed, 1 skipped."

@@ -19,8 +19,10 @@ from normprops.hunt import HuntConfig, hunt
 from normprops.launch import GPU_BACKENDS, target_from_callable, target_from_spec
 from normprops.regressions import (
     OTHER_DTYPE,
+    OTHER_REDUCTION,
     OTHER_WIDTH,
     decode_array,
+    dloss_reduction,
     encode_array,
     iter_fixtures,
     list_fixtures,
@@ -130,11 +132,10 @@ def _produced(fixture, spec) -> bool:
 
 
 def _same_dloss(spec, fixture) -> bool:
-    """A loss gradient's fixture keeps its reduction, which its dloss's shape is (a mean's is one
-    number): it replays on the kernels that reduce the same way."""
-    reduction = getattr(fixture.minimal, "reduction", None)
-    return (getattr(fixture.minimal, "dloss", None) is None or reduction is None
-            or reduction == spec.op_declaration.reduction)
+    """A loss gradient's fixture replays on the kernels of its reduction, as select_fixtures
+    chooses (its dloss is one number for a mean)."""
+    reduction = getattr(spec.op_declaration, "reduction", None)
+    return bool(select_fixtures([fixture], dtype=fixture.dtype, reduction=reduction).replays)
 
 
 def _widths_allowed(spec, fixture) -> bool:
@@ -199,6 +200,23 @@ def _rms_norm_off_by_scale(x: np.ndarray, gamma: np.ndarray, eps: float) -> np.n
     z = x.astype(np.float64)
     off = np.where(np.abs(z).max(axis=1, keepdims=True) < 4, 1.01, 0.99)
     return (z / np.sqrt((z * z).mean(axis=1, keepdims=True) + eps) * gamma * off).astype(np.float32)
+
+
+def test_a_loss_gradients_fixture_is_replayed_on_kernels_of_its_reduction() -> None:
+    grads = [f for f in FIXTURES if f.op == "cross_entropy_backward" and f.dtype == "bfloat16"]
+    mean = [f for f in grads if dloss_reduction(f) == "mean"]
+    per_row = [f for f in grads if dloss_reduction(f) == "none"]
+    assert mean and per_row and all(f.minimal.dloss.shape == () for f in mean)
+    for reduction, kept, left in (("none", per_row, mean), ("mean", mean, per_row)):
+        chosen = select_fixtures(grads, dtype="bfloat16", reduction=reduction)
+        assert [f for f, _ in chosen.replays] == kept
+        assert chosen.skipped_for(OTHER_REDUCTION) == left
+        assert all(f"not {reduction!r}" in s.reason for s in chosen.skipped)
+    assert len(select_fixtures(grads, dtype="bfloat16").replays) == len(grads)  # None: any
+    # not a loss's gradient: never left out for it
+    softmax = [f for f in FIXTURES if f.op == "softmax"]
+    assert {dloss_reduction(f) for f in softmax} == {None}
+    assert not select_fixtures(softmax, dtype="float32", reduction="mean").skipped_for(OTHER_REDUCTION)
 
 
 def test_a_metamorphic_fixture_replays_under_its_own_property(tmp_path: Path) -> None:

@@ -29,7 +29,15 @@ from normprops.cli.common import (
 )
 from normprops.errors import UsageError
 from normprops.ops import OPS, OPTIONAL
-from normprops.regressions import OTHER_DTYPE, OTHER_WIDTH, Replayed, Selection, list_fixtures
+from normprops.regressions import (
+    OTHER_DTYPE,
+    OTHER_REDUCTION,
+    OTHER_WIDTH,
+    Replayed,
+    Selection,
+    dloss_reduction,
+    list_fixtures,
+)
 from normprops.replay import PruneProgress, Pruning, ReplayRun, prune_fixtures, replay_fixtures
 from normprops.report import Report
 
@@ -53,6 +61,14 @@ def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints
         shown = ", ".join(map(str, cols[:6])) + (", ..." if len(cols) > 6 else "")
         lines.append(f"{_count(len(narrow), 'fixture', 'fixtures')} of other widths {left}: rows "
                      f"{shown} wide, outside the widths given ({widths.describe()})")
+    reduced = selection.skipped_for(OTHER_REDUCTION)
+    if reduced:
+        kinds = sorted({str(dloss_reduction(f)) for f in reduced})
+        named = {"none": "per-row (none)", "mean": "mean", "sum": "sum"}
+        lines.append(f"{_count(len(reduced), 'fixture', 'fixtures')} of another loss reduction {left}: "
+                     f"{'its' if len(reduced) == 1 else 'their'} dloss is for a "
+                     f"{' or '.join(named.get(k, k) for k in kinds)} loss; --loss-reduction {kinds[0]} "
+                     f"replays {'it' if len(reduced) == 1 else 'them'} on a kernel that reduces so")
     return lines
 
 
@@ -143,6 +159,7 @@ def _replay(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     def body() -> int:
         done = replay_fixtures(directory, op=args.op, target=targets, dtype=dtype,
                                all_dtypes=args.all_dtypes, widths=widths, policy=args.policy,
+                               reduction=getattr(args, "loss_reduction", None) or "none",
                                on_selected=selected, on_result=replayed)
         if not done.listing.paths:
             here = sorted(p.name for p in directory.glob("*.json"))
