@@ -149,8 +149,16 @@ def test_a_small_batch_takes_one_row_per_block_and_nothing_else_changes(cols: in
     shape = shape_for(cols, vector_width=width, per_thread=64)
     got = shape.for_batch(rows, sms=sms)
     assert (got.vpt, got.tpr, got.cluster) == (shape.vpt, shape.tpr, shape.cluster)  # the arithmetic
-    assert got.rpb == (1 if shape.vpt and rows < sms * shape.rpb else shape.rpb)
-    assert got.grid(rows)[0] * got.rpb >= rows  # every row has its threads
+    if shape.vpt and rows < sms * shape.rpb:  # fewer full blocks than multiprocessors: a block a row
+        assert got.grid(rows) == (rows, 1, 1) and got.block() == (shape.tpr, 1, 1)
+    else:  # a batch that fills the GPU, or the streaming path: as the width says
+        assert got == shape
+
+
+def test_the_cluster_path_keeps_its_shape_at_any_batch() -> None:
+    held = cluster_shape(100_000, vector_width=4)
+    assert held is not None and held.cluster > 1
+    assert held.for_batch(1, sms=132) == held and held.grid(1) == (held.cluster, 1, 1)
 
 
 def test_launch_shape_rejects_empty_rows() -> None:
@@ -369,16 +377,17 @@ def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: 
     x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                     for n in ((rows, cols), (rows, cols), cols, cols))
 
-    def run(n: int):
+    def run(n: int, spread: bool = True):
         out, r = cupy.zeros_like(x[:n]), res[:n].copy()
         kernel.launch(*kernel.operands(x=x[:n], out=out, residual=r, gamma=g, beta=b), rows=n, cols=cols,
-                      eps=1e-5)
+                      eps=1e-5, spread=spread)
         return cupy.concatenate([out, r])
 
-    full, small = run(rows), run(5)
-    assert cupy.array_equal(full[:5], small[:5])
-    if op == "addrmsnorm":
-        assert cupy.array_equal(full[rows:rows + 5], small[5:])
+    full, small, packed = run(rows), run(5), run(5, spread=False)  # packed: 5 rows in one block
+    for other in (small, packed):
+        assert cupy.array_equal(full[:5], other[:5])
+        if op == "addrmsnorm":
+            assert cupy.array_equal(full[rows:rows + 5], other[5:])
 
 
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
@@ -406,8 +415,9 @@ def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]
         xs, out = placed(xs, at["x"]), placed(cupy.zeros_like(xs), at["out"])
         rs = None if rs is None else placed(rs, at["residual"])
         gs, bs = placed(g, at["gamma"]), placed(b, at["beta"])
+        # the width's rows per block, whatever the batch: the last block partly empty
         kernel.launch(*kernel.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs),
-                      rows=xs.shape[0], cols=cols, eps=1e-5)
+                      rows=xs.shape[0], cols=cols, eps=1e-5, spread=False)
         return out if rs is None else cupy.concatenate([out, rs])
 
     batch = run(x, res if op == "addrmsnorm" else None, offsets)

@@ -62,6 +62,11 @@ class SweepKernel(ProdKernel):
             return dataclasses.replace(shape, rpb=max(1, min(rpb[0], shape.rpb)))
         return shape
 
+    def launcher(self, *arrays, rows: int, cols: int, eps=None, spread: bool = False):
+        """The width's rows per block unless "rpb=N" says otherwise (not the product's choice for
+        small batches, so that "base" against "rpb=1" compares the two)."""
+        return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
+
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
     #: there (tools/ab_bits.py --src-clusters says it has)
     src_clusters = False

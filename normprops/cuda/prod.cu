@@ -5,7 +5,8 @@
 //
 // Launch shape (normprops/cuda/shape.py picks it from cols and the storage type alone):
 //   block = (tpr, rpb): tpr threads per row (a multiple of 32: up to 512 on the register path, 1024
-//   on the streaming path), rpb = max(1, 256 / tpr) rows per block; grid.x = ceil(rows / rpb).
+//   on the streaming path), rpb = max(1, 256 / tpr) rows per block, or 1 for a batch too small to
+//   fill the GPU (Shape.for_batch: only how rows share blocks changes); grid.x = ceil(rows / rpb).
 //   Row r = blockIdx.x * rpb + threadIdx.y; the threads of a row are whole warps, so warp shuffles
 //   never mix rows.
 //

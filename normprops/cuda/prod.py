@@ -369,9 +369,13 @@ class ProdKernel:
         if self.op in EPS_OPS and (eps is None or not np.isfinite(eps) or eps < 0):
             raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
 
-    def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> Callable[[], None]:
+    def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None,
+                 spread: bool = True) -> Callable[[], None]:
         """A zero-argument launch on fixed device arrays (in, [residual,] out, [gamma, [beta]]), on
-        the current stream; the arrays are checked and the function and shape resolved once."""
+        the current stream; the arrays are checked and the function and shape resolved once.
+        ``spread``: a batch too small to fill the GPU takes one row per block (Shape.for_batch);
+        False keeps the width's rows per block, few rows then sharing partly empty blocks (what the
+        hunt launches: the harder case for the blocks' shared scratch; the bits are the same)."""
         self._check(arrays, rows, cols, eps)
         if rows == 0:
             return lambda: None
@@ -379,13 +383,15 @@ class ProdKernel:
         fn = self._function(shape.vpt, shape.cluster)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
-        shape = shape.for_batch(rows, sms=multiprocessors(_device()))
+        if spread:
+            shape = shape.for_batch(rows, sms=multiprocessors(_device()))
         grid, block = shape.grid(rows), shape.block()
         return lambda: fn(grid, block, args)
 
-    def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None) -> None:
+    def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None,
+               spread: bool = True) -> None:
         """Check and launch once (see :meth:`launcher`)."""
-        self.launcher(*arrays, rows=rows, cols=cols, eps=eps)()
+        self.launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)()
 
 
 def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., np.ndarray]:
@@ -454,7 +460,7 @@ def _run_once(kernel: ProdKernel, op: str, dtype: str, x: Any, gamma: Any, beta:
     gs, bs = (None if n not in dev else stored(dev[n], n) for n in ("gamma", "beta"))
     out = cupy.empty_like(xs)
     arrays = kernel.operands(x=xs, out=out, residual=residual, gamma=gs, beta=bs)
-    kernel.launch(*arrays, rows=rows, cols=cols, eps=eps)
+    kernel.launch(*arrays, rows=rows, cols=cols, eps=eps, spread=False)
     if residual is not None:
         flags.append(("residual", _residual_check_kernel()(_widen(residual, dtype).view(cupy.uint32),
                                                             dev["x"].view(cupy.uint32))))
