@@ -33,7 +33,7 @@ from normprops.regressions import (
 )
 
 __all__ = ["ReplayRun", "replay_fixtures", "Pruning", "PruneProgress", "prune_fixtures", "saved_examples",
-           "with_saved_examples", "declared_reduction"]
+           "with_saved_examples"]
 
 
 def _target_for(target: Target | Callable[[str], Target]) -> Callable[[str], Target]:
@@ -214,19 +214,15 @@ def _own(fixtures: list[Fixture], target: Target) -> list[Fixture]:
             and (f.source is None or target.source is None or same_source(f.source, target.source))]
 
 
-def declared_reduction(target: Target) -> str | None:
-    """The loss reduction ``target``'s kernel declares (None for an op that is no loss)."""
-    return getattr(target.declaration.op_promises, "reduction", None)
-
-
 def saved_examples(directory: Path, *, target: Target) -> tuple[tuple[str, Case], ...]:
     """The failures ``target``'s kernel saved under ``directory`` that a hunt tries first, as
     (property, minimal input): the newest fixture of each family and property, of those the kernel
     can be handed (its storage type, widths it accepts; as :func:`select_fixtures` chooses for a
     replay). A file that cannot be read is passed over (``normprops replay`` names it)."""
     mine = _own(list_fixtures(directory, op=target.op).fixtures, target)
+    reduction = getattr(target.declaration.op_promises, "reduction", None)  # a loss's; None for others
     chosen = [f for f, _ in select_fixtures(mine, dtype=target.dtype, widths=target.constraints,
-                                            reduction=declared_reduction(target)).replays]
+                                            reduction=reduction).replays]
     newest: dict[tuple[str, str], Fixture] = {}
     for fixture in sorted(chosen, key=lambda f: f.saved_at()[0], reverse=True):
         newest.setdefault((fixture.family, fixture.property), fixture)

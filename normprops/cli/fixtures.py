@@ -64,7 +64,7 @@ def _skipped_lines(selection: Selection, *, dtype: str, widths: ShapeConstraints
     reduced = selection.skipped_for(OTHER_REDUCTION)
     if reduced:
         kinds = sorted({str(dloss_reduction(f)) for f in reduced})
-        named = {"none": "per-row (none)", "mean": "mean", "sum": "sum"}
+        named = {"none": "per-row (none)"}
         lines.append(f"{_count(len(reduced), 'fixture', 'fixtures')} of another loss reduction {left}: "
                      f"{'its' if len(reduced) == 1 else 'their'} dloss is for a "
                      f"{' or '.join(named.get(k, k) for k in kinds)} loss; --loss-reduction {kinds[0]} "
