@@ -65,6 +65,9 @@ class KernelSpec:
     # CUDA GPU its framework sees, and where there is none it is not usable here, skipped rather than
     # failed (normprops.specs.kernel_status), even on a backend that runs without one (jax).
     device: str | None = None
+    # Modules the entry point imports beyond its backend's (optax, on the jax backend): where one is
+    # missing the entry is not usable here, skipped rather than failed (normprops.specs.kernel_status).
+    imports: tuple[str, ...] = ()
     constraints: ShapeConstraints = ShapeConstraints()  # the widths its claims are hunted at
     # The widths its known bugs are hunted at, where a bug of its own takes some widths away from
     # the claims (QuACK's bfloat16 norms at odd widths); None: the same as ``constraints``.

@@ -11,6 +11,7 @@ reduction is shaped (which sets its error bound), which families it claims, and 
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
 
 import numpy as np
@@ -68,11 +69,17 @@ def backend_status(backend: str) -> tuple[bool, str]:
 
 def kernel_status(spec: KernelSpec) -> tuple[bool, str]:
     """Whether the entry ``spec`` can run here, and why not when it cannot: its backend's status
-    (:func:`backend_status`), and where its arrays must live on a CUDA GPU (``spec.device``
-    "cuda") that its framework sees one. A backend that runs anywhere can hold entries that need a
-    GPU: JAX runs on the CPU, its cuDNN attention only on a GPU."""
+    (:func:`backend_status`), the modules it imports beyond its backend's (``spec.imports``), and
+    where its arrays must live on a CUDA GPU (``spec.device`` "cuda") that its framework sees one.
+    A backend that runs anywhere can hold entries that need a GPU: JAX runs on the CPU, its cuDNN
+    attention only on a GPU."""
     ok, why = backend_status(spec.backend)
-    if not ok or spec.device is None or not spec.device.startswith("cuda"):
+    if not ok:
+        return ok, why
+    missing = [m for m in spec.imports if importlib.util.find_spec(m) is None]
+    if missing:
+        return False, f"needs {', '.join(missing)}, not importable here (pip install {' '.join(missing)})"
+    if spec.device is None or not spec.device.startswith("cuda"):
         return ok, why
     if spec.framework == "jax":
         from normprops.backends.ecosystem import jax_gpu_status

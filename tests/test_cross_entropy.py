@@ -418,3 +418,31 @@ def test_quacks_arithmetic_emulated_is_exact_on_small_logits_and_off_at_large_on
     off = normprops.hunt_kernel(emulation.quack_ce_backward("float32"), op="cross_entropy_backward",
                                 families=["offset"], max_examples=50, **keywords)
     assert not off.passed and {f.property for f in off.failures} == {"accuracy"}
+
+
+@pytest.mark.parametrize("present", [False, True], ids=["missing", "importable"])
+def test_an_entry_whose_module_is_missing_is_skipped_not_failed(present: bool, monkeypatch) -> None:
+    """optax's entries run on the jax backend but import optax too: where jax imports and optax
+    does not, they are not usable (one reason, naming the module and the install), never hunted
+    into contract failures."""
+    import dataclasses
+    import importlib.util
+
+    from normprops import specs
+    from normprops.specs import KERNELS, kernel_status
+
+    spec = next(k for k in KERNELS if k.name == "optax.ce-f32")
+    assert spec.imports == ("optax",)
+    monkeypatch.setattr(specs, "backend_status", lambda backend: (True, "jax 0.0 on cpu"))
+    real = importlib.util.find_spec
+
+    def find_spec(name: str, *args):
+        if name == "optax":
+            return real("json") if present else None
+        return real(name, *args)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    usable, why = kernel_status(spec)
+    assert usable == present
+    assert present or why == "needs optax, not importable here (pip install optax)"
+    assert kernel_status(dataclasses.replace(spec, imports=()))[0]

@@ -126,6 +126,7 @@ def _entry(row: tuple, *, gradient: bool, dtype: str) -> KernelSpec:
                       declared.model, claimed,
                       f"{name}{' backward' if gradient else ''} ({attr}), {dtype}{where}", bench=False,
                       dtype=dtype, framework=framework, device=device, op_declaration=declared,
+                      imports=("optax",) if backend == "jax" else (),
                       exempt=_NOT_PROMISED,
                       bugs=(_LIGER_ZEROES_IGNORED if backend == "liger" and not gradient
                             else _QUACK_BF16_VOCAB_NAN if even else ()))
