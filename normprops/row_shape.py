@@ -50,14 +50,19 @@ class Shape:
     rpb: int  # rows per block
     cluster: int = 1  # blocks per row (the cluster path: CLUSTER_CTAS)
 
+    def decode(self, rows: int, *, sms: int) -> bool:
+        """Whether a batch of ``rows`` on the register path is too small to give each of a GPU's
+        ``sms`` multiprocessors a block of ``rpb`` rows (decode: 1 to a few hundred rows)."""
+        return self.vpt > 0 and self.cluster == 1 and rows < sms * self.rpb
+
     def for_batch(self, rows: int, *, sms: int) -> Shape:
-        """The shape a batch of ``rows`` launches with on a GPU of ``sms`` multiprocessors: a batch
-        too small to give every multiprocessor a block of ``rpb`` rows (decode: 1 to a few hundred
-        rows) takes one row per block, so its rows spread over as many multiprocessors as there are
-        rows (measured on an H100: 0.46-0.76 us off a 4-5 us RMS or layer norm at 8 and 64 rows of
-        2048-8192 bfloat16 columns, less at 1 and 256). Only how rows share blocks changes: each row's
-        threads, their elements and the order of every sum are the same, so the bits are too."""
-        if self.vpt == 0 or self.cluster > 1 or self.rpb == 1 or rows >= sms * self.rpb:
+        """The shape a batch of ``rows`` launches with on a GPU of ``sms`` multiprocessors: a decode
+        batch (:meth:`decode`) takes one row per block, so its rows spread over as many
+        multiprocessors as there are rows (measured on an H100: 0.46-0.76 us off a 4-5 us RMS or
+        layer norm at 8 and 64 rows of 2048-8192 bfloat16 columns, less at 1 and 256). Only how rows
+        share blocks changes: each row's threads, their elements and the order of every sum are the
+        same, so the bits are too."""
+        if self.rpb == 1 or not self.decode(rows, sms=sms):
             return self
         return Shape(self.vpt, self.tpr, 1, self.cluster)
 

@@ -12,7 +12,7 @@ import pytest
 
 from normprops.cuda.build import SOURCES, source_text, unit_text
 from normprops.cuda.layout import PROD_VARIANTS
-from normprops.cuda.prod import DTYPE_CODES, PACKED_VPTS, VPTS
+from normprops.cuda.prod import DTYPE_CODES, PACKED_VPTS, VPTS, decode_entry_points
 from normprops.specs import KERNELS
 
 NVCC = shutil.which("nvcc")
@@ -24,6 +24,8 @@ def _entries(source: str) -> set[str]:
         return {spec.name for spec in KERNELS if spec.backend == "cuda"} | {"copyFloor"}
     if source == "spin_wait.cu":
         return {"spinWait"}
+    if source == "prod_decode.cu":
+        return decode_entry_points()
     names = set()
     for op, dtype, _ in PROD_VARIANTS.values():
         if (op == "rmsnormbf16acc") != (source == "prod_kept_bad.cu"):

@@ -14,7 +14,15 @@ from hypothesis import strategies as st
 
 from normprops.cuda.entries import FAST_EXP_C_X, PROD_BLOCK
 from normprops.cuda.layout import PROD_VARIANTS, prod_layout
-from normprops.cuda.prod import PACKED_VPTS, VPTS, Shape, entry_point, launch_shape, split_exact
+from normprops.cuda.prod import (
+    PACKED_VPTS,
+    VPTS,
+    Shape,
+    decode_entry_points,
+    entry_point,
+    launch_shape,
+    split_exact,
+)
 from normprops.cuda.shape import (
     CLUSTER_SIZES,
     CLUSTER_VPT,
@@ -149,7 +157,8 @@ def test_a_small_batch_takes_one_row_per_block_and_nothing_else_changes(cols: in
     shape = shape_for(cols, vector_width=width, per_thread=64)
     got = shape.for_batch(rows, sms=sms)
     assert (got.vpt, got.tpr, got.cluster) == (shape.vpt, shape.tpr, shape.cluster)  # the arithmetic
-    if shape.vpt and rows < sms * shape.rpb:  # fewer full blocks than multiprocessors: a block a row
+    assert shape.decode(rows, sms=sms) == bool(shape.vpt and rows < sms * shape.rpb)
+    if shape.decode(rows, sms=sms):  # fewer full blocks than multiprocessors: a block a row
         assert got.grid(rows) == (rows, 1, 1) and got.block() == (shape.tpr, 1, 1)
     else:  # a batch that fills the GPU, or the streaming path: as the width says
         assert got == shape
@@ -159,6 +168,7 @@ def test_the_cluster_path_keeps_its_shape_at_any_batch() -> None:
     held = cluster_shape(100_000, vector_width=4)
     assert held is not None and held.cluster > 1
     assert held.for_batch(1, sms=132) == held and held.grid(1) == (held.cluster, 1, 1)
+    assert not held.decode(1, sms=132)  # (no decode entry point: the cluster path is softmax's)
 
 
 def test_launch_shape_rejects_empty_rows() -> None:
@@ -359,10 +369,14 @@ def test_arrays_at_different_offsets_keep_the_bits(op: str, cols: int) -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
-@pytest.mark.parametrize("dtype, cols", [("bfloat16", 2048), ("bfloat16", 1019), ("float32", 1000)])
-def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: int) -> None:
-    """A batch too small to fill the GPU takes one row per block (Shape.for_batch), a large one
-    several: its first rows must get the same bits either way."""
+@pytest.mark.parametrize("dtype, cols", [("bfloat16", 2048), ("bfloat16", 1019), ("float32", 1000),
+                                         ("bfloat16", 8192), ("float32", 8192), ("bfloat16", 4097)])
+@pytest.mark.parametrize("params_at", [0, 3], ids=["aligned", "gamma-off-grid"])
+def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: int, params_at: int) -> None:
+    """A batch too small to fill the GPU takes one row per block (Shape.for_batch) and, for a norm,
+    its decode entry point (prod_decode.cu), a large one several rows per block and the prefill
+    kernel: its first rows must get the same bits either way (4097: rows off the 16-byte grid;
+    params_at: gamma and beta that many elements past a 16-byte boundary, beta one more)."""
     import cupy
 
     from normprops.bench.launchers import device_storage
@@ -372,10 +386,14 @@ def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: 
     shape = kernel.shape(cols)
     sms = multiprocessors(cupy.cuda.Device().id)
     rows = sms * shape.rpb + 3
-    assert shape.rpb > 1 and shape.for_batch(rows, sms=sms) == shape and shape.for_batch(5, sms=sms).rpb == 1
+    assert not shape.decode(rows, sms=sms) and shape.decode(5, sms=sms)
+    assert shape.for_batch(5, sms=sms).rpb == 1
     rng = cupy.random.default_rng(cols)
     x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                     for n in ((rows, cols), (rows, cols), cols, cols))
+    if params_at:
+        g = cupy.concatenate([cupy.zeros(params_at, dtype=g.dtype), g])[params_at:]
+        b = cupy.concatenate([cupy.zeros(params_at + 1, dtype=b.dtype), b])[params_at + 1:]
 
     def run(n: int, spread: bool = True):
         out, r = cupy.zeros_like(x[:n]), res[:n].copy()
@@ -660,3 +678,7 @@ def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:
                for dtype in ("float32", "bfloat16", "float16") for n in CLUSTER_SIZES}
     assert defined == wanted, (sorted(wanted - defined), sorted(defined - wanted))
     assert "##" not in source  # no token pasting: every name appears as it is looked up
+    decode = (cuda / "prod_decode.cu").read_text()
+    defined = set(re.findall(r"^NP_[A-Z0-9_]+\((\w+),", decode, flags=re.M))
+    assert defined == decode_entry_points(), sorted(defined ^ decode_entry_points())
+    assert "##" not in decode

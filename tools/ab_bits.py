@@ -65,8 +65,10 @@ def _run(k: ProdKernel, x, res, g, b, shift: int):
     xs, gs, bs = _buffer(x, shift), _buffer(g, shift), _buffer(b, shift)
     rs = None if res is None else _buffer(res, shift)
     out = _buffer(cupy.zeros_like(x), shift)
+    # the prefill kernels at the width's rows per block (a few rows would otherwise take the decode
+    # entry points, which an older prod.cu cannot build)
     k.launch(*k.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs), rows=x.shape[0], cols=x.shape[1],
-             eps=1e-5)
+             eps=1e-5, spread=False)
     return [out] if rs is None else [out, rs]
 
 

@@ -1,6 +1,6 @@
-"""Run the CUDA kernels (kernels.cu's and prod.cu's) under compute-sanitizer: racecheck on every
-kernel, memcheck on ragged shapes. Expect racecheck to flag softmaxRowNoBarrier and nothing else,
-memcheck to flag nothing.
+"""Run the CUDA kernels (kernels.cu's, prod.cu's and prod_decode.cu's) under compute-sanitizer:
+racecheck on every kernel, memcheck on ragged shapes. Expect racecheck to flag softmaxRowNoBarrier
+and nothing else, memcheck to flag nothing.
 
     python tools/sanitize.py            # drives compute-sanitizer, prints a table
     python tools/sanitize.py --backend cuda-cluster   # only the cluster path's kernels
@@ -50,6 +50,26 @@ def launch(name: str, cols: tuple[int, ...] = ()) -> None:
         g = to_dtype(rng.standard_normal(cols).astype(np.float32), spec.dtype)
         args = {"softmax": (x,), "layernorm": (x, g, g, 1e-5), "rmsnorm": (x, g, 1e-5)}[spec.op]
         fn(*args)
+        if spec.backend == "cuda-prod":
+            decode_launch(name, x, g)
+
+
+def decode_launch(name: str, x: np.ndarray, g: np.ndarray) -> None:
+    """The same rows launched as a decode batch: one row per block and, for a norm, its
+    prod_decode.cu entry point (the registry's function launches the prefill kernel)."""
+    import cupy
+
+    from normprops.cuda.prod import ProdKernel, to_storage
+
+    op, dtype, path = PROD_VARIANTS[name]
+    if path != "auto":
+        return
+    kernel = ProdKernel(op, dtype=dtype)
+    xs, gs = to_storage(x, dtype, name="x"), to_storage(g, dtype, name="gamma")
+    out, residual = cupy.empty_like(xs), xs.copy()
+    kernel.launch(*kernel.operands(x=xs, out=out, residual=residual, gamma=gs, beta=gs),
+                  rows=x.shape[0], cols=x.shape[1], eps=1e-5)
+    cupy.cuda.runtime.deviceSynchronize()
 
 
 def drive(backends: tuple[str, ...], only: tuple[str, ...] = (), cols: tuple[int, ...] = ()) -> int:

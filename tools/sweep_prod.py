@@ -23,17 +23,28 @@ import sys
 
 from normprops.bench.launchers import random_storage
 from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
-from normprops.cuda.build import BUILDS, compile_source, unit_text
-from normprops.cuda.prod import KEPT_BAD_SOURCE, SOURCE, ProdKernel, largest_cluster, vector_width
+from normprops.cuda.build import BUILDS, compile_source, source_text, unit_text
+from normprops.cuda.prod import (
+    DECODE_SOURCE,
+    KEPT_BAD_SOURCE,
+    SOURCE,
+    ProdKernel,
+    largest_cluster,
+    vector_width,
+)
 from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape
 from normprops.dtypes import get_dtype
 
 
 @functools.cache
 def _variant_module(defines: tuple[str, ...], source: str = SOURCE):
-    """``source`` (prod.cu, or prod_kept_bad.cu on top of it) or the "src=" copy, with the -D macros."""
+    """``source`` (prod.cu, or a file built on it) on prod.cu or on the "src=" copy, with the -D
+    macros."""
     paths = [d[4:] for d in defines if d.startswith("src=")]
-    code = open(paths[0]).read() if paths else unit_text(source)
+    code = unit_text(source)
+    if paths:
+        base = open(paths[0]).read()
+        code = base if source == SOURCE else f"#define NP_NO_ENTRY_POINTS\n{base}\n{source_text(source)}"
     macros = [d for d in defines if not d.startswith(("src=", "tpr=", "rpb="))]
     options = BUILDS["default"] + tuple(f"-D{d}" for d in macros)
     return compile_source(code, filename=SOURCE if paths else source, options=options)
@@ -52,6 +63,10 @@ class SweepKernel(ProdKernel):
         if not compiled:
             return super()._module()
         return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
+
+    def _decode_module(self):
+        compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
+        return _variant_module(compiled, DECODE_SOURCE) if compiled else super()._decode_module()
 
     def shape(self, cols: int):
         """"rpb=N": at most N rows per block on the register path (the arithmetic of a row is the

@@ -71,12 +71,13 @@ def cuda_status() -> tuple[bool, str]:
     return True, f"{name}, sm_{props['major']}{props['minor']}, CuPy {cupy.__version__}"
 
 
-#: The packaged CUDA sources: the textbook kernels, the production ones, the kept-bad kernel built on
-#: the production templates, and the spin kernel ``normprops bench`` times behind.
-SOURCES = ("kernels.cu", "prod.cu", "prod_kept_bad.cu", "spin_wait.cu")
+#: The packaged CUDA sources: the textbook kernels, the production ones, their decode entry points
+#: and the kept-bad kernel (both built on the production templates), and the spin kernel
+#: ``normprops bench`` times behind.
+SOURCES = ("kernels.cu", "prod.cu", "prod_decode.cu", "prod_kept_bad.cu", "spin_wait.cu")
 #: A source compiled after another one's device code, whose templates it instantiates; the other's
 #: own kernels are left out (NP_NO_ENTRY_POINTS), so they are not compiled a second time.
-BUILT_ON = {"prod_kept_bad.cu": "prod.cu"}
+BUILT_ON = {"prod_decode.cu": "prod.cu", "prod_kept_bad.cu": "prod.cu"}
 
 
 def source_text(source: str = "kernels.cu") -> str:

@@ -759,17 +759,40 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
     });
 }
 
+// gamma or beta, as the epilogue of a norm reads it: vector j into W floats, 0 past the row's end.
+// kEarly = false: read from memory vector by vector as the row is written (the registers hold the
+// row, and two blocks share an SM). kEarly = true (the decode entry points, prod_decode.cu): read
+// into registers right after the row's loads, so both round trips to memory overlap and a decode
+// row waits for one, not two. The values, and so the arithmetic, are the same either way.
+template <class Storage, class Share, bool kEarly>
+struct Param {
+    const typename Storage::T* __restrict__ p;
+    Share held;  // kEarly only (unused, and compiled away, otherwise)
+    __device__ explicit Param(const typename Storage::T* __restrict__ p) : p(p) {}
+    __device__ void fetch(int cols, bool vec) {
+        if constexpr (kEarly) held.load(p, cols, vec, 0.0f, Reach::none());
+    }
+    template <int kCopy>
+    __device__ void get(int j, int cols, bool vec, float* dst) const {
+        if constexpr (kEarly) {
+#pragma unroll
+            for (int w = 0; w < Storage::W; ++w) dst[w] = held.template at<1>(j * Storage::W + w);
+        } else {
+            Share::template loadVec<kCopy>(p, j, cols, vec, 0.0f, dst);
+        }
+    }
+};
+
 // out = (x 2^-E - mean) f gamma + beta, gamma and beta one vector at a time.
-template <int kCopy, class Storage, class Share>
+template <int kCopy, class Storage, class Share, class P>
 __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage::T* __restrict__ o,
-                                               const typename Storage::T* __restrict__ gamma,
-                                               const typename Storage::T* __restrict__ beta, float sc,
+                                               const P& gamma, const P& beta, float sc,
                                                float mean, float f, int cols, bool vec) {
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float g[Storage::W], b[Storage::W];
-        Share::template loadVec<kCopy>(gamma, j, cols, vec, 0.0f, g);
-        Share::template loadVec<kCopy>(beta, j, cols, vec, 0.0f, b);
+        gamma.template get<kCopy>(j, cols, vec, g);
+        beta.template get<kCopy>(j, cols, vec, b);
 #pragma unroll
         for (int w = 0; w < Storage::W; ++w) {
             const int i = j * Storage::W + w;
@@ -780,7 +803,7 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
-template <class Storage, int kVecs, bool kPacked>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
@@ -793,8 +816,14 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
         cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
     const bool full = Share::full(static_cast<int>(cols));
     Share r;
-    if (ri.live) r.template load<!Share::kMutable>(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
-    else r.zero();
+    Param<Storage, Share, kEarly> g(gamma), b(beta);
+    if (ri.live) {
+        r.template load<!Share::kMutable>(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+        g.fetch(static_cast<int>(cols), vec);
+        b.fetch(static_cast<int>(cols), vec);
+    } else {
+        r.zero();
+    }
     const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch[0]);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-total.e);
@@ -816,20 +845,19 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     const int c = static_cast<int>(cols);
     const int mode = Share::copy(c, vec);
     withCopy<Share>(Share::kMutable || mode == kShifted ? kElementwise : mode, [&](auto copy) {
-        layerNormWrite<decltype(copy)::value, Storage>(r, o, gamma, beta, sc, mean, f, c, vec);
+        layerNormWrite<decltype(copy)::value, Storage>(r, o, g, b, sc, mean, f, c, vec);
     });
 }
 
 // out = (x * a) * b * gamma, gamma one vector at a time. b is 1 for every row whose largest |x| is
 // within 2^+-64 (see normFactor): that copy of the loop skips the product, which would be exact.
-template <int kCopy, bool kUnitB, class Storage, class Share>
-__device__ __forceinline__ void rmsWrite(const Share& r, typename Storage::T* __restrict__ o,
-                                         const typename Storage::T* __restrict__ gamma, NormFactor nf,
-                                         int cols, bool vec) {
+template <int kCopy, bool kUnitB, class Storage, class Share, class P>
+__device__ __forceinline__ void rmsWrite(const Share& r, typename Storage::T* __restrict__ o, const P& gamma,
+                                         NormFactor nf, int cols, bool vec) {
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float g[Storage::W];
-        Share::template loadVec<kCopy>(gamma, j, cols, vec, 0.0f, g);
+        gamma.template get<kCopy>(j, cols, vec, g);
 #pragma unroll
         for (int w = 0; w < Storage::W; ++w) {
             const float y = r.template at<2>(j * Storage::W + w) * nf.a;
@@ -838,10 +866,9 @@ __device__ __forceinline__ void rmsWrite(const Share& r, typename Storage::T* __
         Share::template storeVec<kCopy>(o, j, cols, vec, g);
     }
 }
-template <class Share, class Storage>
-__device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T* __restrict__ o,
-                                            const typename Storage::T* __restrict__ gamma, int cols,
-                                            NormFactor nf, bool vec) {
+template <class Share, class Storage, class P>
+__device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T* __restrict__ o, const P& gamma,
+                                            int cols, NormFactor nf, bool vec) {
     withCopy<Share>(Share::copy(cols, vec), [&](auto copy) {
         constexpr int kCopy = decltype(copy)::value;
         if (nf.b == 1.0f) rmsWrite<kCopy, true, Storage>(r, o, gamma, nf, cols, vec);
@@ -850,32 +877,38 @@ __device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T*
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
-template <class Storage, class Share>
+template <class Storage, class Share, class P>
 __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
-                                            const typename Storage::T* gamma, size_t cols, float eps,
-                                            bool vec, Scratch& scratch) {
+                                            const P& gamma, size_t cols, float eps, bool vec,
+                                            Scratch& scratch) {
     const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r), scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class Storage, int kVecs, bool kPacked>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
 __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
+    using Share = Regs<Storage, kVecs, kPacked>;
     __shared__ Scratch scratch;
     const RowIndex ri(rows);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
-    Regs<Storage, kVecs, kPacked> r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
-    else r.zero();
-    rmsNormHeld<Storage>(r, ri, out, gamma, cols, eps, vec, scratch);
+    Share r;
+    Param<Storage, Share, kEarly> g(gamma);
+    if (ri.live) {
+        r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+        g.fetch(static_cast<int>(cols), vec);
+    } else {
+        r.zero();
+    }
+    rmsNormHeld<Storage>(r, ri, out, g, cols, eps, vec, scratch);
 }
 
 // Fused add + RMS norm: h = x + residual (rounded to the storage type), residual <- h,
 // out = rmsnorm(h) * gamma. residual is read and written in place by the same thread.
-template <class Storage, int kVecs, bool kPacked>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
 __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* residual,
                                typename Storage::T* __restrict__ out,
                                const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
@@ -886,7 +919,9 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     const bool vec =
         cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
     Share r;
+    Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
+        g.fetch(static_cast<int>(cols), vec);  // (before the stores to residual: nothing to wait for)
         const typename Storage::T* x = in + ri.row * cols;
         typename Storage::T* res = residual + ri.row * cols;
         const Reach reach = Reach::ofRow(ri.row, rows, cols);
@@ -970,7 +1005,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     } else {
         r.zero();
     }
-    rmsNormHeld<Storage>(r, ri, out, gamma, cols, eps, vec, scratch);
+    rmsNormHeld<Storage>(r, ri, out, g, cols, eps, vec, scratch);
 }
 
 // --- streaming path (rows wider than the registers hold) ----------------------------------------

@@ -14,7 +14,9 @@ residual <- x + residual. It is hunted as an RMS norm: x is split exactly into a
 top bits of each value, b = x - a is exact), the kernel runs on (a, b), its updated residual must
 be x bit for bit (else ContractError) and its output is judged as rmsnorm(x).
 
-Launch shape: see :func:`launch_shape` and the header of ``prod.cu``.
+Launch shape: see :func:`launch_shape` and the header of ``prod.cu``. A decode batch (too few rows
+to fill the GPU, :meth:`Shape.decode`) of a norm runs the same arithmetic from ``prod_decode.cu``'s
+entry points, which read gamma and beta with the row (see that file).
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
 from normprops.ops import get_op
 
-__all__ = ["DTYPE_CODES", "entry_point", "PER_THREAD", "VPTS", "PACKED_VPTS", "Shape", "launch_shape",
-           "ProdKernel", "clusters_supported", "multiprocessors", "largest_cluster", "split_exact",
-           "split_on_device", "to_storage", "from_storage"]
+__all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "DECODE_OPS", "PER_THREAD", "VPTS",
+           "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "clusters_supported", "multiprocessors",
+           "largest_cluster", "split_exact", "split_on_device", "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -48,14 +50,33 @@ PER_THREAD = PROD_PER_THREAD  # register path: at most this many elements per th
 PACKED_VPTS = (4, 8)  # entry points with packed 16-bit register storage
 SOURCE = "prod.cu"
 KEPT_BAD_SOURCE = "prod_kept_bad.cu"  # rmsnormbf16acc's entry points
+DECODE_SOURCE = "prod_decode.cu"  # the norms' decode entry points
+#: The ops with decode entry points (the norms: gamma, and beta, read with the row).
+DECODE_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
 
 
-def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1) -> str:
+def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1,
+                decode: bool = False) -> str:
     """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
     streaming path), e.g. ``softmax_bf16_p8``, or on the cluster path (``cluster`` blocks per row),
-    e.g. ``softmax_bf16_c8p8``; each is spelled out in prod.cu."""
+    e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``; each is
+    spelled out in its file."""
     tag = "p" if packed and vpt in PACKED_VPTS else "v"
-    return f"{op}_{DTYPE_CODES[dtype]}_{f'c{cluster}' if cluster > 1 else ''}{tag}{vpt}"
+    blocks = f"c{cluster}" if cluster > 1 else ""
+    return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{'_d' if decode else ''}"
+
+
+def decode_entry_points() -> set[str]:
+    """prod_decode.cu's kernels: each norm on each storage type, at every vectors per thread its
+    default register layout (:func:`prod_layout`) launches."""
+    names = set()
+    for op in DECODE_OPS:
+        for dtype in DTYPE_CODES:
+            per_thread, packed = prod_layout(op, dtype)
+            for vpt in VPTS:
+                if vpt * vector_width(dtype) <= per_thread:
+                    names.add(entry_point(op, dtype, vpt, packed=packed, decode=True))
+    return names
 
 
 def clusters_supported() -> bool:
@@ -288,7 +309,9 @@ class ProdKernel:
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
         # Both per device: CuPy loads a function once per device, the non-portable cluster attribute
         # is set on each, and the largest cluster may differ between devices.
-        self._functions: dict[tuple[int, int, int], Any] = {}
+        self._functions: dict[tuple[int, int, bool, int], Any] = {}
+        # prod_decode.cu has the default register layouts only
+        self._decodes = op in DECODE_OPS and (per_thread, packed) == (default_per_thread, default_packed)
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     def _module(self) -> Any:
@@ -296,13 +319,18 @@ class ProdKernel:
         override this)."""
         return module(self.build, source=KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
-    def _function(self, vpt: int, cluster: int = 1) -> Any:
+    def _decode_module(self) -> Any:
+        """The compiled prod_decode.cu (compiled on the first decode launch; the sweep's variants
+        override this)."""
+        return module(self.build, source=DECODE_SOURCE)
+
+    def _function(self, vpt: int, cluster: int = 1, decode: bool = False) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        key = (vpt, cluster, _device())
+        key = (vpt, cluster, decode, _device())
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
-            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster)
-            fn = self._module().get_function(name)
+            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode)
+            fn = (self._decode_module() if decode else self._module()).get_function(name)
             if cluster > PORTABLE_CLUSTER:
                 _allow_non_portable(fn)
             self._functions[key] = fn
@@ -373,18 +401,21 @@ class ProdKernel:
                  spread: bool = True) -> Callable[[], None]:
         """A zero-argument launch on fixed device arrays (in, [residual,] out, [gamma, [beta]]), on
         the current stream; the arrays are checked and the function and shape resolved once.
-        ``spread``: a batch too small to fill the GPU takes one row per block (Shape.for_batch);
-        False keeps the width's rows per block, few rows then sharing partly empty blocks (what the
-        hunt launches: the harder case for the blocks' shared scratch; the bits are the same)."""
+        ``spread``: a batch too small to fill the GPU takes one row per block (Shape.for_batch) and, for
+        a norm, its decode entry point (prod_decode.cu); False keeps the width's rows per block and
+        the prefill kernel, few rows then sharing partly empty blocks (what the hunt launches: the
+        harder case for the blocks' shared scratch; the bits are the same)."""
         self._check(arrays, rows, cols, eps)
         if rows == 0:
             return lambda: None
         shape = self.shape(cols)
-        fn = self._function(shape.vpt, shape.cluster)
+        sms = multiprocessors(_device()) if spread else 0
+        decode = spread and self._decodes and shape.decode(rows, sms=sms)
+        fn = self._function(shape.vpt, shape.cluster, decode)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
         if spread:
-            shape = shape.for_batch(rows, sms=multiprocessors(_device()))
+            shape = shape.for_batch(rows, sms=sms)
         grid, block = shape.grid(rows), shape.block()
         return lambda: fn(grid, block, args)
 

@@ -34,7 +34,8 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
     st = rowReduce<ScaledSum<2>>(st, scratch);
     const NormFactor nf = normFactor(st.s / static_cast<float>(cols), st.e, eps);
     if (!ri.live) return;
-    rmsEpilogue<Regs<Storage, kVecs>, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
+    rmsEpilogue<Regs<Storage, kVecs>, Storage>(r, out + ri.row * cols,
+                                              Param<Storage, Regs<Storage, kVecs>, false>(gamma), cols, nf, vec);
 }
 
 // The kept-bad RMS norm (register path only).
