@@ -25,7 +25,6 @@ from normprops.bench.launchers import random_storage
 from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, source_text, unit_text
 from normprops.cuda.prod import (
-    DECODE_SOURCE,
     KEPT_BAD_SOURCE,
     SOURCE,
     ProdKernel,
@@ -63,10 +62,6 @@ class SweepKernel(ProdKernel):
         if not compiled:
             return super()._module()
         return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
-
-    def _decode_module(self):
-        compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
-        return _variant_module(compiled, DECODE_SOURCE) if compiled else super()._decode_module()
 
     def shape(self, cols: int):
         """"rpb=N": at most N rows per block on the register path (the arithmetic of a row is the

@@ -320,8 +320,7 @@ class ProdKernel:
         return module(self.build, source=KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     def _decode_module(self) -> Any:
-        """The compiled prod_decode.cu (compiled on the first decode launch; the sweep's variants
-        override this)."""
+        """The compiled prod_decode.cu (compiled on the first decode launch)."""
         return module(self.build, source=DECODE_SOURCE)
 
     def _function(self, vpt: int, cluster: int = 1, decode: bool = False) -> Any:
