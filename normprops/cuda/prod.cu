@@ -921,7 +921,6 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
-        g.fetch(static_cast<int>(cols), vec);  // (before the stores to residual: nothing to wait for)
         const typename Storage::T* x = in + ri.row * cols;
         typename Storage::T* res = residual + ri.row * cols;
         const Reach reach = Reach::ofRow(ri.row, rows, cols);
@@ -1002,6 +1001,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
                 r.setVec(j, h);
             }
         }
+        g.fetch(static_cast<int>(cols), vec);  // after the row's loads, which it would delay
     } else {
         r.zero();
     }
