@@ -8,7 +8,8 @@
 //   on the streaming path), rpb = max(1, 256 / tpr) rows per block, or 1 for a batch too small to
 //   fill the GPU (Shape.for_batch: only how rows share blocks changes); grid.x = ceil(rows / rpb).
 //   Row r = blockIdx.x * rpb + threadIdx.y; the threads of a row are whole warps, so warp shuffles
-//   never mix rows.
+//   never mix rows. The decode kernels of prod_decode.cu that spread a thread's vectors (Split) run
+//   block (tpr, S) on row blockIdx.x, threadIdx.y their group.
 //
 // Register path (template kVecs = 1, 2, 4 or 8; cols <= tpr * kVecs * W): the row is read once into
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
@@ -32,10 +33,12 @@
 // neither sum(x) nor sum(x^2) can overflow or underflow and no extra pass over memory is needed.
 // Softmax subtracts the row maximum (register path) or keeps a running maximum (streaming path).
 //
-// Reductions: each thread folds its own elements in order; a warp folds its 32 partials with a
-// __shfl_xor_sync butterfly (every merge below is commutative bit for bit, so all lanes agree); the
-// warp totals of a row go through shared memory and a ceil(log2(warps))-step butterfly. Error depth:
-// the elements a thread holds - 1 + ceil(log2(tpr)) additions.
+// Reductions: on the register path each thread adds each of its vectors' W elements in order and
+// then its vectors' partials in order (the streaming and cluster paths fold element by element); a
+// warp folds its 32 partials with a __shfl_xor_sync butterfly (every merge below is commutative bit
+// for bit, so all lanes agree); the warp totals of a row go through shared memory and a
+// ceil(log2(warps))-step butterfly. Error depth: at most the elements a thread holds - 1 +
+// ceil(log2(tpr)) additions (W - 1 + vectors - 1 + ceil(log2(tpr)) on the register path).
 //
 // Size_t offsets: rows x cols beyond 2^31 elements work; grid.x allows 2^31 - 1 blocks.
 // NVRTC has no <math.h> macros and no cuda_fp16.h here: infinities are spelled as bit patterns, and
@@ -238,10 +241,13 @@ struct Reach {
 // The aligned chunk at p, whose first element is element c of its row (c < cols): one 16-byte load
 // where the chunk lies inside the array, else the row's elements in it one at a time (the batch's
 // first and last chunks, and the ends of gamma and beta) and 0 for the rest.
+template <class Storage>
+__device__ __forceinline__ bool chunkInside(int c, int cols, Reach reach) {
+    return c >= -reach.before && c + Storage::W <= cols + reach.after;
+}
 template <class Storage, bool kReadOnly>
 __device__ __forceinline__ uint4 chunkAt(const typename Storage::T* p, int c, int cols, Reach reach) {
-    if (c >= -reach.before && c + Storage::W <= cols + reach.after)
-        return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
+    if (chunkInside<Storage>(c, cols, reach)) return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int i = 0; i < Storage::W; ++i) {
@@ -345,6 +351,79 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
     return t;
 }
 
+// --- decode: a thread's vectors spread over warps -------------------------------------------------
+//
+// A register-path thread sums per vector and then over its vectors (see Reductions at the top). At one row per
+// block (decode, prod_decode.cu) a kernel of block (tpr, kS) spreads the kS kVecs vectors of the
+// prefill kernel's thread t over threads (t, 0) ... (t, kS - 1), kVecs each (SplitTeam). They compute
+// their vectors' partials, exchange them through shared memory, and each adds thread t's kS kVecs
+// partials in the prefill kernel's order: every group then holds the prefill thread's sums, runs the
+// same reductions (rowReduce's row slot is threadIdx.y) and writes its own vectors. The bits are the
+// prefill kernel's; a row's loads, arithmetic and stores are spread over kS times the warps, which is
+// what a lone row's latency is made of (one warp's arithmetic on 64 elements a thread is issue-bound).
+// kS = 1 is the prefill kernel: no exchange, no barrier.
+constexpr int kExchangeSlots = 2048;  // (thread, vector) slots: kS tpr <= 512 threads, <= 4 vectors each
+template <int kS>
+struct Split {
+    static constexpr int S = kS;
+    static_assert(kS == 2 || kS == 4 || kS == 8, "a thread's 8 vectors at most, over 2, 4 or 8 threads");
+    // What the groups exchange: a (largest |x|, sum) pair per vector, and two sums per vector.
+    struct Exchange {
+        float2 pair[kExchangeSlots];
+        float one[2][kExchangeSlots];
+    };
+    // Thread t's partials in vector order, this group's kVecs of them in p: (max of .x, sum of .y from 0).
+    template <int kVecs>
+    __device__ static float2 pairs(const float2 (&p)[kVecs], float2* slots) {
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread, kS tpr <= 512: at most kExchangeSlots");
+        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
+        __syncthreads();
+        float2 all = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < kS * kVecs; ++j) {
+            const float2 q = slots[j * tpr + t];
+            all = make_float2(fmaxf(all.x, q.x), all.y + q.y);
+        }
+        return all;
+    }
+    // Thread t's partials in vector order, summed from 0.
+    template <int kVecs>
+    __device__ static float sum(const float (&p)[kVecs], float* slots) {
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread, kS tpr <= 512: at most kExchangeSlots");
+        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
+        __syncthreads();
+        float all = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kS * kVecs; ++j) all += slots[j * tpr + t];
+        return all;
+    }
+    // Whether any thread of the block says so (a barrier: every thread calls it).
+    __device__ static bool any(bool b) { return __syncthreads_or(b) != 0; }
+};
+template <>
+struct Split<1> {
+    static constexpr int S = 1;
+    struct Exchange {};
+    template <int kVecs>
+    __device__ static float2 pairs(const float2 (&p)[kVecs], const void*) {
+        float2 all = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) all = make_float2(fmaxf(all.x, p[j].x), all.y + p[j].y);
+        return all;
+    }
+    template <int kVecs>
+    __device__ static float sum(const float (&p)[kVecs], const void*) {
+        float all = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) all += p[j];
+        return all;
+    }
+    __device__ static bool any(bool b) { return b; }
+};
 // --- the row in registers ------------------------------------------------------------------------
 
 // How a thread moves its vectors between memory and registers, chosen once per thread (Regs::copy).
@@ -375,6 +454,24 @@ struct ClusterTeam {
         return static_cast<int>(clusterRank()) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
     }
 };
+// A decode kernel's thread (t, y) of block (tpr, kS) (see Split): vectors (y kVecs + j) tpr + t for
+// j < kVecs, the share of the prefill kernel's thread t that group y holds.
+template <int kVecs>
+struct SplitTeam {
+    __device__ static int size() { return static_cast<int>(blockDim.x); }
+    __device__ static int rank() {
+        return static_cast<int>(threadIdx.y) * kVecs * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+    }
+};
+// The Regs team of a kS-way split: the prefill kernel's (BlockTeam) for kS = 1.
+template <int kS, int kVecs>
+struct TeamOf {
+    using T = SplitTeam<kVecs>;
+};
+template <int kVecs>
+struct TeamOf<1, kVecs> {
+    using T = BlockTeam;
+};
 
 // One thread's share of a row: kVecs vectors of W elements, element (j * T + t) * W + w for the
 // team's T threads (Team: BlockTeam, T = tpr, or ClusterTeam). Column indices are int: a team holds
@@ -386,6 +483,7 @@ struct ClusterTeam {
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
 template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam>
 struct Regs {
+    static constexpr int V = kVecs;
     static constexpr int N = kVecs * Storage::W;
     static constexpr bool kMutable = !kPacked;
     static constexpr int kWords = kPacked ? N / 2 : N;
@@ -436,26 +534,82 @@ struct Regs {
     // holds the next vector; lane 31 loads it), and cuts its vector out of the two: 16-byte loads
     // where the element-wise copy made W 2-byte ones, and each of a chunk that holds an element of
     // the row, so never past the 16-byte block of a valid element. Elements from cols on are the
-    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row).
+    // fill bits. Every lane of the warp calls it for the same vectors (a warp holds one row).
+    // Vectors j0 ... j0 + kN - 1 take three steps, which a caller may interleave over two arrays:
+    // every 16-byte load of their chunks (a) and of lane 31's next ones (b), predicated, no branch;
+    // the chunks at the array's ends (Reach), element by element (chunkAt); the exchange into q.
+    // Done one vector at a time, each vector's chunk was waited for at its exchange and lane 31's
+    // next chunk loaded only after it: two round trips to memory per vector, one after the other
+    // (seen in the SASS; 4097 bfloat16 columns ran at 18-35% of memcpy).
+    template <bool kReadOnly, int kN>
+    __device__ static void shiftedLoads(const typename Storage::T* row, int j0, int cols, Reach reach,
+                                        uint4 (&a)[kN], uint4 (&b)[kN]) {
+        constexpr int W = Storage::W;
+        const int s = shiftOf<Storage>(row);
+        const bool last = (threadIdx.x & 31) == 31;
+        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int k = 0; k < kN; ++k) {
+            const int c = first(j0 + k) - s;  // the aligned chunk that holds the vector's first element
+            const typename Storage::T* chunk = row + c;
+            const bool inA = c < cols && chunkInside<Storage>(c, cols, reach);
+            const bool inB = s != 0 && last && c + W < cols && chunkInside<Storage>(c + W, cols, reach);
+            a[k] = inA ? (kReadOnly ? Storage::ldgV(chunk) : Storage::loadV(chunk)) : zero;
+            b[k] = inB ? (kReadOnly ? Storage::ldgV(chunk + W) : Storage::loadV(chunk + W)) : zero;
+        }
+    }
+    template <bool kReadOnly, int kN>
+    __device__ static void shiftedEdges(const typename Storage::T* row, int j0, int cols, Reach reach,
+                                        uint4 (&a)[kN], uint4 (&b)[kN]) {
+        constexpr int W = Storage::W;
+        const int s = shiftOf<Storage>(row);
+        const bool last = (threadIdx.x & 31) == 31;
+#pragma unroll
+        for (int k = 0; k < kN; ++k) {
+            const int c = first(j0 + k) - s;
+            const typename Storage::T* chunk = row + c;
+            if (c < cols && !chunkInside<Storage>(c, cols, reach))
+                a[k] = chunkAt<Storage, kReadOnly>(chunk, c, cols, reach);
+            if (s != 0 && last && c + W < cols && !chunkInside<Storage>(c + W, cols, reach))
+                b[k] = chunkAt<Storage, kReadOnly>(chunk + W, c + W, cols, reach);
+        }
+    }
+    template <int kN>
+    __device__ static void shiftedExchange(const typename Storage::T* row, int j0, int cols, unsigned fill,
+                                           const uint4 (&a)[kN], const uint4 (&b)[kN], uint4 (&q)[kN]) {
+        constexpr int W = Storage::W;
+        const int s = shiftOf<Storage>(row);
+        const bool last = (threadIdx.x & 31) == 31;
+#pragma unroll
+        for (int k = 0; k < kN; ++k) {
+            const int c0 = first(j0 + k);
+            uint4 v = a[k];
+            if (s != 0) {  // (gamma and beta, and one row in W, have s = 0: no exchange)
+                uint4 next;
+                next.x = __shfl_down_sync(kFull, a[k].x, 1);
+                next.y = __shfl_down_sync(kFull, a[k].y, 1);
+                next.z = __shfl_down_sync(kFull, a[k].z, 1);
+                next.w = __shfl_down_sync(kFull, a[k].w, 1);
+                if (last && c0 - s + W < cols) next = b[k];
+                v = window(a[k], next, s);
+            }
+            q[k] = c0 + W > cols ? fillFrom(v, max(cols - c0, 0), fill) : v;
+        }
+    }
+    template <bool kReadOnly, int kN>
+    __device__ static void loadShiftedRun(const typename Storage::T* row, int j0, int cols, unsigned fill,
+                                          Reach reach, uint4 (&q)[kN]) {
+        uint4 a[kN], b[kN];
+        shiftedLoads<kReadOnly>(row, j0, cols, reach, a, b);
+        shiftedEdges<kReadOnly>(row, j0, cols, reach, a, b);
+        shiftedExchange(row, j0, cols, fill, a, b, q);
+    }
     template <bool kReadOnly>
     __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill,
                                         Reach reach) {
-        const int c0 = first(j);
-        const int s = shiftOf<Storage>(row);
-        const typename Storage::T* chunk = row + (c0 - s);  // 16-byte aligned
-        uint4 a = make_uint4(0u, 0u, 0u, 0u), b;
-        if (c0 - s < cols) a = chunkAt<Storage, kReadOnly>(chunk, c0 - s, cols, reach);
-        if (s == 0)  // (gamma and beta, and one row in W): no exchange
-            return c0 + Storage::W > cols ? fillFrom(a, max(cols - c0, 0), fill) : a;
-        b.x = __shfl_down_sync(kFull, a.x, 1);
-        b.y = __shfl_down_sync(kFull, a.y, 1);
-        b.z = __shfl_down_sync(kFull, a.z, 1);
-        b.w = __shfl_down_sync(kFull, a.w, 1);
-        if ((threadIdx.x & 31) == 31 && c0 - s + Storage::W < cols)
-            b = chunkAt<Storage, kReadOnly>(chunk + Storage::W, c0 - s + Storage::W, cols, reach);
-        uint4 v = window(a, b, s);
-        if (c0 + Storage::W > cols) v = fillFrom(v, max(cols - c0, 0), fill);
-        return v;
+        uint4 q[1];
+        loadShiftedRun<kReadOnly>(row, j, cols, fill, reach, q);
+        return q[0];
     }
     // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
     // lane - 1) and this one's first W - s; it is stored whole where it lies in the row, by every lane
@@ -552,8 +706,19 @@ struct Regs {
         for (int j = 0; j < kVecs; ++j) {
             const int c0 = first(j);
             if constexpr (kPacked && kCopy == kShifted) {
-                const uint4 q = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
-                w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
+                // kRun vectors at a time (loadShiftedRun): 4 of 8 at once made ptxas spill in the
+                // 8-vector kernels, whose row already takes 32 registers (NP_SHIFT_RUN8: a sweep's
+                // other choice, tools/sweep_prod.py).
+                constexpr int kRun = kVecs < 8 ? kVecs : NP_SHIFT_RUN8;
+                if (j % kRun == 0) {
+                    uint4 q[kRun];
+                    loadShiftedRun<true>(row, j, cols, Storage::bits(fill), reach, q);
+#pragma unroll
+                    for (int k = 0; k < kRun; ++k) {
+                        const int i = (j + k) * 4;
+                        w[i] = q[k].x; w[i + 1] = q[k].y; w[i + 2] = q[k].z; w[i + 3] = q[k].w;
+                    }
+                }
             } else if constexpr (kPacked) {
                 const unsigned short pad = Storage::bits(fill);
                 if (kCopy != kElementwise || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
@@ -595,6 +760,9 @@ struct Regs {
     }
 };
 
+#ifndef NP_SHIFT_RUN8
+#define NP_SHIFT_RUN8 2
+#endif
 // A compile-time int passed to a generic lambda (no <type_traits> under NVRTC).
 template <int V>
 struct Tag {
@@ -623,37 +791,60 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 struct RowIndex {
     size_t row;
     bool live;
-    __device__ RowIndex(size_t rows)
-        : row(static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y), live(row < rows) {}
+    // kS > 1: a decode kernel's block of kS groups, all on row blockIdx.x (see Split).
+    __device__ RowIndex(size_t rows, int kS = 1)
+        : row(kS > 1 ? static_cast<size_t>(blockIdx.x) : static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y),
+          live(row < rows) {}
 };
 
 // Per-thread (e, sum of (x 2^-e)^kPow) over the valid elements, e from this thread's largest |x|.
 // One pass takes the largest |x| and the unscaled sum: with at most 64 elements per thread, an e in
 // [kLo, kHi] keeps that sum and every term normal and finite, and scaling it by 2^(-kPow e) afterwards
 // is exact, so it equals the sum of the scaled terms (up to what subnormal terms lose, below 2^-40
-// of the largest term). Other rows (huge, tiny, nonfinite) take a second, scaled pass.
+// of the largest term). Other rows (huge, tiny, nonfinite) take a second, scaled pass. Sums per
+// vector, then over the vectors (Split: the prefill thread's, whichever group holds a vector).
 // Passes 0 and 3 of the packed storage (Regs::at).
-template <int kPow, class Share>
-__device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Share& r) {
-    static_assert(Share::N <= 64, "the one-pass range assumes at most 64 elements per thread");
+template <int kPow, class Sp, class Share>
+__device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Share& r, typename Sp::Exchange& ex) {
+    static_assert(Share::N * Sp::S <= 64, "the one-pass range assumes at most 64 elements per thread");
     constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 56;
-    float amax = 0.0f, raw = 0.0f;  // padding is 0
+    constexpr int W = Share::N / Share::V;
+    float2 part[Share::V];  // each vector's (largest |x|, sum); padding is 0
 #pragma unroll
-    for (int i = 0; i < Share::N; ++i) {
-        const float x = r.template at<0>(i);
-        amax = fmaxf(amax, fabsf(x));
-        raw = kPow == 1 ? raw + x : fmaf(x, x, raw);
-    }
-    const int e = scaleExponent(amax);
-    if (e >= kLo && e <= kHi) return {e, raw * pow2(-kPow * e)};
-    const float sc = pow2(-e);
-    float s = 0.0f;
+    for (int j = 0; j < Share::V; ++j) {
+        float amax = 0.0f, raw = 0.0f;
 #pragma unroll
-    for (int i = 0; i < Share::N; ++i) {
-        const float y = r.template at<3>(i) * sc;
-        s = kPow == 1 ? s + y : fmaf(y, y, s);
+        for (int w = 0; w < W; ++w) {
+            const float x = r.template at<0>(j * W + w);
+            amax = fmaxf(amax, fabsf(x));
+            raw = kPow == 1 ? raw + x : fmaf(x, x, raw);
+        }
+        part[j] = make_float2(amax, raw);
     }
-    return {e, s};
+    float2 all;
+    if constexpr (Sp::S == 1) all = Sp::pairs(part, nullptr);
+    else all = Sp::pairs(part, ex.pair);
+    const int e = scaleExponent(all.x);
+    const bool onePass = e >= kLo && e <= kHi;
+    if (Sp::any(!onePass)) {  // (a barrier where the groups split a thread's vectors)
+        const float sc = pow2(-e);
+        float q[Share::V];
+#pragma unroll
+        for (int j = 0; j < Share::V; ++j) {
+            float t = 0.0f;
+#pragma unroll
+            for (int w = 0; w < W; ++w) {
+                const float y = r.template at<3>(j * W + w) * sc;
+                t = kPow == 1 ? t + y : fmaf(y, y, t);
+            }
+            q[j] = t;
+        }
+        float scaled;
+        if constexpr (Sp::S == 1) scaled = Sp::sum(q, nullptr);
+        else scaled = Sp::sum(q, ex.one[0]);
+        if (!onePass) return {e, scaled};
+    }
+    return {e, all.y * pow2(-kPow * e)};
 }
 
 // The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E from the row's largest |x|), applied as
@@ -742,14 +933,20 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
 #pragma unroll
     for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.template at<0>(i));
     m = rowReduce<Max>(m, scratch[0]);
-    float s = 0.0f;
+    float part[Share::V];  // per vector, then over the vectors (see Reductions)
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) {
-        const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
-        if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
-        s += e;
+    for (int j = 0; j < Share::V; ++j) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < Storage::W; ++w) {
+            const int i = j * Storage::W + w;
+            const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
+            if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
+            t += e;
+        }
+        part[j] = t;
     }
-    s = rowReduce<Sum>(s, scratch[1]);
+    const float s = rowReduce<Sum>(Split<1>::sum(part, nullptr), scratch[1]);
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
@@ -803,15 +1000,17 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
                               const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
-    using Share = Regs<Storage, kVecs, kPacked>;
+    using Sp = Split<kS>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T>;
     __shared__ Scratch scratch[2];
-    const RowIndex ri(rows);
+    __shared__ typename Sp::Exchange ex;
+    const RowIndex ri(rows, kS);
     const bool vec =
         cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
     const bool full = Share::full(static_cast<int>(cols));
@@ -824,16 +1023,21 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     } else {
         r.zero();
     }
-    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch[0]);
+    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1, Sp>(r, ex), scratch[0]);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-total.e);
     const float mean = total.s / n;  // in units of 2^E
-    float q = 0.0f;  // padding is 0 but its d = -mean is not: it must be left out here
+    float part[Share::V];  // padding is 0 but its d = -mean is not: it must be left out here
+#pragma unroll
+    for (int j = 0; j < Share::V; ++j) part[j] = 0.0f;
     Share::each(full, static_cast<int>(cols), [&](int i, bool in) {
         const float d = fmaf(r.template at<1>(i), sc, -mean);
         if constexpr (Share::kMutable) r.set(i, d);  // packed storage recomputes it below
-        if (in) q = fmaf(d, d, q);
+        if (in) part[i / Storage::W] = fmaf(d, d, part[i / Storage::W]);
     });
+    float q;
+    if constexpr (kS == 1) q = Sp::sum(part, nullptr);
+    else q = Sp::sum(part, ex.one[1]);
     q = rowReduce<Sum>(q, scratch[1]);
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
@@ -877,23 +1081,25 @@ __device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T*
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
-template <class Storage, class Share, class P>
+template <class Storage, class Sp = Split<1>, class Share, class P>
 __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
                                             const P& gamma, size_t cols, float eps, bool vec,
-                                            Scratch& scratch) {
-    const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r), scratch);
+                                            Scratch& scratch, typename Sp::Exchange& ex) {
+    const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2, Sp>(r, ex), scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1>
 __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
-    using Share = Regs<Storage, kVecs, kPacked>;
+    using Sp = Split<kS>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T>;
     __shared__ Scratch scratch;
-    const RowIndex ri(rows);
+    __shared__ typename Sp::Exchange ex;
+    const RowIndex ri(rows, kS);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
@@ -903,19 +1109,21 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
     } else {
         r.zero();
     }
-    rmsNormHeld<Storage>(r, ri, out, g, cols, eps, vec, scratch);
+    rmsNormHeld<Storage, Sp>(r, ri, out, g, cols, eps, vec, scratch, ex);
 }
 
 // Fused add + RMS norm: h = x + residual (rounded to the storage type), residual <- h,
 // out = rmsnorm(h) * gamma. residual is read and written in place by the same thread.
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1>
 __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* residual,
                                typename Storage::T* __restrict__ out,
                                const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                                float eps) {
-    using Share = Regs<Storage, kVecs, kPacked>;
+    using Sp = Split<kS>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T>;
     __shared__ Scratch scratch;
-    const RowIndex ri(rows);
+    __shared__ typename Sp::Exchange ex;
+    const RowIndex ri(rows, kS);
     const bool vec =
         cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
     Share r;
@@ -964,20 +1172,21 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
             chunks(Tag<0>{});
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
             chunks(Tag<1>{});
-        } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
+        } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::shiftedLoads), a vector at a time
             // A chunk read here may hold bytes of the previous or next vector, or of a neighbouring
             // row, that another warp is writing at the same time: the reader discards them (window,
             // fillFrom). Every byte a lane keeps is its own, written by nobody before its read.
             const int c = static_cast<int>(cols);
-            constexpr int kPair = kChunk < 2 ? kChunk : 2;  // (4 at a time spilled)
+            constexpr int kPair = 1;  // (x's and res's chunks of 2 vectors at once spilled)
 #pragma unroll
             for (int j0 = 0; j0 < kVecs; j0 += kPair) {
-                uint4 xq[kPair], rq[kPair];
-#pragma unroll
-                for (int k = 0; k < kPair; ++k) {
-                    xq[k] = Share::template loadShifted<true>(x, j0 + k, c, 0u, reach);
-                    rq[k] = Share::template loadShifted<false>(res, j0 + k, c, 0u, reach);
-                }
+                uint4 xq[kPair], rq[kPair], xa[kPair], xb[kPair], ra[kPair], rb[kPair];
+                Share::template shiftedLoads<true>(x, j0, c, reach, xa, xb);  // x's and res's loads first
+                Share::template shiftedLoads<false>(res, j0, c, reach, ra, rb);
+                Share::template shiftedEdges<true>(x, j0, c, reach, xa, xb);
+                Share::template shiftedEdges<false>(res, j0, c, reach, ra, rb);
+                Share::shiftedExchange(x, j0, c, 0u, xa, xb, xq);
+                Share::shiftedExchange(res, j0, c, 0u, ra, rb, rq);
 #pragma unroll
                 for (int k = 0; k < kPair; ++k) {
                     float h[Storage::W], xv[Storage::W];
@@ -1005,7 +1214,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     } else {
         r.zero();
     }
-    rmsNormHeld<Storage>(r, ri, out, g, cols, eps, vec, scratch);
+    rmsNormHeld<Storage, Sp>(r, ri, out, g, cols, eps, vec, scratch, ex);
 }
 
 // --- streaming path (rows wider than the registers hold) ----------------------------------------
@@ -1117,8 +1326,8 @@ __device__ void rmsNormStream(const typename Storage::T* __restrict__ in, typena
 // --- cluster path (softmax over rows too wide for one block's registers; sm_90 and later) ---------
 
 #if __CUDA_ARCH__ >= 900
-// A thread-block cluster of kCtas blocks (2 to 16) of 512 threads holds one row in registers (the
-// register path's layout over kCtas x 512 threads, see ClusterTeam), so a vocabulary-wide row is read
+// A thread-block cluster of kCtas blocks (2 to 16) of T threads (256 or 512) holds one row in registers
+// (the register path's layout over kCtas x T threads, see ClusterTeam), so a vocabulary-wide row is read
 // once and written once by kCtas SMs at a time instead of streamed twice by one. Each block reduces
 // its share to online statistics (m_b, s_b = sum of exp(x - m_b)); the kCtas pairs meet through
 // distributed shared memory: each block publishes its pair in its own shared memory, one cluster
@@ -1159,7 +1368,8 @@ __device__ __forceinline__ Online::T clusterTree(const float* published) {
 
 __host__ __device__ constexpr int powerOfTwoAtLeast(int n) { return n <= 1 ? 1 : 2 * powerOfTwoAtLeast((n + 1) / 2); }
 
-// The row's softmax over a cluster: grid.x = rows x kCtas, block (512, 1), cluster r of the grid is
+// The row's softmax over a cluster: grid.x = rows x kCtas, block (CLUSTER_THREADS, 1) (256 threads
+// for 16-bit storage, 512 for float32: normprops/row_shape.py), cluster r of the grid is
 // row r. Each element's output is the register path's, expf(x - m) / s with the row's max m; only s
 // is summed differently (per block, then rescaled: the online constant rho of the error model).
 template <class Storage, int kVecs, bool kPacked, int kCtas>

@@ -16,7 +16,8 @@ be x bit for bit (else ContractError) and its output is judged as rmsnorm(x).
 
 Launch shape: see :func:`launch_shape` and the header of ``prod.cu``. A decode batch (too few rows
 to fill the GPU, :meth:`Shape.decode`) of a norm runs the same arithmetic from ``prod_decode.cu``'s
-entry points, which read gamma and beta with the row (see that file).
+entry points, which read gamma and beta with the row and spread each thread's vectors over up to
+eight threads (:func:`decode_split`; see that file).
 """
 
 from __future__ import annotations
@@ -34,15 +35,26 @@ from normprops.cuda.layout import (
     PROD_VARIANTS,
     prod_layout,
 )
-from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
+from normprops.cuda.shape import (
+    CLUSTER_SIZES,
+    CLUSTER_THREADS,
+    CLUSTER_VPT,
+    MAX_ROW_THREADS,
+    PORTABLE_CLUSTER,
+    VPTS,
+    Shape,
+    cluster_shape,
+    shape_for,
+)
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
 from normprops.ops import get_op
 
 __all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "DECODE_OPS", "PER_THREAD", "VPTS",
-           "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "clusters_supported", "multiprocessors",
-           "largest_cluster", "split_exact", "split_on_device", "to_storage", "from_storage"]
+           "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "launch_shape", "ProdKernel",
+           "clusters_supported", "multiprocessors", "largest_cluster", "split_exact", "split_on_device",
+           "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -56,14 +68,29 @@ DECODE_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
 
 
 def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1,
-                decode: bool = False) -> str:
+                decode: bool = False, split: int = 1) -> str:
     """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
     streaming path), e.g. ``softmax_bf16_p8``, or on the cluster path (``cluster`` blocks per row),
-    e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``; each is
+    e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``, with
+    each thread's vectors spread over ``split`` threads, e.g. ``rmsnorm_bf16_p8_s8_d``; each is
     spelled out in its file."""
     tag = "p" if packed and vpt in PACKED_VPTS else "v"
     blocks = f"c{cluster}" if cluster > 1 else ""
-    return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{'_d' if decode else ''}"
+    suffix = (f"_s{split}" if split > 1 else "") + "_d" if decode else ""
+    return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{suffix}"
+
+
+#: The threads a decode kernel may spread one prefill thread's vectors over (prod.cu's Split).
+SPLITS = (8, 4, 2)
+
+
+def decode_split(shape: Shape) -> int:
+    """How many threads share each prefill thread's vectors in a decode launch of ``shape``: the most
+    of :data:`SPLITS` at most its vectors per thread (powers of two both, so it divides them) that
+    keeps the block within 512 threads (1 where none does). A lone row's time is mostly its warps
+    issuing their arithmetic: the split gives it that many times the warps, with the prefill
+    kernel's sums and bits."""
+    return next((n for n in SPLITS if n <= shape.vpt and n * shape.tpr <= MAX_ROW_THREADS), 1)
 
 
 def decode_entry_points() -> set[str]:
@@ -75,7 +102,8 @@ def decode_entry_points() -> set[str]:
             per_thread, packed = prod_layout(op, dtype)
             for vpt in VPTS:
                 if vpt * vector_width(dtype) <= per_thread:
-                    names.add(entry_point(op, dtype, vpt, packed=packed, decode=True))
+                    for split in (1, *(n for n in SPLITS if n <= vpt)):
+                        names.add(entry_point(op, dtype, vpt, packed=packed, decode=True, split=split))
     return names
 
 
@@ -309,7 +337,7 @@ class ProdKernel:
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
         # Both per device: CuPy loads a function once per device, the non-portable cluster attribute
         # is set on each, and the largest cluster may differ between devices.
-        self._functions: dict[tuple[int, int, bool, int], Any] = {}
+        self._functions: dict[tuple[int, int, bool, int, int], Any] = {}
         # prod_decode.cu has the default register layouts only
         self._decodes = op in DECODE_OPS and (per_thread, packed) == (default_per_thread, default_packed)
         self._shapes: dict[tuple[int, int], Shape] = {}
@@ -323,12 +351,13 @@ class ProdKernel:
         """The compiled prod_decode.cu (compiled on the first decode launch)."""
         return module(self.build, source=DECODE_SOURCE)
 
-    def _function(self, vpt: int, cluster: int = 1, decode: bool = False) -> Any:
+    def _function(self, vpt: int, cluster: int = 1, decode: bool = False, split: int = 1) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        key = (vpt, cluster, decode, _device())
+        key = (vpt, cluster, decode, split, _device())
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
-            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode)
+            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode,
+                               split=split)
             fn = (self._decode_module() if decode else self._module()).get_function(name)
             if cluster > PORTABLE_CLUSTER:
                 _allow_non_portable(fn)
@@ -348,9 +377,10 @@ class ProdKernel:
         if self.path == "cluster":  # the largest portable cluster: the hunt covers its whole tree
             shape = self._cluster_shape(cols, blocks=PORTABLE_CLUSTER)
             if shape is None or not clusters_supported():
+                threads = CLUSTER_THREADS[vector_width(self.dtype)]
                 raise ValueError(f"the cluster path cannot take {cols} columns here (at most "
-                                 f"{PORTABLE_CLUSTER} x 512 x 8 vectors, on a GPU of compute capability 9.0 "
-                                 f"or later)")
+                                 f"{PORTABLE_CLUSTER} blocks x {threads} threads x {CLUSTER_VPT} vectors, "
+                                 f"on a GPU of compute capability 9.0 or later)")
             self._shapes[key] = shape
             return shape
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
@@ -410,12 +440,15 @@ class ProdKernel:
         shape = self.shape(cols)
         sms = multiprocessors(_device()) if spread else 0
         decode = spread and self._decodes and shape.decode(rows, sms=sms)
-        fn = self._function(shape.vpt, shape.cluster, decode)
+        split = decode_split(shape) if decode else 1
+        fn = self._function(shape.vpt, shape.cluster, decode, split)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
         if spread:
             shape = shape.for_batch(rows, sms=sms)
         grid, block = shape.grid(rows), shape.block()
+        if split > 1:  # a row per block (decode): its split groups are the block's y
+            block = (shape.tpr, split, 1)
         return lambda: fn(grid, block, args)
 
     def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None,
