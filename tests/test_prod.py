@@ -420,7 +420,7 @@ def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: 
         out, r = cupy.zeros_like(x[:n]), res[:n].copy()
         kernel.launch(*kernel.operands(x=x[:n], out=out, residual=r, gamma=g, beta=b), rows=n, cols=cols,
                       eps=1e-5, spread=spread)
-        return cupy.concatenate([out, r]).view(cupy.uint8)
+        return cupy.concatenate([out, r]).ravel().view(cupy.uint8)
 
     row = cols * x.itemsize  # bytes of a row
     full, small, packed = run(rows), run(few), run(few, spread=False)  # packed: the rows in one block

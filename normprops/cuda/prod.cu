@@ -241,13 +241,10 @@ struct Reach {
 // The aligned chunk at p, whose first element is element c of its row (c < cols): one 16-byte load
 // where the chunk lies inside the array, else the row's elements in it one at a time (the batch's
 // first and last chunks, and the ends of gamma and beta) and 0 for the rest.
-template <class Storage>
-__device__ __forceinline__ bool chunkInside(int c, int cols, Reach reach) {
-    return c >= -reach.before && c + Storage::W <= cols + reach.after;
-}
 template <class Storage, bool kReadOnly>
 __device__ __forceinline__ uint4 chunkAt(const typename Storage::T* p, int c, int cols, Reach reach) {
-    if (chunkInside<Storage>(c, cols, reach)) return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
+    if (c >= -reach.before && c + Storage::W <= cols + reach.after)
+        return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
     unsigned w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
     for (int i = 0; i < Storage::W; ++i) {
@@ -534,82 +531,26 @@ struct Regs {
     // holds the next vector; lane 31 loads it), and cuts its vector out of the two: 16-byte loads
     // where the element-wise copy made W 2-byte ones, and each of a chunk that holds an element of
     // the row, so never past the 16-byte block of a valid element. Elements from cols on are the
-    // fill bits. Every lane of the warp calls it for the same vectors (a warp holds one row).
-    // Vectors j0 ... j0 + kN - 1 take three steps, which a caller may interleave over two arrays:
-    // every 16-byte load of their chunks (a) and of lane 31's next ones (b), predicated, no branch;
-    // the chunks at the array's ends (Reach), element by element (chunkAt); the exchange into q.
-    // Done one vector at a time, each vector's chunk was waited for at its exchange and lane 31's
-    // next chunk loaded only after it: two round trips to memory per vector, one after the other
-    // (seen in the SASS; 4097 bfloat16 columns ran at 18-35% of memcpy).
-    template <bool kReadOnly, int kN>
-    __device__ static void shiftedLoads(const typename Storage::T* row, int j0, int cols, Reach reach,
-                                        uint4 (&a)[kN], uint4 (&b)[kN]) {
-        constexpr int W = Storage::W;
-        const int s = shiftOf<Storage>(row);
-        const bool last = (threadIdx.x & 31) == 31;
-        const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-        for (int k = 0; k < kN; ++k) {
-            const int c = first(j0 + k) - s;  // the aligned chunk that holds the vector's first element
-            const typename Storage::T* chunk = row + c;
-            const bool inA = c < cols && chunkInside<Storage>(c, cols, reach);
-            const bool inB = s != 0 && last && c + W < cols && chunkInside<Storage>(c + W, cols, reach);
-            a[k] = inA ? (kReadOnly ? Storage::ldgV(chunk) : Storage::loadV(chunk)) : zero;
-            b[k] = inB ? (kReadOnly ? Storage::ldgV(chunk + W) : Storage::loadV(chunk + W)) : zero;
-        }
-    }
-    template <bool kReadOnly, int kN>
-    __device__ static void shiftedEdges(const typename Storage::T* row, int j0, int cols, Reach reach,
-                                        uint4 (&a)[kN], uint4 (&b)[kN]) {
-        constexpr int W = Storage::W;
-        const int s = shiftOf<Storage>(row);
-        const bool last = (threadIdx.x & 31) == 31;
-#pragma unroll
-        for (int k = 0; k < kN; ++k) {
-            const int c = first(j0 + k) - s;
-            const typename Storage::T* chunk = row + c;
-            if (c < cols && !chunkInside<Storage>(c, cols, reach))
-                a[k] = chunkAt<Storage, kReadOnly>(chunk, c, cols, reach);
-            if (s != 0 && last && c + W < cols && !chunkInside<Storage>(c + W, cols, reach))
-                b[k] = chunkAt<Storage, kReadOnly>(chunk + W, c + W, cols, reach);
-        }
-    }
-    template <int kN>
-    __device__ static void shiftedExchange(const typename Storage::T* row, int j0, int cols, unsigned fill,
-                                           const uint4 (&a)[kN], const uint4 (&b)[kN], uint4 (&q)[kN]) {
-        constexpr int W = Storage::W;
-        const int s = shiftOf<Storage>(row);
-        const bool last = (threadIdx.x & 31) == 31;
-#pragma unroll
-        for (int k = 0; k < kN; ++k) {
-            const int c0 = first(j0 + k);
-            uint4 v = a[k];
-            if (s != 0) {  // (gamma and beta, and one row in W, have s = 0: no exchange)
-                uint4 next;
-                next.x = __shfl_down_sync(kFull, a[k].x, 1);
-                next.y = __shfl_down_sync(kFull, a[k].y, 1);
-                next.z = __shfl_down_sync(kFull, a[k].z, 1);
-                next.w = __shfl_down_sync(kFull, a[k].w, 1);
-                if (last && c0 - s + W < cols) next = b[k];
-                v = window(a[k], next, s);
-            }
-            q[k] = c0 + W > cols ? fillFrom(v, max(cols - c0, 0), fill) : v;
-        }
-    }
-    template <bool kReadOnly, int kN>
-    __device__ static void loadShiftedRun(const typename Storage::T* row, int j0, int cols, unsigned fill,
-                                          Reach reach, uint4 (&q)[kN]) {
-        uint4 a[kN], b[kN];
-        shiftedLoads<kReadOnly>(row, j0, cols, reach, a, b);
-        shiftedEdges<kReadOnly>(row, j0, cols, reach, a, b);
-        shiftedExchange(row, j0, cols, fill, a, b, q);
-    }
+    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row).
     template <bool kReadOnly>
     __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill,
                                         Reach reach) {
-        uint4 q[1];
-        loadShiftedRun<kReadOnly>(row, j, cols, fill, reach, q);
-        return q[0];
+        const int c0 = first(j);
+        const int s = shiftOf<Storage>(row);
+        const typename Storage::T* chunk = row + (c0 - s);  // 16-byte aligned
+        uint4 a = make_uint4(0u, 0u, 0u, 0u), b;
+        if (c0 - s < cols) a = chunkAt<Storage, kReadOnly>(chunk, c0 - s, cols, reach);
+        if (s == 0)  // (gamma and beta, and one row in W): no exchange
+            return c0 + Storage::W > cols ? fillFrom(a, max(cols - c0, 0), fill) : a;
+        b.x = __shfl_down_sync(kFull, a.x, 1);
+        b.y = __shfl_down_sync(kFull, a.y, 1);
+        b.z = __shfl_down_sync(kFull, a.z, 1);
+        b.w = __shfl_down_sync(kFull, a.w, 1);
+        if ((threadIdx.x & 31) == 31 && c0 - s + Storage::W < cols)
+            b = chunkAt<Storage, kReadOnly>(chunk + Storage::W, c0 - s + Storage::W, cols, reach);
+        uint4 v = window(a, b, s);
+        if (c0 + Storage::W > cols) v = fillFrom(v, max(cols - c0, 0), fill);
+        return v;
     }
     // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
     // lane - 1) and this one's first W - s; it is stored whole where it lies in the row, by every lane
@@ -706,19 +647,8 @@ struct Regs {
         for (int j = 0; j < kVecs; ++j) {
             const int c0 = first(j);
             if constexpr (kPacked && kCopy == kShifted) {
-                // kRun vectors at a time (loadShiftedRun): 4 of 8 at once made ptxas spill in the
-                // 8-vector kernels, whose row already takes 32 registers (NP_SHIFT_RUN8: a sweep's
-                // other choice, tools/sweep_prod.py).
-                constexpr int kRun = kVecs < 8 ? kVecs : NP_SHIFT_RUN8;
-                if (j % kRun == 0) {
-                    uint4 q[kRun];
-                    loadShiftedRun<true>(row, j, cols, Storage::bits(fill), reach, q);
-#pragma unroll
-                    for (int k = 0; k < kRun; ++k) {
-                        const int i = (j + k) * 4;
-                        w[i] = q[k].x; w[i + 1] = q[k].y; w[i + 2] = q[k].z; w[i + 3] = q[k].w;
-                    }
-                }
+                const uint4 q = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
+                w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
             } else if constexpr (kPacked) {
                 const unsigned short pad = Storage::bits(fill);
                 if (kCopy != kElementwise || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
@@ -760,9 +690,6 @@ struct Regs {
     }
 };
 
-#ifndef NP_SHIFT_RUN8
-#define NP_SHIFT_RUN8 2
-#endif
 // A compile-time int passed to a generic lambda (no <type_traits> under NVRTC).
 template <int V>
 struct Tag {
@@ -1172,21 +1099,20 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
             chunks(Tag<0>{});
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
             chunks(Tag<1>{});
-        } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::shiftedLoads), a vector at a time
+        } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
             // A chunk read here may hold bytes of the previous or next vector, or of a neighbouring
             // row, that another warp is writing at the same time: the reader discards them (window,
             // fillFrom). Every byte a lane keeps is its own, written by nobody before its read.
             const int c = static_cast<int>(cols);
-            constexpr int kPair = 1;  // (x's and res's chunks of 2 vectors at once spilled)
+            constexpr int kPair = kChunk < 2 ? kChunk : 2;  // (4 at a time spilled)
 #pragma unroll
             for (int j0 = 0; j0 < kVecs; j0 += kPair) {
-                uint4 xq[kPair], rq[kPair], xa[kPair], xb[kPair], ra[kPair], rb[kPair];
-                Share::template shiftedLoads<true>(x, j0, c, reach, xa, xb);  // x's and res's loads first
-                Share::template shiftedLoads<false>(res, j0, c, reach, ra, rb);
-                Share::template shiftedEdges<true>(x, j0, c, reach, xa, xb);
-                Share::template shiftedEdges<false>(res, j0, c, reach, ra, rb);
-                Share::shiftedExchange(x, j0, c, 0u, xa, xb, xq);
-                Share::shiftedExchange(res, j0, c, 0u, ra, rb, rq);
+                uint4 xq[kPair], rq[kPair];
+#pragma unroll
+                for (int k = 0; k < kPair; ++k) {
+                    xq[k] = Share::template loadShifted<true>(x, j0 + k, c, 0u, reach);
+                    rq[k] = Share::template loadShifted<false>(res, j0 + k, c, 0u, reach);
+                }
 #pragma unroll
                 for (int k = 0; k < kPair; ++k) {
                     float h[Storage::W], xv[Storage::W];
