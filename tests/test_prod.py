@@ -430,6 +430,64 @@ def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: 
             assert cupy.array_equal(full[rows * row:(rows + few) * row], other[few * row:])
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "addrmsnorm"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
+    """Every register-path launch shape (vectors, threads per row) of the norm at widths up to 65535,
+    at its narrowest and widest widths and an odd one between: nine rows (ordinary, huge, tiny, a
+    large mean, inf, NaN, a lone huge last element, zeros, every third element tiny) launched as a
+    decode batch (the split kernels) and in the prefill kernel give the same bytes, with x and the
+    residual aligned or 1 element off the 16-byte grid and gamma / beta 3 off it."""
+    import cupy
+
+    from normprops.bench.launchers import device_storage
+    from normprops.cuda.prod import ProdKernel
+
+    per_thread = prod_layout(op, dtype)[0]
+    widths: dict[tuple[int, int], list[int]] = {}
+    for cols in range(1, 65536):
+        shape = launch_shape(cols, dtype=dtype, per_thread=per_thread)
+        if shape.vpt:
+            widths.setdefault((shape.vpt, shape.tpr), []).append(cols)
+    kernel = ProdKernel(op, dtype=dtype)
+    top = 10 if dtype == "float16" else 110
+
+    def placed(a, at: int):
+        flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
+        flat[...] = a.ravel()
+        return flat.reshape(a.shape)
+
+    differ = []
+    for shape, cs in sorted(widths.items()):
+        odd = [c for c in cs if c % 2] or cs
+        for cols in sorted({cs[0], odd[len(odd) // 2], cs[-1]}):
+            rng = cupy.random.default_rng(cols)
+            x = rng.standard_normal((9, cols), dtype=cupy.float32)
+            x[1] *= 2.0**top
+            x[2] *= 2.0**-top
+            x[3] += 1000.0
+            x[4, cols // 2] = np.inf
+            x[5, cols - 1] = np.nan
+            x[6, cols - 1] = 2.0**top
+            x[7] = 0.0
+            x[8, ::3] *= 2.0**-top
+            res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
+                         for n in ((9, cols), cols, cols))
+            for at in (0, 1):
+                xs, rs = placed(device_storage(x, dtype), at), placed(res, at)
+                gs, bs = placed(g, 3), placed(b, 4)
+                got = []
+                for spread in (True, False):
+                    out, r = placed(cupy.zeros_like(xs), at), placed(rs.copy(), at)
+                    kernel.launch(*kernel.operands(x=xs, out=out, residual=r, gamma=gs, beta=bs), rows=9,
+                                  cols=cols, eps=1e-5, spread=spread)
+                    got.append(cupy.concatenate([out.ravel(), r.ravel()]).view(cupy.uint8))
+                if not cupy.array_equal(*got):
+                    differ.append((shape, cols, at))
+    assert not differ
+
+
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
     """19 rows (every shift of a row of odd width, twice, and a partly empty last block), each array
     placed offsets[name] elements past an aligned allocation: each row's output (and the fused
