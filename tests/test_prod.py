@@ -437,8 +437,9 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
     """Every register-path launch shape (vectors, threads per row) of the norm at widths up to 65535,
     at its narrowest and widest widths and an odd one between: nine rows (ordinary, huge, tiny, a
     large mean, inf, NaN, a lone huge last element, zeros, every third element tiny) launched as a
-    decode batch (the split kernels) and in the prefill kernel give the same bytes, with x and the
-    residual aligned or 1 element off the 16-byte grid and gamma / beta 3 off it."""
+    decode batch (the split kernels) and in the prefill kernel give the same bytes: every array
+    aligned (the dense kernels at the widest width of each shape), or gamma / beta 3 off the 16-byte
+    grid with x and the residual aligned or 1 element off it."""
     import cupy
 
     from normprops.bench.launchers import device_storage
@@ -474,9 +475,9 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
             x[8, ::3] *= 2.0**-top
             res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                          for n in ((9, cols), cols, cols))
-            for at in (0, 1):
+            for at, params_at in ((0, 0), (0, 3), (1, 3)):
                 xs, rs = placed(device_storage(x, dtype), at), placed(res, at)
-                gs, bs = placed(g, 3), placed(b, 4)
+                gs, bs = placed(g, params_at), placed(b, params_at + params_at // 3)
                 got = []
                 for spread in (True, False):
                     out, r = placed(cupy.zeros_like(xs), at), placed(rs.copy(), at)
@@ -484,7 +485,7 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
                                   cols=cols, eps=1e-5, spread=spread)
                     got.append(cupy.concatenate([out.ravel(), r.ravel()]).view(cupy.uint8))
                 if not cupy.array_equal(*got):
-                    differ.append((shape, cols, at))
+                    differ.append((shape, cols, at, params_at))
     assert not differ
 
 
@@ -746,6 +747,28 @@ def test_device_launch_checks_its_arrays() -> None:
     with pytest.raises(ValueError, match="eps must be"):
         f32.launch(x, cupy.empty_like(x), x[0], rows=4, cols=64, eps=float("nan"))
     f32.launch(x[:0], x[:0], x[0], rows=0, cols=64, eps=1e-5)  # no rows: nothing launched
+
+
+def test_a_decode_launch_takes_the_dense_kernel_only_where_every_access_is_whole() -> None:
+    """prod_decode.cu's dense kernels compile only the whole-vector copy: the launcher picks one only
+    for a row of exactly the threads' vectors with every array 16-byte aligned."""
+    from types import SimpleNamespace
+
+    from normprops.cuda.prod import dense_decode
+
+    def arrays(*ptrs: int):
+        return tuple(SimpleNamespace(data=SimpleNamespace(ptr=p)) for p in ptrs)
+
+    shape = launch_shape(2048, dtype="bfloat16")
+    assert shape.tpr * shape.vpt * 8 == 2048
+    assert dense_decode(arrays(256, 4096, 512), shape=shape, cols=2048, width=8)
+    assert not dense_decode(arrays(256, 4096, 512 + 6), shape=shape, cols=2048, width=8)  # gamma off the grid
+    assert not dense_decode(arrays(258, 4096, 512), shape=shape, cols=2048, width=8)  # x off the grid
+    ragged = launch_shape(2880, dtype="bfloat16")
+    # the last threads' vectors lie past the row's end
+    assert not dense_decode(arrays(256, 4096, 512), shape=ragged, cols=2880, width=8)
+    assert entry_point("rmsnorm", "bfloat16", 8, packed=True, decode=True, split=8, dense=True) == \
+        "rmsnorm_bf16_p8_s8_da"
 
 
 def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:

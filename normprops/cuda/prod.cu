@@ -29,8 +29,10 @@
 // elements t, t + tpr, ...; pass 1 keeps online statistics, pass 2 reads the row again and writes.
 //
 // Range safety: the norms scale the row by 2^-e, e the exponent of its largest |x| (clamped to
-// [-126, 126] so 2^-e is a normal float), taken per thread and merged exactly by powers of two, so
-// neither sum(x) nor sum(x^2) can overflow or underflow and no extra pass over memory is needed.
+// [-126, 126] so 2^-e is a normal float), so neither sum(x) nor sum(x^2) can overflow or underflow
+// and no extra pass over memory is needed. The register path reduces the row's largest |x| first and
+// scales each thread's sum exactly (rowScaledSum); the streaming path keeps per-thread exponents and
+// merges them exactly by powers of two (ScaledSum).
 // Softmax subtracts the row maximum (register path) or keeps a running maximum (streaming path).
 //
 // Reductions: on the register path each thread adds each of its vectors' W elements in order and
@@ -282,6 +284,14 @@ struct Max {
     __device__ static T merge(T a, T b) { return fmaxf(a, b); }
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
+// The largest |x| as its float bits: non-negative floats order as their bits do (NaN above +inf),
+// so a warp folds them with one redux instruction (sm_80 on) instead of a five-step butterfly.
+struct AbsMaxBits {
+    using T = unsigned;
+    __device__ static T identity() { return 0u; }
+    __device__ static T merge(T a, T b) { return max(a, b); }
+    __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
+};
 // A sum kept in units of 2^(kPow * e): kPow = 1 for sum(x), kPow = 2 for sum(x^2). Merging rescales the
 // smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
 // 2^(kPow e), while the row's largest |x|^kPow is at least one unit: relatively below 2^-90 for any row
@@ -322,10 +332,35 @@ struct Scratch {
 
 // The reduction of v over the tpr threads of this row, returned to all of them. Every thread of the
 // block must call it (it may hold __syncthreads).
+// Whether Op folds a warp with the unsigned max redux instruction (sm_80 on) rather than a butterfly.
+template <class Op>
+struct Redux {
+    static constexpr bool value = false;
+};
+#if __CUDA_ARCH__ >= 800
+template <>
+struct Redux<AbsMaxBits> {
+    static constexpr bool value = true;
+};
+#endif
+// The fold of v over the 32 lanes of the warp (p lanes: every aligned group of p holds the same
+// values, so the whole warp's fold is each group's), returned to every lane.
+template <class Op>
+__device__ __forceinline__ typename Op::T warpFold(typename Op::T v, int p = 32) {
+    if constexpr (Redux<Op>::value) {
+        return __reduce_max_sync(kFull, v);
+    } else {
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+            if (o < p) v = Op::merge(v, Op::shfl(v, o));
+        }
+        return v;
+    }
+}
+
 template <class Op>
 __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& scratch) {
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) v = Op::merge(v, Op::shfl(v, o));
+    v = warpFold<Op>(v);
     const int tpr = blockDim.x;
     if (tpr == 32) return v;
     // The block's warps in order: row y owns warps y * tpr / 32 ... (y + 1) * tpr / 32 - 1.
@@ -340,12 +375,7 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
     // no padding.
     const int p = warps & (warps - 1) ? 1 << (32 - __clz(warps)) : warps;
     const int i = lane & (p - 1);
-    typename Op::T t = i < warps ? slots[threadIdx.y * warps + i] : Op::identity();
-#pragma unroll
-    for (int o = 16; o > 0; o /= 2) {
-        if (o < p) t = Op::merge(t, Op::shfl(t, o));
-    }
-    return t;
+    return warpFold<Op>(i < warps ? slots[threadIdx.y * warps + i] : Op::identity(), p);
 }
 
 // --- decode: a thread's vectors spread over warps -------------------------------------------------
@@ -359,20 +389,21 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
 // prefill kernel's; a row's loads, arithmetic and stores are spread over kS times the warps, which is
 // what a lone row's latency is made of (one warp's arithmetic on 64 elements a thread is issue-bound).
 // kS = 1 is the prefill kernel: no exchange, no barrier.
-constexpr int kExchangeSlots = 2048;  // (thread, vector) slots: kS tpr <= 512 threads, <= 4 vectors each
 template <int kS>
 struct Split {
     static constexpr int S = kS;
     static_assert(kS == 2 || kS == 4 || kS == 8, "a thread's 8 vectors at most, over 2, 4 or 8 threads");
     // What the groups exchange: a (largest |x|, sum) pair per vector, and two sums per vector.
+    // (thread, vector) slots: kS tpr <= 512 threads of kVecs vectors each.
+    template <int kVecs>
     struct Exchange {
-        float2 pair[kExchangeSlots];
-        float one[2][kExchangeSlots];
+        float2 pair[512 * kVecs];
+        float one[2][512 * kVecs];
     };
     // Thread t's partials in vector order, this group's kVecs of them in p: (max of .x, sum of .y from 0).
     template <int kVecs>
     __device__ static float2 pairs(const float2 (&p)[kVecs], float2* slots) {
-        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread, kS tpr <= 512: at most kExchangeSlots");
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
         const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
 #pragma unroll
         for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
@@ -388,7 +419,7 @@ struct Split {
     // Thread t's partials in vector order, summed from 0.
     template <int kVecs>
     __device__ static float sum(const float (&p)[kVecs], float* slots) {
-        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread, kS tpr <= 512: at most kExchangeSlots");
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
         const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
 #pragma unroll
         for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
@@ -398,12 +429,11 @@ struct Split {
         for (int j = 0; j < kS * kVecs; ++j) all += slots[j * tpr + t];
         return all;
     }
-    // Whether any thread of the block says so (a barrier: every thread calls it).
-    __device__ static bool any(bool b) { return __syncthreads_or(b) != 0; }
 };
 template <>
 struct Split<1> {
     static constexpr int S = 1;
+    template <int kVecs>
     struct Exchange {};
     template <int kVecs>
     __device__ static float2 pairs(const float2 (&p)[kVecs], const void*) {
@@ -419,7 +449,6 @@ struct Split<1> {
         for (int j = 0; j < kVecs; ++j) all += p[j];
         return all;
     }
-    __device__ static bool any(bool b) { return b; }
 };
 // --- the row in registers ------------------------------------------------------------------------
 
@@ -478,7 +507,11 @@ struct TeamOf<1, kVecs> {
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
 // element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
-template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam>
+// kOnly: a copy mode (see Copy) every thread of every launch takes, fixed at compile time (-1: chosen at
+// run time). kAll is a decode kernel's dense entry (prod_decode.cu): the launcher has checked that the
+// pointers are 16-byte aligned and that the row fills every thread's vectors exactly, so the other
+// modes' code is not compiled at all.
+template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam, int kOnly = -1>
 struct Regs {
     static constexpr int V = kVecs;
     static constexpr int N = kVecs * Storage::W;
@@ -513,7 +546,7 @@ struct Regs {
 
     __device__ static int first(int j) { return (j * Team::size() + Team::rank()) * Storage::W; }
     // Whether every element this thread holds is in the row (all threads but the ragged edge's).
-    __device__ static bool full(int cols) { return first(kVecs - 1) + Storage::W <= cols; }
+    __device__ static bool full(int cols) { return kOnly == kAll || first(kVecs - 1) + Storage::W <= cols; }
     // How this thread moves its vectors (see Copy). vec (aligned pointers, cols % W == 0): each
     // vector lies wholly in the row or wholly past its end. Otherwise a packed 16-bit row (4 or 8
     // vectors a thread) takes kShifted, whose lanes exchange words: the mode is then the same for
@@ -522,6 +555,7 @@ struct Regs {
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
     static constexpr bool kShifts = Storage::W == 8 && kPacked;
     __device__ static int copy(int cols, bool vec) {
+        if constexpr (kOnly >= 0) return kOnly;
         return vec ? (full(cols) ? kAll : kWhole) : (kShifts ? kShifted : kElementwise);
     }
 
@@ -724,15 +758,19 @@ struct RowIndex {
           live(row < rows) {}
 };
 
-// Per-thread (e, sum of (x 2^-e)^kPow) over the valid elements, e from this thread's largest |x|.
-// One pass takes the largest |x| and the unscaled sum: with at most 64 elements per thread, an e in
-// [kLo, kHi] keeps that sum and every term normal and finite, and scaling it by 2^(-kPow e) afterwards
-// is exact, so it equals the sum of the scaled terms (up to what subnormal terms lose, below 2^-40
-// of the largest term). Other rows (huge, tiny, nonfinite) take a second, scaled pass. Sums per
-// vector, then over the vectors (Split: the prefill thread's, whichever group holds a vector).
-// Passes 0 and 3 of the packed storage (Regs::at).
+// The row's (E, sum of (x 2^-E)^kPow) over its valid elements, E the exponent of its largest |x|
+// (scaleExponent). One pass takes each vector's largest |x| and unscaled sum; the row's largest |x|
+// is reduced first (AbsMaxBits), so the choice below is the same for every thread of the row. With
+// at most 64 elements a thread, an E in [kLo, kHi] keeps every thread's unscaled sum finite and each
+// term that matters normal (what subnormal terms lose is below 2^-50 of the row's largest term), and
+// scaling it by 2^(-kPow E) is exact, so it equals the sum of the scaled terms. Other rows (huge,
+// tiny, nonfinite) take a second, scaled pass over the registers. Then one plain sum over the row.
+// Per vector, then over the vectors (Split: the prefill thread's, whichever group holds a vector).
+// Passes 0 and 3 of the packed storage (Regs::at). Two reductions (scratch[0], scratch[1]).
 template <int kPow, class Sp, class Share>
-__device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Share& r, typename Sp::Exchange& ex) {
+__device__ __forceinline__ typename ScaledSum<kPow>::T rowScaledSum(const Share& r,
+                                                                    typename Sp::template Exchange<Share::V>& ex,
+                                                                    Scratch* scratch) {
     static_assert(Share::N * Sp::S <= 64, "the one-pass range assumes at most 64 elements per thread");
     constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 56;
     constexpr int W = Share::N / Share::V;
@@ -751,9 +789,12 @@ __device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Shar
     float2 all;
     if constexpr (Sp::S == 1) all = Sp::pairs(part, nullptr);
     else all = Sp::pairs(part, ex.pair);
-    const int e = scaleExponent(all.x);
-    const bool onePass = e >= kLo && e <= kHi;
-    if (Sp::any(!onePass)) {  // (a barrier where the groups split a thread's vectors)
+    const unsigned bits = rowReduce<AbsMaxBits>(__float_as_uint(all.x), scratch[0]);
+    const int e = scaleExponent(__uint_as_float(bits));
+    float s;
+    if (e >= kLo && e <= kHi) {
+        s = all.y * pow2(-kPow * e);
+    } else {  // the same branch for the whole row: the split groups' exchange below is safe
         const float sc = pow2(-e);
         float q[Share::V];
 #pragma unroll
@@ -766,12 +807,10 @@ __device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Shar
             }
             q[j] = t;
         }
-        float scaled;
-        if constexpr (Sp::S == 1) scaled = Sp::sum(q, nullptr);
-        else scaled = Sp::sum(q, ex.one[0]);
-        if (!onePass) return {e, scaled};
+        if constexpr (Sp::S == 1) s = Sp::sum(q, nullptr);
+        else s = Sp::sum(q, ex.one[0]);
     }
-    return {e, all.y * pow2(-kPow * e)};
+    return {e, rowReduce<Sum>(s, scratch[1])};
 }
 
 // The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E from the row's largest |x|), applied as
@@ -927,19 +966,19 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
                               const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
     using Sp = Split<kS>;
-    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
     __shared__ Scratch scratch[2];
-    __shared__ typename Sp::Exchange ex;
+    __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
-    const bool vec =
-        cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
+    const bool vec = kDense ||
+        (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta));
     const bool full = Share::full(static_cast<int>(cols));
     Share r;
     Param<Storage, Share, kEarly> g(gamma), b(beta);
@@ -950,7 +989,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     } else {
         r.zero();
     }
-    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1, Sp>(r, ex), scratch[0]);
+    const auto total = rowScaledSum<1, Sp>(r, ex, scratch);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-total.e);
     const float mean = total.s / n;  // in units of 2^E
@@ -965,7 +1004,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     float q;
     if constexpr (kS == 1) q = Sp::sum(part, nullptr);
     else q = Sp::sum(part, ex.one[1]);
-    q = rowReduce<Sum>(q, scratch[1]);
+    q = rowReduce<Sum>(q, scratch[0]);  // (scratch[0]'s reads were before the barrier of scratch[1]'s)
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
@@ -1011,23 +1050,23 @@ __device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T*
 template <class Storage, class Sp = Split<1>, class Share, class P>
 __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
                                             const P& gamma, size_t cols, float eps, bool vec,
-                                            Scratch& scratch, typename Sp::Exchange& ex) {
-    const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2, Sp>(r, ex), scratch);
+                                            Scratch* scratch, typename Sp::template Exchange<Share::V>& ex) {
+    const auto total = rowScaledSum<2, Sp>(r, ex, scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
 __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
     using Sp = Split<kS>;
-    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T>;
-    __shared__ Scratch scratch;
-    __shared__ typename Sp::Exchange ex;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    __shared__ Scratch scratch[2];
+    __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
-    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
+    const bool vec = kDense || (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma));
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
@@ -1041,18 +1080,18 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
 
 // Fused add + RMS norm: h = x + residual (rounded to the storage type), residual <- h,
 // out = rmsnorm(h) * gamma. residual is read and written in place by the same thread.
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
 __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* residual,
                                typename Storage::T* __restrict__ out,
                                const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                                float eps) {
     using Sp = Split<kS>;
-    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T>;
-    __shared__ Scratch scratch;
-    __shared__ typename Sp::Exchange ex;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    __shared__ Scratch scratch[2];
+    __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
-    const bool vec =
-        cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
+    const bool vec = kDense ||
+        (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual));
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {

@@ -51,8 +51,8 @@ from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
 from normprops.ops import get_op
 
-__all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "DECODE_OPS", "PER_THREAD", "VPTS",
-           "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "launch_shape", "ProdKernel",
+__all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "dense_decode", "DECODE_OPS", "PER_THREAD",
+           "VPTS", "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "launch_shape", "ProdKernel",
            "clusters_supported", "multiprocessors", "largest_cluster", "split_exact", "split_on_device",
            "to_storage", "from_storage"]
 
@@ -68,15 +68,16 @@ DECODE_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
 
 
 def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1,
-                decode: bool = False, split: int = 1) -> str:
+                decode: bool = False, split: int = 1, dense: bool = False) -> str:
     """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
     streaming path), e.g. ``softmax_bf16_p8``, or on the cluster path (``cluster`` blocks per row),
     e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``, with
-    each thread's vectors spread over ``split`` threads, e.g. ``rmsnorm_bf16_p8_s8_d``; each is
-    spelled out in its file."""
+    each thread's vectors spread over ``split`` threads, e.g. ``rmsnorm_bf16_p8_s8_d``, and its
+    twin for rows that fill the threads' vectors exactly (``dense``), e.g. ``rmsnorm_bf16_p8_s8_da``;
+    each is spelled out in its file."""
     tag = "p" if packed and vpt in PACKED_VPTS else "v"
     blocks = f"c{cluster}" if cluster > 1 else ""
-    suffix = (f"_s{split}" if split > 1 else "") + "_d" if decode else ""
+    suffix = (f"_s{split}" if split > 1 else "") + ("_da" if dense else "_d") if decode else ""
     return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{suffix}"
 
 
@@ -103,7 +104,9 @@ def decode_entry_points() -> set[str]:
             for vpt in VPTS:
                 if vpt * vector_width(dtype) <= per_thread:
                     for split in (1, *(n for n in SPLITS if n <= vpt)):
-                        names.add(entry_point(op, dtype, vpt, packed=packed, decode=True, split=split))
+                        for dense in (False, True):
+                            names.add(entry_point(op, dtype, vpt, packed=packed, decode=True, split=split,
+                                                  dense=dense))
     return names
 
 
@@ -337,7 +340,7 @@ class ProdKernel:
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
         # Both per device: CuPy loads a function once per device, the non-portable cluster attribute
         # is set on each, and the largest cluster may differ between devices.
-        self._functions: dict[tuple[int, int, bool, int, int], Any] = {}
+        self._functions: dict[tuple[int, int, bool, int, bool, int], Any] = {}
         # prod_decode.cu has the default register layouts only
         self._decodes = op in DECODE_OPS and (per_thread, packed) == (default_per_thread, default_packed)
         self._shapes: dict[tuple[int, int], Shape] = {}
@@ -351,13 +354,14 @@ class ProdKernel:
         """The compiled prod_decode.cu (compiled on the first decode launch)."""
         return module(self.build, source=DECODE_SOURCE)
 
-    def _function(self, vpt: int, cluster: int = 1, decode: bool = False, split: int = 1) -> Any:
+    def _function(self, vpt: int, cluster: int = 1, decode: bool = False, split: int = 1,
+                  dense: bool = False) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        key = (vpt, cluster, decode, split, _device())
+        key = (vpt, cluster, decode, split, dense, _device())
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
             name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode,
-                               split=split)
+                               split=split, dense=dense)
             fn = (self._decode_module() if decode else self._module()).get_function(name)
             if cluster > PORTABLE_CLUSTER:
                 _allow_non_portable(fn)
@@ -441,7 +445,8 @@ class ProdKernel:
         sms = multiprocessors(_device()) if spread else 0
         decode = spread and self._decodes and shape.decode(rows, sms=sms)
         split = decode_split(shape) if decode else 1
-        fn = self._function(shape.vpt, shape.cluster, decode, split)
+        dense = decode and dense_decode(arrays, shape=shape, cols=cols, width=vector_width(self.dtype))
+        fn = self._function(shape.vpt, shape.cluster, decode, split, dense)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
         if spread:
@@ -455,6 +460,13 @@ class ProdKernel:
                spread: bool = True) -> None:
         """Check and launch once (see :meth:`launcher`)."""
         self.launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)()
+
+
+def dense_decode(arrays: tuple[Any, ...], *, shape: Shape, cols: int, width: int) -> bool:
+    """Whether a decode launch may take the dense kernel (prod_decode.cu): every array 16-byte aligned
+    and the row exactly the threads' vectors of ``width`` elements, so that every 16-byte access is
+    whole and in the row."""
+    return cols == shape.tpr * shape.vpt * width and all(a.data.ptr % 16 == 0 for a in arrays)
 
 
 def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., np.ndarray]:
