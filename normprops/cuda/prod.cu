@@ -284,13 +284,15 @@ struct Max {
     __device__ static T merge(T a, T b) { return fmaxf(a, b); }
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
-// The largest |x| as its float bits: non-negative floats order as their bits do (NaN above +inf),
-// so a warp folds them with one redux instruction (sm_80 on) instead of a five-step butterfly.
-struct AbsMaxBits {
-    using T = unsigned;
-    __device__ static T identity() { return 0u; }
-    __device__ static T merge(T a, T b) { return max(a, b); }
-    __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
+// A row's largest |x| (as its float bits: non-negative floats order as their bits do, NaN above
+// +inf) and its unscaled sum, reduced together (rowScaledSum).
+struct MaxSum {
+    struct T { unsigned m; float s; };
+    __device__ static T identity() { return {0u, 0.0f}; }
+    __device__ static T merge(T a, T b) { return {max(a.m, b.m), a.s + b.s}; }
+    __device__ static T shfl(T v, int o) {
+        return {__shfl_xor_sync(kFull, v.m, o), __shfl_xor_sync(kFull, v.s, o)};
+    }
 };
 // A sum kept in units of 2^(kPow * e): kPow = 1 for sum(x), kPow = 2 for sum(x^2). Merging rescales the
 // smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
@@ -332,35 +334,10 @@ struct Scratch {
 
 // The reduction of v over the tpr threads of this row, returned to all of them. Every thread of the
 // block must call it (it may hold __syncthreads).
-// Whether Op folds a warp with the unsigned max redux instruction (sm_80 on) rather than a butterfly.
-template <class Op>
-struct Redux {
-    static constexpr bool value = false;
-};
-#if __CUDA_ARCH__ >= 800
-template <>
-struct Redux<AbsMaxBits> {
-    static constexpr bool value = true;
-};
-#endif
-// The fold of v over the 32 lanes of the warp (p lanes: every aligned group of p holds the same
-// values, so the whole warp's fold is each group's), returned to every lane.
-template <class Op>
-__device__ __forceinline__ typename Op::T warpFold(typename Op::T v, int p = 32) {
-    if constexpr (Redux<Op>::value) {
-        return __reduce_max_sync(kFull, v);
-    } else {
-#pragma unroll
-        for (int o = 16; o > 0; o /= 2) {
-            if (o < p) v = Op::merge(v, Op::shfl(v, o));
-        }
-        return v;
-    }
-}
-
 template <class Op>
 __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& scratch) {
-    v = warpFold<Op>(v);
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) v = Op::merge(v, Op::shfl(v, o));
     const int tpr = blockDim.x;
     if (tpr == 32) return v;
     // The block's warps in order: row y owns warps y * tpr / 32 ... (y + 1) * tpr / 32 - 1.
@@ -375,7 +352,12 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
     // no padding.
     const int p = warps & (warps - 1) ? 1 << (32 - __clz(warps)) : warps;
     const int i = lane & (p - 1);
-    return warpFold<Op>(i < warps ? slots[threadIdx.y * warps + i] : Op::identity(), p);
+    typename Op::T t = i < warps ? slots[threadIdx.y * warps + i] : Op::identity();
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) {
+        if (o < p) t = Op::merge(t, Op::shfl(t, o));
+    }
+    return t;
 }
 
 // --- decode: a thread's vectors spread over warps -------------------------------------------------
@@ -759,20 +741,21 @@ struct RowIndex {
 };
 
 // The row's (E, sum of (x 2^-E)^kPow) over its valid elements, E the exponent of its largest |x|
-// (scaleExponent). One pass takes each vector's largest |x| and unscaled sum; the row's largest |x|
-// is reduced first (AbsMaxBits), so the choice below is the same for every thread of the row. With
-// at most 64 elements a thread, an E in [kLo, kHi] keeps every thread's unscaled sum finite and each
-// term that matters normal (what subnormal terms lose is below 2^-50 of the row's largest term), and
-// scaling it by 2^(-kPow E) is exact, so it equals the sum of the scaled terms. Other rows (huge,
-// tiny, nonfinite) take a second, scaled pass over the registers. Then one plain sum over the row.
-// Per vector, then over the vectors (Split: the prefill thread's, whichever group holds a vector).
-// Passes 0 and 3 of the packed storage (Regs::at). Two reductions (scratch[0], scratch[1]).
+// (scaleExponent). One pass takes each vector's largest |x| and unscaled sum, and one reduction
+// (MaxSum) the row's largest |x| and unscaled sum together. For E in [kLo, kHi] that sum is finite
+// (at most 2^(kPow (kHi + 1)) x 64 elements x 512 threads) and every term that matters is normal (what
+// subnormal terms lose is below 2^-50 of the row's largest term), and scaling it by 2^(-kPow E) is
+// exact: it equals the sum of the scaled terms, added in the same order. Other rows (huge, tiny,
+// nonfinite: the same choice for every thread of the row) take a second, scaled pass over the
+// registers and a second reduction. Per vector, then over the vectors (Split: the prefill thread's,
+// whichever group holds a vector). Passes 0 and 3 of the packed storage (Regs::at). Uses scratch[0],
+// and scratch[1] in the second pass.
 template <int kPow, class Sp, class Share>
 __device__ __forceinline__ typename ScaledSum<kPow>::T rowScaledSum(const Share& r,
                                                                     typename Sp::template Exchange<Share::V>& ex,
                                                                     Scratch* scratch) {
     static_assert(Share::N * Sp::S <= 64, "the one-pass range assumes at most 64 elements per thread");
-    constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 56;
+    constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 54;
     constexpr int W = Share::N / Share::V;
     float2 part[Share::V];  // each vector's (largest |x|, sum); padding is 0
 #pragma unroll
@@ -789,28 +772,42 @@ __device__ __forceinline__ typename ScaledSum<kPow>::T rowScaledSum(const Share&
     float2 all;
     if constexpr (Sp::S == 1) all = Sp::pairs(part, nullptr);
     else all = Sp::pairs(part, ex.pair);
-    const unsigned bits = rowReduce<AbsMaxBits>(__float_as_uint(all.x), scratch[0]);
-    const int e = scaleExponent(__uint_as_float(bits));
-    float s;
-    if (e >= kLo && e <= kHi) {
-        s = all.y * pow2(-kPow * e);
-    } else {  // the same branch for the whole row: the split groups' exchange below is safe
-        const float sc = pow2(-e);
-        float q[Share::V];
-#pragma unroll
-        for (int j = 0; j < Share::V; ++j) {
-            float t = 0.0f;
-#pragma unroll
-            for (int w = 0; w < W; ++w) {
-                const float y = r.template at<3>(j * W + w) * sc;
-                t = kPow == 1 ? t + y : fmaf(y, y, t);
-            }
-            q[j] = t;
+    const MaxSum::T row = rowReduce<MaxSum>({__float_as_uint(all.x), all.y}, scratch[0]);
+    const int e = scaleExponent(__uint_as_float(row.m));
+    const auto outside = [](int x) { return x < kLo || x > kHi; };
+    const typename ScaledSum<kPow>::T one{e, row.s * pow2(-kPow * e)};
+    // The second pass reduces again, and the rows of a block share its barriers: a block takes it
+    // if any of its rows needs it (each row's warp totals are in scratch[0], read before the next
+    // barrier), and rows that do not keep their one-pass sum. Rows of one warp (no barrier) and a
+    // split block (one row) decide alone.
+    bool again = outside(e);
+    if (Sp::S == 1 && blockDim.y > 1 && blockDim.x > 32) {
+        const auto* slots = reinterpret_cast<const MaxSum::T*>(scratch[0].slot);
+        const int warps = static_cast<int>(blockDim.x) >> 5;
+        for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
+            unsigned m = 0u;
+            for (int w = 0; w < warps; ++w) m = max(m, slots[y * warps + w].m);
+            again = again || outside(scaleExponent(__uint_as_float(m)));
         }
-        if constexpr (Sp::S == 1) s = Sp::sum(q, nullptr);
-        else s = Sp::sum(q, ex.one[0]);
     }
-    return {e, rowReduce<Sum>(s, scratch[1])};
+    if (!again) return one;
+    const float sc = pow2(-e);
+    float q[Share::V];
+#pragma unroll
+    for (int j = 0; j < Share::V; ++j) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+            const float y = r.template at<3>(j * W + w) * sc;
+            t = kPow == 1 ? t + y : fmaf(y, y, t);
+        }
+        q[j] = t;
+    }
+    float s;
+    if constexpr (Sp::S == 1) s = Sp::sum(q, nullptr);
+    else s = Sp::sum(q, ex.one[0]);
+    s = rowReduce<Sum>(s, scratch[1]);
+    return outside(e) ? typename ScaledSum<kPow>::T{e, s} : one;
 }
 
 // The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E from the row's largest |x|), applied as
@@ -974,7 +971,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               float eps) {
     using Sp = Split<kS>;
     using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
-    __shared__ Scratch scratch[2];
+    __shared__ Scratch scratch[3];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
     const bool vec = kDense ||
@@ -1004,7 +1001,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     float q;
     if constexpr (kS == 1) q = Sp::sum(part, nullptr);
     else q = Sp::sum(part, ex.one[1]);
-    q = rowReduce<Sum>(q, scratch[0]);  // (scratch[0]'s reads were before the barrier of scratch[1]'s)
+    q = rowReduce<Sum>(q, scratch[2]);
     const float f = layerNormFactor(q / n, total.e, eps);
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
