@@ -371,6 +371,9 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
 // prefill kernel's; a row's loads, arithmetic and stores are spread over kS times the warps, which is
 // what a lone row's latency is made of (one warp's arithmetic on 64 elements a thread is issue-bound).
 // kS = 1 is the prefill kernel: no exchange, no barrier.
+// How a thread's vector partials fold, in vector order: (largest |x|, sum) pairs, and sums.
+__device__ __forceinline__ float2 foldPair(float2 a, float2 q) { return make_float2(fmaxf(a.x, q.x), a.y + q.y); }
+__device__ __forceinline__ float foldSum(float a, float q) { return a + q; }
 template <int kS>
 struct Split {
     static constexpr int S = kS;
@@ -382,34 +385,25 @@ struct Split {
         float2 pair[512 * kVecs];
         float one[2][512 * kVecs];
     };
-    // Thread t's partials in vector order, this group's kVecs of them in p: (max of .x, sum of .y from 0).
+    // Thread t's partials in vector order, this group's kVecs of them in p, folded from `from`.
+    template <int kVecs, class T, class Fold>
+    __device__ static T gather(const T (&p)[kVecs], T* slots, T from, Fold fold) {
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
+        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < kS * kVecs; ++j) from = fold(from, slots[j * tpr + t]);
+        return from;
+    }
     template <int kVecs>
     __device__ static float2 pairs(const float2 (&p)[kVecs], float2* slots) {
-        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
-        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
-#pragma unroll
-        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
-        __syncthreads();
-        float2 all = make_float2(0.0f, 0.0f);
-#pragma unroll
-        for (int j = 0; j < kS * kVecs; ++j) {
-            const float2 q = slots[j * tpr + t];
-            all = make_float2(fmaxf(all.x, q.x), all.y + q.y);
-        }
-        return all;
+        return gather(p, slots, make_float2(0.0f, 0.0f), foldPair);
     }
-    // Thread t's partials in vector order, summed from 0.
     template <int kVecs>
     __device__ static float sum(const float (&p)[kVecs], float* slots) {
-        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
-        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
-#pragma unroll
-        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
-        __syncthreads();
-        float all = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kS * kVecs; ++j) all += slots[j * tpr + t];
-        return all;
+        return gather(p, slots, 0.0f, foldSum);
     }
 };
 template <>
@@ -421,14 +415,14 @@ struct Split<1> {
     __device__ static float2 pairs(const float2 (&p)[kVecs], const void*) {
         float2 all = make_float2(0.0f, 0.0f);
 #pragma unroll
-        for (int j = 0; j < kVecs; ++j) all = make_float2(fmaxf(all.x, p[j].x), all.y + p[j].y);
+        for (int j = 0; j < kVecs; ++j) all = foldPair(all, p[j]);
         return all;
     }
     template <int kVecs>
     __device__ static float sum(const float (&p)[kVecs], const void*) {
         float all = 0.0f;
 #pragma unroll
-        for (int j = 0; j < kVecs; ++j) all += p[j];
+        for (int j = 0; j < kVecs; ++j) all = foldSum(all, p[j]);
         return all;
     }
 };
