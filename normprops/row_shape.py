@@ -24,23 +24,30 @@ import math
 from dataclasses import dataclass
 
 __all__ = ["VPTS", "ROW_THREADS", "MAX_ROW_THREADS", "STREAM_THREADS", "CLUSTER_SIZES", "PORTABLE_CLUSTER",
-           "CLUSTER_VPT", "CLUSTER_TREE_DEPTH", "Shape", "shape_for", "cluster_shape", "elements_per_thread"]
+           "CLUSTER_VPT", "CLUSTER_THREADS", "CLUSTER_TREE_DEPTH", "Shape", "shape_for", "cluster_shape",
+           "elements_per_thread"]
 
 VPTS = (1, 2, 4, 8)  # vectors per thread with an entry point in prod.cu
 ROW_THREADS = 256  # threads per block when rows are narrow (several rows per block)
 MAX_ROW_THREADS = 512  # the register path's __launch_bounds__(512, 2)
 STREAM_THREADS = 1024
-# The cluster path (softmax on sm_90 and later): a cluster of 2 to 16 blocks of MAX_ROW_THREADS
-# threads holds one row, CLUSTER_VPT vectors per thread (the fewest blocks that hold it: the most
-# bytes in flight per block, measured to matter). Its tree over the threads is 9
-# levels in a block and ceil(log2(blocks)) across the cluster. Clusters of up to PORTABLE_CLUSTER
-# blocks run on every GPU with clusters; larger ones are "non-portable" (CUDA's term): the launcher
-# uses them only where the device accepts them (normprops.cuda.prod.largest_cluster), and the
-# forced cluster path of the hunt takes PORTABLE_CLUSTER blocks, a tree CLUSTER_TREE_DEPTH deep.
+# The cluster path (softmax on sm_90 and later): a cluster of 2 to 16 blocks holds one row,
+# CLUSTER_VPT vectors per thread (the fewest blocks that hold it: the most bytes in flight per
+# block, measured to matter). Blocks have CLUSTER_THREADS[W] threads for W-element vectors: 256 for
+# 16-bit storage, 512 for float32 (measured on an H100, 1 GiB of rows: bfloat16 at 128256 columns
+# ran at 94.5% of memcpy in 8 blocks of 256 against 85.5% in 4 of 512, and 151936 at 87.1% in 10
+# of 256 against 81.0% in 5 of 512, and faster at one row too; float32 at 128256 at 89.6% in 8 of
+# 512 against 84.9% in 16 of 256). A 16-bit row that 16 blocks of 256 cannot hold takes blocks of
+# MAX_ROW_THREADS. The tree over the threads is log2(threads) levels in a block and
+# ceil(log2(blocks)) across the cluster. Clusters of up to PORTABLE_CLUSTER blocks run on every GPU
+# with clusters; larger ones are "non-portable" (CUDA's term): the launcher uses them only where
+# the device accepts them (normprops.cuda.prod.largest_cluster), and the forced cluster path of the
+# hunt takes PORTABLE_CLUSTER blocks, a tree at most CLUSTER_TREE_DEPTH deep.
 CLUSTER_SIZES = (2, 3, 4, 5, 6, 8, 10, 12, 16)
 PORTABLE_CLUSTER = 8
 CLUSTER_VPT = 8
-CLUSTER_TREE_DEPTH = 9 + 3
+CLUSTER_THREADS = {4: MAX_ROW_THREADS, 8: 256}
+CLUSTER_TREE_DEPTH = 9 + 3  # float32's 512-thread blocks; 16-bit storage's 256 are a level less
 
 
 @dataclass(frozen=True)
@@ -94,14 +101,19 @@ def shape_for(cols: int, *, vector_width: int, per_thread: int) -> Shape:
 
 
 def cluster_shape(cols: int, *, vector_width: int, blocks: int | None = None,
-                  largest: int = CLUSTER_SIZES[-1], threads: int = MAX_ROW_THREADS) -> Shape | None:
+                  largest: int = CLUSTER_SIZES[-1], threads: int | None = None) -> Shape | None:
     """The cluster path's shape for a row of ``cols`` elements: the fewest blocks of ``threads``
-    threads, of CLUSTER_SIZES and at most ``largest``, that hold it (or exactly ``blocks``), None
-    when they cannot."""
+    threads (default: CLUSTER_THREADS for the vector width, then MAX_ROW_THREADS for a row those
+    cannot hold), of CLUSTER_SIZES and at most ``largest``, that hold it (or exactly ``blocks``:
+    the default threads only), None when they cannot."""
     if cols < 1:
         raise ValueError(f"cols must be at least 1 but was {cols}")
     vecs = -(-cols // vector_width)
     sizes = tuple(n for n in CLUSTER_SIZES if n <= largest) if blocks is None else (blocks,)
+    if threads is None:
+        threads = CLUSTER_THREADS.get(vector_width, MAX_ROW_THREADS)
+        if blocks is None and sizes and sizes[-1] * threads * CLUSTER_VPT < vecs:
+            threads = MAX_ROW_THREADS
     size = next((n for n in sizes if n * threads * CLUSTER_VPT >= vecs), None)
     return None if size is None else Shape(CLUSTER_VPT, threads, 1, size)
 

@@ -103,12 +103,16 @@ def test_every_shape_covers_its_row_in_whole_warps(cols: int, width: int, per_th
 
 @given(cols=st.integers(1, 600000), width=st.sampled_from([4, 8]), largest=st.sampled_from([8, 16]))
 def test_cluster_shape_takes_the_fewest_blocks_that_hold_the_row(cols: int, width: int, largest: int) -> None:
+    """Blocks of 512 threads for float32, of 256 for 16-bit storage unless only 512 hold the row; the
+    fewest blocks of those that do."""
     shape = cluster_shape(cols, vector_width=width, largest=largest)
-    capacity = 512 * CLUSTER_VPT * width  # columns one block holds
     if shape is None:
-        assert cols > largest * capacity
+        assert cols > largest * 512 * CLUSTER_VPT * width
         return
-    assert shape.cluster in CLUSTER_SIZES and shape.tpr == 512 and shape.grid(3) == (3 * shape.cluster, 1, 1)
+    small = 256 if width == 8 else 512
+    assert shape.tpr == (small if cols <= largest * small * CLUSTER_VPT * width else 512)
+    capacity = shape.tpr * CLUSTER_VPT * width  # columns one block holds
+    assert shape.cluster in CLUSTER_SIZES and shape.grid(3) == (3 * shape.cluster, 1, 1)
     assert shape.cluster * capacity >= cols and shape.cluster <= largest
     smaller = CLUSTER_SIZES[: CLUSTER_SIZES.index(shape.cluster)]
     assert all(n * capacity < cols for n in smaller)  # the fewest blocks that hold the row
@@ -117,14 +121,14 @@ def test_cluster_shape_takes_the_fewest_blocks_that_hold_the_row(cols: int, widt
 @given(cols=st.integers(1, 262144), name=st.sampled_from(["softmaxCluster", "softmaxClusterBf16"]))
 def test_cluster_error_model_covers_the_forced_cluster_shape(cols: int, name: str) -> None:
     """The forced cluster path's bound counts at least what a thread adds (whole vectors) and the
-    tree's depth (9 levels in a block, 3 across 8 blocks)."""
+    tree's depth (log2 of the block's threads, 3 across 8 blocks)."""
     spec = next(k for k in KERNELS if k.name == name)
     width = 16 // get_dtype(spec.dtype).itemsize
     shape = cluster_shape(cols, vector_width=width, blocks=PORTABLE_CLUSTER)
     if shape is None or cols > shape.cluster * shape.tpr * shape.vpt * width:
         return
     held = elements_per_thread(cols, shape, vector_width=width)
-    assert spec.error_model.k(cols) >= held - 1 + 9 + 3
+    assert spec.error_model.k(cols) >= held - 1 + (shape.tpr - 1).bit_length() + 3
 
 
 @given(cols=st.integers(16385, 600000), largest=st.sampled_from([8, 16]),
@@ -140,7 +144,8 @@ def test_auto_softmax_bound_covers_the_cluster_path_too(cols: int, largest: int,
     shape = cluster_shape(cols, vector_width=width, largest=largest)
     if shape is not None:
         held = elements_per_thread(cols, shape, vector_width=width)
-        assert spec.error_model.k(cols) >= held - 1 + 9 + (shape.cluster - 1).bit_length()
+        tree = (shape.tpr - 1).bit_length() + (shape.cluster - 1).bit_length()
+        assert spec.error_model.k(cols) >= held - 1 + tree
     assert spec.error_model.k(cols) >= -(-cols // 1024) - 1 + 10  # the streaming path
 
 
@@ -285,14 +290,14 @@ def test_the_kept_bad_kernel_declares_its_register_only_width_limit() -> None:
 
 @pytest.mark.parametrize("name", ["softmaxCluster", "softmaxClusterBf16"])
 def test_the_forced_cluster_entries_declare_the_widest_row_they_take(name: str) -> None:
-    """The forced cluster path holds a row in 8 blocks of 512 threads, 8 vectors each: 131072
-    float32 or 262144 bfloat16 columns, and its launcher refuses wider rows. The entries declare
-    that width, so `long_rows` (up to 2^18 + 1 columns) draws the widest rows they take rather than
-    meeting the refusal as a contract failure only in the seeds that draw 262145 columns."""
+    """The forced cluster path holds a row in 8 blocks, of 512 threads for float32 and 256 for
+    bfloat16, 8 vectors each: 131072 columns either way, and its launcher refuses wider rows. The
+    entries declare that width, so `long_rows` (up to 2^18 + 1 columns) draws the widest rows they
+    take rather than meeting the refusal as a contract failure only in the seeds that draw wider ones."""
     spec = next(k for k in KERNELS if k.name == name)
     width = 16 // get_dtype(spec.dtype).itemsize
     widest = spec.constraints.max_cols
-    assert widest == PORTABLE_CLUSTER * 512 * 8 * width
+    assert widest == PORTABLE_CLUSTER * (512 if width == 4 else 256) * 8 * width == 131072
     assert cluster_shape(widest, vector_width=width, blocks=PORTABLE_CLUSTER) is not None
     assert cluster_shape(widest + 1, vector_width=width, blocks=PORTABLE_CLUSTER) is None
 
@@ -370,27 +375,43 @@ def test_arrays_at_different_offsets_keep_the_bits(op: str, cols: int) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["softmax", "layernorm", "rmsnorm", "addrmsnorm"])
 @pytest.mark.parametrize("dtype, cols", [("bfloat16", 2048), ("bfloat16", 1019), ("float32", 1000),
-                                         ("bfloat16", 8192), ("float32", 8192), ("bfloat16", 4097)])
+                                         ("bfloat16", 8192), ("float32", 8192), ("bfloat16", 4097),
+                                         ("bfloat16", 2880), ("bfloat16", 5121), ("float32", 2048),
+                                         ("float16", 4096)])
 @pytest.mark.parametrize("params_at", [0, 3], ids=["aligned", "gamma-off-grid"])
 def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: int, params_at: int) -> None:
     """A batch too small to fill the GPU takes one row per block (Shape.for_batch) and, for a norm,
-    its decode entry point (prod_decode.cu), a large one several rows per block and the prefill
-    kernel: its first rows must get the same bits either way (4097: rows off the 16-byte grid;
-    params_at: gamma and beta that many elements past a 16-byte boundary, beta one more)."""
+    its decode entry point (prod_decode.cu, each thread's vectors spread over several: decode_split),
+    a large one several rows per block and the prefill kernel: its first rows must get the same bits
+    either way. The rows: ordinary, huge and tiny (the norms' scaled second pass, which the split
+    groups take together), a large mean, one holding inf, one holding NaN, and one whose only huge
+    element is its last (in the last split group's vector). 4097 and 5121: rows off the 16-byte
+    grid; params_at: gamma and beta that many elements past a 16-byte boundary, beta one more."""
     import cupy
 
     from normprops.bench.launchers import device_storage
-    from normprops.cuda.prod import ProdKernel, multiprocessors
+    from normprops.cuda.prod import ProdKernel, decode_split, multiprocessors
 
     kernel = ProdKernel(op, dtype=dtype)
     shape = kernel.shape(cols)
     sms = multiprocessors(cupy.cuda.Device().id)
     rows = sms * shape.rpb + 3
-    assert not shape.decode(rows, sms=sms) and shape.decode(5, sms=sms)
-    assert shape.for_batch(5, sms=sms).rpb == 1
+    few = 7
+    assert not shape.decode(rows, sms=sms) and shape.decode(few, sms=sms)
+    assert shape.for_batch(few, sms=sms).rpb == 1
+    if op != "softmax" and shape.vpt > 1 and shape.tpr <= 256:
+        assert decode_split(shape) > 1  # the decode kernel spreads the vectors
     rng = cupy.random.default_rng(cols)
-    x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
-                    for n in ((rows, cols), (rows, cols), cols, cols))
+    top = 10 if dtype == "float16" else 110  # 2^top: past the norms' one-pass range, in the type's
+    data = rng.standard_normal((rows, cols), dtype=cupy.float32)
+    data[1] *= 2.0**top
+    data[2] *= 2.0**-top
+    data[3] += 1000.0
+    data[4, 7] = np.inf
+    data[5, cols // 3] = np.nan
+    data[6, -1] = 2.0**top
+    others = (rng.standard_normal(n, dtype=cupy.float32) for n in ((rows, cols), cols, cols))
+    x, res, g, b = (device_storage(a, dtype) for a in (data, *others))
     if params_at:
         g = cupy.concatenate([cupy.zeros(params_at, dtype=g.dtype), g])[params_at:]
         b = cupy.concatenate([cupy.zeros(params_at + 1, dtype=b.dtype), b])[params_at + 1:]
@@ -399,13 +420,73 @@ def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: 
         out, r = cupy.zeros_like(x[:n]), res[:n].copy()
         kernel.launch(*kernel.operands(x=x[:n], out=out, residual=r, gamma=g, beta=b), rows=n, cols=cols,
                       eps=1e-5, spread=spread)
-        return cupy.concatenate([out, r])
+        return cupy.concatenate([out, r]).ravel().view(cupy.uint8)
 
-    full, small, packed = run(rows), run(5), run(5, spread=False)  # packed: 5 rows in one block
+    row = cols * x.itemsize  # bytes of a row
+    full, small, packed = run(rows), run(few), run(few, spread=False)  # packed: the rows in one block
     for other in (small, packed):
-        assert cupy.array_equal(full[:5], other[:5])
+        assert cupy.array_equal(full[:few * row], other[:few * row])
         if op == "addrmsnorm":
-            assert cupy.array_equal(full[rows:rows + 5], other[5:])
+            assert cupy.array_equal(full[rows * row:(rows + few) * row], other[few * row:])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "addrmsnorm"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
+    """Every register-path launch shape (vectors, threads per row) of the norm at widths up to 65535,
+    at its narrowest and widest widths and an odd one between: nine rows (ordinary, huge, tiny, a
+    large mean, inf, NaN, a lone huge last element, zeros, every third element tiny) launched as a
+    decode batch (the split kernels) and in the prefill kernel give the same bytes: every array
+    aligned (the dense kernels at the widest width of each shape), or gamma / beta 3 off the 16-byte
+    grid with x and the residual aligned or 1 element off it."""
+    import cupy
+
+    from normprops.bench.launchers import device_storage
+    from normprops.cuda.prod import ProdKernel
+
+    per_thread = prod_layout(op, dtype)[0]
+    widths: dict[tuple[int, int], list[int]] = {}
+    for cols in range(1, 65536):
+        shape = launch_shape(cols, dtype=dtype, per_thread=per_thread)
+        if shape.vpt:
+            widths.setdefault((shape.vpt, shape.tpr), []).append(cols)
+    kernel = ProdKernel(op, dtype=dtype)
+    top = 10 if dtype == "float16" else 110
+
+    def placed(a, at: int):
+        flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
+        flat[...] = a.ravel()
+        return flat.reshape(a.shape)
+
+    differ = []
+    for shape, cs in sorted(widths.items()):
+        odd = [c for c in cs if c % 2] or cs
+        for cols in sorted({cs[0], odd[len(odd) // 2], cs[-1]}):
+            rng = cupy.random.default_rng(cols)
+            x = rng.standard_normal((9, cols), dtype=cupy.float32)
+            x[1] *= 2.0**top
+            x[2] *= 2.0**-top
+            x[3] += 1000.0
+            x[4, cols // 2] = np.inf
+            x[5, cols - 1] = np.nan
+            x[6, cols - 1] = 2.0**top
+            x[7] = 0.0
+            x[8, ::3] *= 2.0**-top
+            res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
+                         for n in ((9, cols), cols, cols))
+            for at, params_at in ((0, 0), (0, 3), (1, 3)):
+                xs, rs = placed(device_storage(x, dtype), at), placed(res, at)
+                gs, bs = placed(g, params_at), placed(b, params_at + params_at // 3)
+                got = []
+                for spread in (True, False):
+                    out, r = placed(cupy.zeros_like(xs), at), placed(rs.copy(), at)
+                    kernel.launch(*kernel.operands(x=xs, out=out, residual=r, gamma=gs, beta=bs), rows=9,
+                                  cols=cols, eps=1e-5, spread=spread)
+                    got.append(cupy.concatenate([out.ravel(), r.ravel()]).view(cupy.uint8))
+                if not cupy.array_equal(*got):
+                    differ.append((shape, cols, at, params_at))
+    assert not differ
 
 
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
@@ -471,22 +552,23 @@ def test_streaming_or_cluster_path_for_wide_rows(op: str, cols: int, blocks: int
     assert np.max(np.abs(got - want)) < 1e-4 * max(1.0, np.max(np.abs(want)))
 
 
-def _one_blocks_share(cols: int, *, blocks: int, width: int, block: int) -> np.ndarray:
-    """The columns that cluster block ``block`` holds (its threads t hold vectors j * T + block * 512
-    + t, T = blocks * 512 threads, j < 8): masked with -inf, that block sees nothing else."""
+def _one_blocks_share(cols: int, *, blocks: int, width: int, block: int, threads: int) -> np.ndarray:
+    """The columns that cluster block ``block`` of ``threads`` threads holds (its threads t hold
+    vectors j * T + block * threads + t, T = blocks * threads, j < 8): masked with -inf, that block
+    sees nothing else."""
     share = np.zeros(cols, dtype=bool)
     for j in range(8):
-        start = (j * blocks * 512 + block * 512) * width
-        share[start:start + 512 * width] = True
+        start = (j * blocks * threads + block * threads) * width
+        share[start:start + threads * width] = True
     return share
 
 
-def _masked_rows(x: np.ndarray, *, blocks: int, width: int) -> np.ndarray:
+def _masked_rows(x: np.ndarray, *, blocks: int, width: int, threads: int = 512) -> np.ndarray:
     """Row 1: its first half -inf. Row 2, on a cluster: the share of block 1 -inf, so that block's
     statistics are (-inf, 0) and must drop out of the merge."""
     x[1, : x.shape[1] // 2] = -np.inf
     if blocks:
-        x[2, _one_blocks_share(x.shape[1], blocks=blocks, width=width, block=1)] = -np.inf
+        x[2, _one_blocks_share(x.shape[1], blocks=blocks, width=width, block=1, threads=threads)] = -np.inf
     return x
 
 
@@ -531,24 +613,29 @@ def test_float32_vocabulary_rows_on_the_largest_clusters(cols: int, blocks: int)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("cols, blocks", [(40_000, 2), (70_001, 3), (128_256, 4), (151_936, 5),
-                                          (300_000, 10), (524_288, 16)])
+@pytest.mark.parametrize("cols, blocks, threads", [(40_000, 3, 256), (70_001, 5, 256), (128_256, 8, 256),
+                                                   (151_936, 10, 256), (262_144, 16, 256), (262_145, 10, 512),
+                                                   (524_288, 16, 512)])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_cluster_path_for_vocabulary_rows(cols: int, blocks: int, dtype: str) -> None:
-    """16-bit softmax over vocabulary-wide rows on 2 to 16 cluster blocks (past 8 where the GPU runs
-    non-portable clusters, else streaming): every element within its storage rounding of the
-    float64 softmax (float16's subnormal spacing below), masked rows included, and each row's bits
-    independent of the batch."""
+def test_cluster_path_for_vocabulary_rows(cols: int, blocks: int, threads: int, dtype: str) -> None:
+    """16-bit softmax over vocabulary-wide rows on 3 to 16 cluster blocks of 256 threads, or of 512
+    past what 16 of 256 hold (past 8 blocks where the GPU runs non-portable clusters, else fewer,
+    larger blocks or streaming): every element within its storage rounding of the float64 softmax
+    (float16's subnormal spacing below), masked rows included, and each row's bits independent of
+    the batch."""
     from normprops.cuda import prod
 
     if not prod.clusters_supported():
         pytest.skip("thread-block clusters need compute capability 9.0 or later")
     shape = prod.ProdKernel("softmax", dtype=dtype).shape(cols)
-    on_cluster = blocks <= prod.largest_cluster()
-    assert (shape.cluster, shape.vpt) == ((blocks, 8) if on_cluster else (1, 0))
+    if prod.largest_cluster() == 16:
+        assert (shape.cluster, shape.tpr, shape.vpt) == (blocks, threads, 8)
+    else:  # the same rule with at most 8 blocks
+        held = cluster_shape(cols, vector_width=8, largest=prod.largest_cluster())
+        assert shape == (held or Shape(0, 1024, 1))
     rng = np.random.default_rng(cols)
     x = _masked_rows(to_dtype((rng.standard_normal((4, cols)) * 4).astype(np.float32), dtype),
-                     blocks=blocks if on_cluster else 0, width=8)
+                     blocks=shape.cluster if shape.cluster > 1 else 0, width=8, threads=shape.tpr)
     fn = getattr(prod, "softmaxFastBf16" if dtype == "bfloat16" else "softmaxFastF16")
     got = fn(x)
     want = _reference_rows("softmax", x)
@@ -660,6 +747,28 @@ def test_device_launch_checks_its_arrays() -> None:
     with pytest.raises(ValueError, match="eps must be"):
         f32.launch(x, cupy.empty_like(x), x[0], rows=4, cols=64, eps=float("nan"))
     f32.launch(x[:0], x[:0], x[0], rows=0, cols=64, eps=1e-5)  # no rows: nothing launched
+
+
+def test_a_decode_launch_takes_the_dense_kernel_only_where_every_access_is_whole() -> None:
+    """prod_decode.cu's dense kernels compile only the whole-vector copy: the launcher picks one only
+    for a row of exactly the threads' vectors with every array 16-byte aligned."""
+    from types import SimpleNamespace
+
+    from normprops.cuda.prod import dense_decode
+
+    def arrays(*ptrs: int):
+        return tuple(SimpleNamespace(data=SimpleNamespace(ptr=p)) for p in ptrs)
+
+    shape = launch_shape(2048, dtype="bfloat16")
+    assert shape.tpr * shape.vpt * 8 == 2048
+    assert dense_decode(arrays(256, 4096, 512), shape=shape, cols=2048, width=8)
+    assert not dense_decode(arrays(256, 4096, 512 + 6), shape=shape, cols=2048, width=8)  # gamma off the grid
+    assert not dense_decode(arrays(258, 4096, 512), shape=shape, cols=2048, width=8)  # x off the grid
+    ragged = launch_shape(2880, dtype="bfloat16")
+    # the last threads' vectors lie past the row's end
+    assert not dense_decode(arrays(256, 4096, 512), shape=ragged, cols=2880, width=8)
+    assert entry_point("rmsnorm", "bfloat16", 8, packed=True, decode=True, split=8, dense=True) == \
+        "rmsnorm_bf16_p8_s8_da"
 
 
 def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:

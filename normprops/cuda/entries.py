@@ -7,7 +7,13 @@ from dataclasses import replace
 
 from normprops.case import ShapeConstraints
 from normprops.cuda.layout import CLUSTER_OPS, FAST_EXP_OPS, PROD_PER_THREAD, PROD_VARIANTS, prod_layout
-from normprops.cuda.shape import CLUSTER_TREE_DEPTH, CLUSTER_VPT, MAX_ROW_THREADS, PORTABLE_CLUSTER
+from normprops.cuda.shape import (
+    CLUSTER_THREADS,
+    CLUSTER_TREE_DEPTH,
+    CLUSTER_VPT,
+    MAX_ROW_THREADS,
+    PORTABLE_CLUSTER,
+)
 from normprops.dtypes import get_dtype
 from normprops.errormodel import ErrorModel
 from normprops.kernelspec import BACKEND_MODULES, NORM_FAMILIES, SOFTMAX_FAMILIES, KernelSpec, KnownBug
@@ -100,15 +106,16 @@ def _prod(name: str) -> KernelSpec:
         summary = "streaming path forced: online statistics in pass 1, read again and write in pass 2"
         model = PROD_STREAM
     elif path == "cluster":
-        summary = ("cluster path forced: the row in the registers of 8 blocks of 512 threads, "
-                   "online statistics per block merged through distributed shared memory")
-        # A thread adds at most ceil(cols / 4096) + W - 1 elements (whole vectors of W), then a
-        # tree 9 levels deep in its block and 3 across the cluster.
-        model = ErrorModel(threads=PORTABLE_CLUSTER * MAX_ROW_THREADS,
+        threads = CLUSTER_THREADS[width]
+        summary = (f"cluster path forced: the row in the registers of {PORTABLE_CLUSTER} blocks of {threads} "
+                   "threads, online statistics per block merged through distributed shared memory")
+        # A thread adds at most ceil(cols / (8 x threads)) + W - 1 elements (whole vectors of W),
+        # then a tree log2(threads) levels deep in its block and 3 across the cluster.
+        model = ErrorModel(threads=PORTABLE_CLUSTER * threads,
                            tree_depth=CLUSTER_TREE_DEPTH + width - 1, rho=6.0, c_x=1.0)
         # Its launcher refuses a row wider than the cluster holds (CLUSTER_VPT vectors a thread):
         # `long_rows` draws up to 2^18 + 1 columns, so the entry declares the widest it takes.
-        constraints = ShapeConstraints(max_cols=PORTABLE_CLUSTER * MAX_ROW_THREADS * CLUSTER_VPT * width)
+        constraints = ShapeConstraints(max_cols=PORTABLE_CLUSTER * threads * CLUSTER_VPT * width)
     else:
         model = replace(PROD_BLOCK, per_thread=prod_layout(op, dtype)[0], vector_width=width,
                         cluster=op in CLUSTER_OPS)

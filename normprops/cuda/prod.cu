@@ -8,7 +8,8 @@
 //   on the streaming path), rpb = max(1, 256 / tpr) rows per block, or 1 for a batch too small to
 //   fill the GPU (Shape.for_batch: only how rows share blocks changes); grid.x = ceil(rows / rpb).
 //   Row r = blockIdx.x * rpb + threadIdx.y; the threads of a row are whole warps, so warp shuffles
-//   never mix rows.
+//   never mix rows. The decode kernels of prod_decode.cu that spread a thread's vectors (Split) run
+//   block (tpr, S) on row blockIdx.x, threadIdx.y their group.
 //
 // Register path (template kVecs = 1, 2, 4 or 8; cols <= tpr * kVecs * W): the row is read once into
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
@@ -28,14 +29,18 @@
 // elements t, t + tpr, ...; pass 1 keeps online statistics, pass 2 reads the row again and writes.
 //
 // Range safety: the norms scale the row by 2^-e, e the exponent of its largest |x| (clamped to
-// [-126, 126] so 2^-e is a normal float), taken per thread and merged exactly by powers of two, so
-// neither sum(x) nor sum(x^2) can overflow or underflow and no extra pass over memory is needed.
+// [-126, 126] so 2^-e is a normal float), so neither sum(x) nor sum(x^2) can overflow or underflow
+// and no extra pass over memory is needed. The register path reduces the row's largest |x| first and
+// scales each thread's sum exactly (rowScaledSum); the streaming path keeps per-thread exponents and
+// merges them exactly by powers of two (ScaledSum).
 // Softmax subtracts the row maximum (register path) or keeps a running maximum (streaming path).
 //
-// Reductions: each thread folds its own elements in order; a warp folds its 32 partials with a
-// __shfl_xor_sync butterfly (every merge below is commutative bit for bit, so all lanes agree); the
-// warp totals of a row go through shared memory and a ceil(log2(warps))-step butterfly. Error depth:
-// the elements a thread holds - 1 + ceil(log2(tpr)) additions.
+// Reductions: on the register path each thread adds each of its vectors' W elements in order and
+// then its vectors' partials in order (the streaming and cluster paths fold element by element); a
+// warp folds its 32 partials with a __shfl_xor_sync butterfly (every merge below is commutative bit
+// for bit, so all lanes agree); the warp totals of a row go through shared memory and a
+// ceil(log2(warps))-step butterfly. Error depth: at most the elements a thread holds - 1 +
+// ceil(log2(tpr)) additions (W - 1 + vectors - 1 + ceil(log2(tpr)) on the register path).
 //
 // Size_t offsets: rows x cols beyond 2^31 elements work; grid.x allows 2^31 - 1 blocks.
 // NVRTC has no <math.h> macros and no cuda_fp16.h here: infinities are spelled as bit patterns, and
@@ -265,6 +270,24 @@ __device__ __forceinline__ float pow2(int e) { return __int_as_float((e + 127) <
 // (ldexpf: at most a subnormal, below 2^-126 of the unit the caller's sums are kept in).
 __device__ __forceinline__ float scaleDown(float s, int d) { return s * pow2(max(d, -127)); }
 
+// Layer norm's s / n for a count n in [1, 2^24]. kFast: the fast path of the correctly rounded
+// division (an approximate reciprocal, one Newton step and one correction of the quotient, each an
+// fma: the instructions and bits of `/` wherever its operands need no slow path, which for these
+// sums means s normal and finite) without the slow path's call. The call's register convention
+// made ptxas spill the float32 layer norm's row (95% of memcpy against 99.6% on an H100), while the
+// float16 kernels spill without the call (ptxas then schedules their conversions differently): each
+// storage type takes the one that compiles without spills. With kFast a subnormal s can come out an
+// ulp (of a subnormal) off, and an infinite s gives NaN where `/` gives inf, as does the row's
+// output either way (its centred values are then -inf and NaN).
+template <bool kFast>
+__device__ __forceinline__ float divByCount(float s, float n) {
+    if constexpr (!kFast) return s / n;
+    float r = __fdividef(1.0f, n);  // the approximate reciprocal (MUFU.RCP)
+    r = fmaf(fmaf(-n, r, 1.0f), r, r);
+    const float q = s * r;
+    return fmaf(fmaf(-n, q, s), r, q);
+}
+
 // --- row reductions ------------------------------------------------------------------------------
 
 struct Sum {
@@ -278,6 +301,16 @@ struct Max {
     __device__ static T identity() { return negInf(); }
     __device__ static T merge(T a, T b) { return fmaxf(a, b); }
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
+};
+// A row's largest |x| (as its float bits: non-negative floats order as their bits do, NaN above
+// +inf) and its unscaled sum, reduced together (rowScaledSum).
+struct MaxSum {
+    struct T { unsigned m; float s; };
+    __device__ static T identity() { return {0u, 0.0f}; }
+    __device__ static T merge(T a, T b) { return {max(a.m, b.m), a.s + b.s}; }
+    __device__ static T shfl(T v, int o) {
+        return {__shfl_xor_sync(kFull, v.m, o), __shfl_xor_sync(kFull, v.s, o)};
+    }
 };
 // A sum kept in units of 2^(kPow * e): kPow = 1 for sum(x), kPow = 2 for sum(x^2). Merging rescales the
 // smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
@@ -345,6 +378,72 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
     return t;
 }
 
+// --- decode: a thread's vectors spread over warps -------------------------------------------------
+//
+// A register-path thread sums per vector and then over its vectors (see Reductions at the top). At one row per
+// block (decode, prod_decode.cu) a kernel of block (tpr, kS) spreads the kS kVecs vectors of the
+// prefill kernel's thread t over threads (t, 0) ... (t, kS - 1), kVecs each (SplitTeam). They compute
+// their vectors' partials, exchange them through shared memory, and each adds thread t's kS kVecs
+// partials in the prefill kernel's order: every group then holds the prefill thread's sums, runs the
+// same reductions (rowReduce's row slot is threadIdx.y) and writes its own vectors. The bits are the
+// prefill kernel's; a row's loads, arithmetic and stores are spread over kS times the warps, which is
+// what a lone row's latency is made of (one warp's arithmetic on 64 elements a thread is issue-bound).
+// kS = 1 is the prefill kernel: no exchange, no barrier.
+// How a thread's vector partials fold, in vector order: (largest |x|, sum) pairs, and sums.
+__device__ __forceinline__ float2 foldPair(float2 a, float2 q) { return make_float2(fmaxf(a.x, q.x), a.y + q.y); }
+__device__ __forceinline__ float foldSum(float a, float q) { return a + q; }
+template <int kS>
+struct Split {
+    static constexpr int S = kS;
+    static_assert(kS == 2 || kS == 4 || kS == 8, "a thread's 8 vectors at most, over 2, 4 or 8 threads");
+    // What the groups exchange: a (largest |x|, sum) pair per vector, and two sums per vector.
+    // (thread, vector) slots: kS tpr <= 512 threads of kVecs vectors each.
+    template <int kVecs>
+    struct Exchange {
+        float2 pair[512 * kVecs];
+        float one[2][512 * kVecs];
+    };
+    // Thread t's partials in vector order, this group's kVecs of them in p, folded from `from`.
+    template <int kVecs, class T, class Fold>
+    __device__ static T gather(const T (&p)[kVecs], T* slots, T from, Fold fold) {
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
+        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+#pragma unroll
+        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < kS * kVecs; ++j) from = fold(from, slots[j * tpr + t]);
+        return from;
+    }
+    template <int kVecs>
+    __device__ static float2 pairs(const float2 (&p)[kVecs], float2* slots) {
+        return gather(p, slots, make_float2(0.0f, 0.0f), foldPair);
+    }
+    template <int kVecs>
+    __device__ static float sum(const float (&p)[kVecs], float* slots) {
+        return gather(p, slots, 0.0f, foldSum);
+    }
+};
+template <>
+struct Split<1> {
+    static constexpr int S = 1;
+    template <int kVecs>
+    struct Exchange {};
+    template <int kVecs>
+    __device__ static float2 pairs(const float2 (&p)[kVecs], const void*) {
+        float2 all = make_float2(0.0f, 0.0f);
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) all = foldPair(all, p[j]);
+        return all;
+    }
+    template <int kVecs>
+    __device__ static float sum(const float (&p)[kVecs], const void*) {
+        float all = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) all = foldSum(all, p[j]);
+        return all;
+    }
+};
 // --- the row in registers ------------------------------------------------------------------------
 
 // How a thread moves its vectors between memory and registers, chosen once per thread (Regs::copy).
@@ -375,6 +474,24 @@ struct ClusterTeam {
         return static_cast<int>(clusterRank()) * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
     }
 };
+// A decode kernel's thread (t, y) of block (tpr, kS) (see Split): vectors (y kVecs + j) tpr + t for
+// j < kVecs, the share of the prefill kernel's thread t that group y holds.
+template <int kVecs>
+struct SplitTeam {
+    __device__ static int size() { return static_cast<int>(blockDim.x); }
+    __device__ static int rank() {
+        return static_cast<int>(threadIdx.y) * kVecs * static_cast<int>(blockDim.x) + static_cast<int>(threadIdx.x);
+    }
+};
+// The Regs team of a kS-way split: the prefill kernel's (BlockTeam) for kS = 1.
+template <int kS, int kVecs>
+struct TeamOf {
+    using T = SplitTeam<kVecs>;
+};
+template <int kVecs>
+struct TeamOf<1, kVecs> {
+    using T = BlockTeam;
+};
 
 // One thread's share of a row: kVecs vectors of W elements, element (j * T + t) * W + w for the
 // team's T threads (Team: BlockTeam, T = tpr, or ClusterTeam). Column indices are int: a team holds
@@ -384,8 +501,13 @@ struct ClusterTeam {
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
 // element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
-template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam>
+// kOnly: a copy mode (see Copy) every thread of every launch takes, fixed at compile time (-1: chosen at
+// run time). kAll is a decode kernel's dense entry (prod_decode.cu): the launcher has checked that the
+// pointers are 16-byte aligned and that the row fills every thread's vectors exactly, so the other
+// modes' code is not compiled at all.
+template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam, int kOnly = -1>
 struct Regs {
+    static constexpr int V = kVecs;
     static constexpr int N = kVecs * Storage::W;
     static constexpr bool kMutable = !kPacked;
     static constexpr int kWords = kPacked ? N / 2 : N;
@@ -418,7 +540,7 @@ struct Regs {
 
     __device__ static int first(int j) { return (j * Team::size() + Team::rank()) * Storage::W; }
     // Whether every element this thread holds is in the row (all threads but the ragged edge's).
-    __device__ static bool full(int cols) { return first(kVecs - 1) + Storage::W <= cols; }
+    __device__ static bool full(int cols) { return kOnly == kAll || first(kVecs - 1) + Storage::W <= cols; }
     // How this thread moves its vectors (see Copy). vec (aligned pointers, cols % W == 0): each
     // vector lies wholly in the row or wholly past its end. Otherwise a packed 16-bit row (4 or 8
     // vectors a thread) takes kShifted, whose lanes exchange words: the mode is then the same for
@@ -427,6 +549,7 @@ struct Regs {
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
     static constexpr bool kShifts = Storage::W == 8 && kPacked;
     __device__ static int copy(int cols, bool vec) {
+        if constexpr (kOnly >= 0) return kOnly;
         return vec ? (full(cols) ? kAll : kWhole) : (kShifts ? kShifted : kElementwise);
     }
 
@@ -623,37 +746,80 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 struct RowIndex {
     size_t row;
     bool live;
-    __device__ RowIndex(size_t rows)
-        : row(static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y), live(row < rows) {}
+    // kS > 1: a decode kernel's block of kS groups, all on row blockIdx.x (see Split).
+    __device__ RowIndex(size_t rows, int kS = 1)
+        : row(kS > 1 ? static_cast<size_t>(blockIdx.x) : static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y),
+          live(row < rows) {}
 };
 
-// Per-thread (e, sum of (x 2^-e)^kPow) over the valid elements, e from this thread's largest |x|.
-// One pass takes the largest |x| and the unscaled sum: with at most 64 elements per thread, an e in
-// [kLo, kHi] keeps that sum and every term normal and finite, and scaling it by 2^(-kPow e) afterwards
-// is exact, so it equals the sum of the scaled terms (up to what subnormal terms lose, below 2^-40
-// of the largest term). Other rows (huge, tiny, nonfinite) take a second, scaled pass.
-// Passes 0 and 3 of the packed storage (Regs::at).
-template <int kPow, class Share>
-__device__ __forceinline__ typename ScaledSum<kPow>::T localScaledSum(const Share& r) {
-    static_assert(Share::N <= 64, "the one-pass range assumes at most 64 elements per thread");
-    constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 56;
-    float amax = 0.0f, raw = 0.0f;  // padding is 0
+// The row's (E, sum of (x 2^-E)^kPow) over its valid elements, E the exponent of its largest |x|
+// (scaleExponent). One pass takes each vector's largest |x| and unscaled sum, and one reduction
+// (MaxSum) the row's largest |x| and unscaled sum together. For E in [kLo, kHi] that sum is finite
+// (at most 2^(kPow (kHi + 1)) x 64 elements x 512 threads) and every term that matters is normal (what
+// subnormal terms lose is below 2^-50 of the row's largest term), and scaling it by 2^(-kPow E) is
+// exact: it equals the sum of the scaled terms, added in the same order. Other rows (huge, tiny,
+// nonfinite: the same choice for every thread of the row) take a second, scaled pass over the
+// registers and a second reduction. Per vector, then over the vectors (Split: the prefill thread's,
+// whichever group holds a vector). Passes 0 and 3 of the packed storage (Regs::at). Uses scratch[0],
+// and scratch[1] in the second pass.
+template <int kPow, class Sp, class Share>
+__device__ __forceinline__ typename ScaledSum<kPow>::T rowScaledSum(const Share& r,
+                                                                    typename Sp::template Exchange<Share::V>& ex,
+                                                                    Scratch* scratch) {
+    static_assert(Share::N * Sp::S <= 64, "the one-pass range assumes at most 64 elements per thread");
+    constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 54;
+    constexpr int W = Share::N / Share::V;
+    float2 part[Share::V];  // each vector's (largest |x|, sum); padding is 0
 #pragma unroll
-    for (int i = 0; i < Share::N; ++i) {
-        const float x = r.template at<0>(i);
-        amax = fmaxf(amax, fabsf(x));
-        raw = kPow == 1 ? raw + x : fmaf(x, x, raw);
+    for (int j = 0; j < Share::V; ++j) {
+        float amax = 0.0f, raw = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+            const float x = r.template at<0>(j * W + w);
+            amax = fmaxf(amax, fabsf(x));
+            raw = kPow == 1 ? raw + x : fmaf(x, x, raw);
+        }
+        part[j] = make_float2(amax, raw);
     }
-    const int e = scaleExponent(amax);
-    if (e >= kLo && e <= kHi) return {e, raw * pow2(-kPow * e)};
+    float2 all;
+    if constexpr (Sp::S == 1) all = Sp::pairs(part, nullptr);
+    else all = Sp::pairs(part, ex.pair);
+    const MaxSum::T row = rowReduce<MaxSum>({__float_as_uint(all.x), all.y}, scratch[0]);
+    const int e = scaleExponent(__uint_as_float(row.m));
+    const auto outside = [](int x) { return x < kLo || x > kHi; };
+    const typename ScaledSum<kPow>::T one{e, row.s * pow2(-kPow * e)};
+    // The second pass reduces again, and the rows of a block share its barriers: a block takes it
+    // if any of its rows needs it (each row's warp totals are in scratch[0], read before the next
+    // barrier), and rows that do not keep their one-pass sum. Rows of one warp (no barrier) and a
+    // split block (one row) decide alone.
+    bool again = outside(e);
+    if (Sp::S == 1 && blockDim.y > 1 && blockDim.x > 32) {
+        const auto* slots = reinterpret_cast<const MaxSum::T*>(scratch[0].slot);
+        const int warps = static_cast<int>(blockDim.x) >> 5;
+        for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
+            unsigned m = 0u;
+            for (int w = 0; w < warps; ++w) m = max(m, slots[y * warps + w].m);
+            again = again || outside(scaleExponent(__uint_as_float(m)));
+        }
+    }
+    if (!again) return one;
     const float sc = pow2(-e);
-    float s = 0.0f;
+    float q[Share::V];
 #pragma unroll
-    for (int i = 0; i < Share::N; ++i) {
-        const float y = r.template at<3>(i) * sc;
-        s = kPow == 1 ? s + y : fmaf(y, y, s);
+    for (int j = 0; j < Share::V; ++j) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+            const float y = r.template at<3>(j * W + w) * sc;
+            t = kPow == 1 ? t + y : fmaf(y, y, t);
+        }
+        q[j] = t;
     }
-    return {e, s};
+    float s;
+    if constexpr (Sp::S == 1) s = Sp::sum(q, nullptr);
+    else s = Sp::sum(q, ex.one[0]);
+    s = rowReduce<Sum>(s, scratch[1]);
+    return outside(e) ? typename ScaledSum<kPow>::T{e, s} : one;
 }
 
 // The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E from the row's largest |x|), applied as
@@ -742,14 +908,20 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
 #pragma unroll
     for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.template at<0>(i));
     m = rowReduce<Max>(m, scratch[0]);
-    float s = 0.0f;
+    float part[Share::V];  // per vector, then over the vectors (see Reductions)
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) {
-        const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
-        if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
-        s += e;
+    for (int j = 0; j < Share::V; ++j) {
+        float t = 0.0f;
+#pragma unroll
+        for (int w = 0; w < Storage::W; ++w) {
+            const int i = j * Storage::W + w;
+            const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
+            if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
+            t += e;
+        }
+        part[j] = t;
     }
-    s = rowReduce<Sum>(s, scratch[1]);
+    const float s = rowReduce<Sum>(Split<1>::sum(part, nullptr), scratch[1]);
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
@@ -803,17 +975,19 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
                               const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
-    using Share = Regs<Storage, kVecs, kPacked>;
-    __shared__ Scratch scratch[2];
-    const RowIndex ri(rows);
-    const bool vec =
-        cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta);
+    using Sp = Split<kS>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    __shared__ Scratch scratch[3];
+    __shared__ typename Sp::template Exchange<kVecs> ex;
+    const RowIndex ri(rows, kS);
+    const bool vec = kDense ||
+        (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta));
     const bool full = Share::full(static_cast<int>(cols));
     Share r;
     Param<Storage, Share, kEarly> g(gamma), b(beta);
@@ -824,18 +998,23 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     } else {
         r.zero();
     }
-    const auto total = rowReduce<ScaledSum<1>>(localScaledSum<1>(r), scratch[0]);
+    const auto total = rowScaledSum<1, Sp>(r, ex, scratch);
     const float n = static_cast<float>(cols);
     const float sc = pow2(-total.e);
-    const float mean = total.s / n;  // in units of 2^E
-    float q = 0.0f;  // padding is 0 but its d = -mean is not: it must be left out here
+    const float mean = divByCount<Share::kMutable>(total.s, n);  // in units of 2^E (kMutable: float rows)
+    float part[Share::V];  // padding is 0 but its d = -mean is not: it must be left out here
+#pragma unroll
+    for (int j = 0; j < Share::V; ++j) part[j] = 0.0f;
     Share::each(full, static_cast<int>(cols), [&](int i, bool in) {
         const float d = fmaf(r.template at<1>(i), sc, -mean);
         if constexpr (Share::kMutable) r.set(i, d);  // packed storage recomputes it below
-        if (in) q = fmaf(d, d, q);
+        if (in) part[i / Storage::W] = fmaf(d, d, part[i / Storage::W]);
     });
-    q = rowReduce<Sum>(q, scratch[1]);
-    const float f = layerNormFactor(q / n, total.e, eps);
+    float q;
+    if constexpr (kS == 1) q = Sp::sum(part, nullptr);
+    else q = Sp::sum(part, ex.one[1]);
+    q = rowReduce<Sum>(q, scratch[2]);
+    const float f = layerNormFactor(divByCount<Share::kMutable>(q, n), total.e, eps);
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler
@@ -877,24 +1056,26 @@ __device__ __forceinline__ void rmsEpilogue(const Share& r, typename Storage::T*
 }
 
 // RMS norm of the row held in r (fused: r already holds x + residual), written to out.
-template <class Storage, class Share, class P>
+template <class Storage, class Sp = Split<1>, class Share, class P>
 __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
                                             const P& gamma, size_t cols, float eps, bool vec,
-                                            Scratch& scratch) {
-    const auto total = rowReduce<ScaledSum<2>>(localScaledSum<2>(r), scratch);
+                                            Scratch* scratch, typename Sp::template Exchange<Share::V>& ex) {
+    const auto total = rowScaledSum<2, Sp>(r, ex, scratch);
     const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
     if (!ri.live) return;
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
 __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
-    using Share = Regs<Storage, kVecs, kPacked>;
-    __shared__ Scratch scratch;
-    const RowIndex ri(rows);
-    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
+    using Sp = Split<kS>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    __shared__ Scratch scratch[2];
+    __shared__ typename Sp::template Exchange<kVecs> ex;
+    const RowIndex ri(rows, kS);
+    const bool vec = kDense || (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma));
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
@@ -903,21 +1084,23 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
     } else {
         r.zero();
     }
-    rmsNormHeld<Storage>(r, ri, out, g, cols, eps, vec, scratch);
+    rmsNormHeld<Storage, Sp>(r, ri, out, g, cols, eps, vec, scratch, ex);
 }
 
 // Fused add + RMS norm: h = x + residual (rounded to the storage type), residual <- h,
 // out = rmsnorm(h) * gamma. residual is read and written in place by the same thread.
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
 __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* residual,
                                typename Storage::T* __restrict__ out,
                                const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                                float eps) {
-    using Share = Regs<Storage, kVecs, kPacked>;
-    __shared__ Scratch scratch;
-    const RowIndex ri(rows);
-    const bool vec =
-        cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual);
+    using Sp = Split<kS>;
+    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    __shared__ Scratch scratch[2];
+    __shared__ typename Sp::template Exchange<kVecs> ex;
+    const RowIndex ri(rows, kS);
+    const bool vec = kDense ||
+        (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual));
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
@@ -1005,7 +1188,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     } else {
         r.zero();
     }
-    rmsNormHeld<Storage>(r, ri, out, g, cols, eps, vec, scratch);
+    rmsNormHeld<Storage, Sp>(r, ri, out, g, cols, eps, vec, scratch, ex);
 }
 
 // --- streaming path (rows wider than the registers hold) ----------------------------------------
@@ -1117,8 +1300,8 @@ __device__ void rmsNormStream(const typename Storage::T* __restrict__ in, typena
 // --- cluster path (softmax over rows too wide for one block's registers; sm_90 and later) ---------
 
 #if __CUDA_ARCH__ >= 900
-// A thread-block cluster of kCtas blocks (2 to 16) of 512 threads holds one row in registers (the
-// register path's layout over kCtas x 512 threads, see ClusterTeam), so a vocabulary-wide row is read
+// A thread-block cluster of kCtas blocks (2 to 16) of T threads (256 or 512) holds one row in registers
+// (the register path's layout over kCtas x T threads, see ClusterTeam), so a vocabulary-wide row is read
 // once and written once by kCtas SMs at a time instead of streamed twice by one. Each block reduces
 // its share to online statistics (m_b, s_b = sum of exp(x - m_b)); the kCtas pairs meet through
 // distributed shared memory: each block publishes its pair in its own shared memory, one cluster
@@ -1159,7 +1342,8 @@ __device__ __forceinline__ Online::T clusterTree(const float* published) {
 
 __host__ __device__ constexpr int powerOfTwoAtLeast(int n) { return n <= 1 ? 1 : 2 * powerOfTwoAtLeast((n + 1) / 2); }
 
-// The row's softmax over a cluster: grid.x = rows x kCtas, block (512, 1), cluster r of the grid is
+// The row's softmax over a cluster: grid.x = rows x kCtas, block (CLUSTER_THREADS, 1) (256 threads
+// for 16-bit storage, 512 for float32: normprops/row_shape.py), cluster r of the grid is
 // row r. Each element's output is the register path's, expf(x - m) / s with the row's max m; only s
 // is summed differently (per block, then rescaled: the online constant rho of the error model).
 template <class Storage, int kVecs, bool kPacked, int kCtas>

@@ -16,7 +16,8 @@ be x bit for bit (else ContractError) and its output is judged as rmsnorm(x).
 
 Launch shape: see :func:`launch_shape` and the header of ``prod.cu``. A decode batch (too few rows
 to fill the GPU, :meth:`Shape.decode`) of a norm runs the same arithmetic from ``prod_decode.cu``'s
-entry points, which read gamma and beta with the row (see that file).
+entry points, which read gamma and beta with the row and spread each thread's vectors over up to
+eight threads (:func:`decode_split`; see that file).
 """
 
 from __future__ import annotations
@@ -34,15 +35,27 @@ from normprops.cuda.layout import (
     PROD_VARIANTS,
     prod_layout,
 )
-from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, VPTS, Shape, cluster_shape, shape_for
+from normprops.cuda.shape import (
+    CLUSTER_SIZES,
+    CLUSTER_THREADS,
+    CLUSTER_VPT,
+    MAX_ROW_THREADS,
+    PORTABLE_CLUSTER,
+    VPTS,
+    Shape,
+    cluster_shape,
+    shape_for,
+)
 from normprops.cuda.textbook import KernelFault, validate
 from normprops.dtypes import get_dtype, not_representable, split_exact
 from normprops.errors import ContractError
 from normprops.ops import get_op
 
-__all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "DECODE_OPS", "PER_THREAD", "VPTS",
-           "PACKED_VPTS", "Shape", "launch_shape", "ProdKernel", "clusters_supported", "multiprocessors",
-           "largest_cluster", "split_exact", "split_on_device", "to_storage", "from_storage"]
+__all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "dense_decode", "DECODE_OPS", "PER_THREAD",
+           "VPTS", "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "decode_block_threads", "launch_shape",
+           "ProdKernel",
+           "clusters_supported", "multiprocessors", "largest_cluster", "split_exact", "split_on_device",
+           "to_storage", "from_storage"]
 
 DTYPE_CODES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 PROD_OPS = ("softmax", "layernorm", "rmsnorm", "addrmsnorm", "rmsnormbf16acc")
@@ -56,14 +69,46 @@ DECODE_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
 
 
 def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1,
-                decode: bool = False) -> str:
+                decode: bool = False, split: int = 1, dense: bool = False) -> str:
     """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
     streaming path), e.g. ``softmax_bf16_p8``, or on the cluster path (``cluster`` blocks per row),
-    e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``; each is
-    spelled out in its file."""
+    e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``, with
+    each thread's vectors spread over ``split`` threads, e.g. ``rmsnorm_bf16_p8_s8_d``, and its
+    twin for rows that fill the threads' vectors exactly (``dense``), e.g. ``rmsnorm_bf16_p8_s8_da``;
+    each is spelled out in its file."""
     tag = "p" if packed and vpt in PACKED_VPTS else "v"
     blocks = f"c{cluster}" if cluster > 1 else ""
-    return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{'_d' if decode else ''}"
+    suffix = (f"_s{split}" if split > 1 else "") + ("_da" if dense else "_d") if decode else ""
+    return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{suffix}"
+
+
+#: The threads a decode kernel may spread one prefill thread's vectors over (prod.cu's Split).
+SPLITS = (8, 4, 2)
+
+
+def decode_split(shape: Shape, *, dense: bool = False) -> int:
+    """How many threads share each prefill thread's vectors in a decode launch of ``shape`` (on the
+    ``dense`` kernel or the general one): the most of :data:`SPLITS` at most its vectors per thread
+    (powers of two both, so it divides them) that keeps the block within
+    :func:`decode_block_threads` (1 where none does). A lone row's time is mostly its warps issuing
+    their arithmetic: the split gives it that many times the warps, with the prefill kernel's sums
+    and bits."""
+    cap = decode_block_threads(shape.tpr, dense=dense)
+    return next((n for n in SPLITS if n <= shape.vpt and n * shape.tpr <= cap), 1)
+
+
+def decode_block_threads(tpr: int, *, dense: bool) -> int:
+    """The most threads a split decode block of ``tpr`` threads per row may have. The general kernel:
+    512 (on an H100, one bfloat16 row of 2880 columns, 96 threads: RMS norm 3.03 us in 384 threads,
+    3.20 in 192, 3.29 unsplit). The dense kernel, whose row is cheaper to move: 256 for rows of one
+    warp, whose reductions need no barrier, else 128, as each group's reductions then go through
+    shared memory and a barrier. On that H100, one row: RMS norm at 2048 columns (32 threads) 2.45
+    us in 256 threads against 2.51 in 128; at 4096 (64) 2.80 in 128 against 2.81-2.84 in 256-512;
+    at 8192 (128) 3.15 unsplit against 3.24-3.28 split; layer norm 3.24 against 3.31-3.47 at 4096
+    and 3.75 against 3.86-3.94 at 8192."""
+    if not dense:
+        return MAX_ROW_THREADS
+    return MAX_ROW_THREADS // 2 if tpr == 32 else MAX_ROW_THREADS // 4
 
 
 def decode_entry_points() -> set[str]:
@@ -75,7 +120,10 @@ def decode_entry_points() -> set[str]:
             per_thread, packed = prod_layout(op, dtype)
             for vpt in VPTS:
                 if vpt * vector_width(dtype) <= per_thread:
-                    names.add(entry_point(op, dtype, vpt, packed=packed, decode=True))
+                    for split in (1, *(n for n in SPLITS if n <= vpt)):
+                        for dense in (False, True):
+                            names.add(entry_point(op, dtype, vpt, packed=packed, decode=True, split=split,
+                                                  dense=dense))
     return names
 
 
@@ -309,7 +357,7 @@ class ProdKernel:
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
         # Both per device: CuPy loads a function once per device, the non-portable cluster attribute
         # is set on each, and the largest cluster may differ between devices.
-        self._functions: dict[tuple[int, int, bool, int], Any] = {}
+        self._functions: dict[tuple[int, int, bool, int, bool, int], Any] = {}
         # prod_decode.cu has the default register layouts only
         self._decodes = op in DECODE_OPS and (per_thread, packed) == (default_per_thread, default_packed)
         self._shapes: dict[tuple[int, int], Shape] = {}
@@ -323,12 +371,14 @@ class ProdKernel:
         """The compiled prod_decode.cu (compiled on the first decode launch)."""
         return module(self.build, source=DECODE_SOURCE)
 
-    def _function(self, vpt: int, cluster: int = 1, decode: bool = False) -> Any:
+    def _function(self, vpt: int, cluster: int = 1, decode: bool = False, split: int = 1,
+                  dense: bool = False) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        key = (vpt, cluster, decode, _device())
+        key = (vpt, cluster, decode, split, dense, _device())
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
-            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode)
+            name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode,
+                               split=split, dense=dense)
             fn = (self._decode_module() if decode else self._module()).get_function(name)
             if cluster > PORTABLE_CLUSTER:
                 _allow_non_portable(fn)
@@ -348,9 +398,10 @@ class ProdKernel:
         if self.path == "cluster":  # the largest portable cluster: the hunt covers its whole tree
             shape = self._cluster_shape(cols, blocks=PORTABLE_CLUSTER)
             if shape is None or not clusters_supported():
+                threads = CLUSTER_THREADS[vector_width(self.dtype)]
                 raise ValueError(f"the cluster path cannot take {cols} columns here (at most "
-                                 f"{PORTABLE_CLUSTER} x 512 x 8 vectors, on a GPU of compute capability 9.0 "
-                                 f"or later)")
+                                 f"{PORTABLE_CLUSTER} blocks x {threads} threads x {CLUSTER_VPT} vectors, "
+                                 f"on a GPU of compute capability 9.0 or later)")
             self._shapes[key] = shape
             return shape
         shape = launch_shape(cols, dtype=self.dtype, per_thread=self.per_thread)
@@ -410,18 +461,29 @@ class ProdKernel:
         shape = self.shape(cols)
         sms = multiprocessors(_device()) if spread else 0
         decode = spread and self._decodes and shape.decode(rows, sms=sms)
-        fn = self._function(shape.vpt, shape.cluster, decode)
+        dense = decode and dense_decode(arrays, shape=shape, cols=cols, width=vector_width(self.dtype))
+        split = decode_split(shape, dense=dense) if decode else 1
+        fn = self._function(shape.vpt, shape.cluster, decode, split, dense)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
         if spread:
             shape = shape.for_batch(rows, sms=sms)
         grid, block = shape.grid(rows), shape.block()
+        if split > 1:  # a row per block (decode): its split groups are the block's y
+            block = (shape.tpr, split, 1)
         return lambda: fn(grid, block, args)
 
     def launch(self, *arrays: Any, rows: int, cols: int, eps: float | None = None,
                spread: bool = True) -> None:
         """Check and launch once (see :meth:`launcher`)."""
         self.launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)()
+
+
+def dense_decode(arrays: tuple[Any, ...], *, shape: Shape, cols: int, width: int) -> bool:
+    """Whether a decode launch may take the dense kernel (prod_decode.cu): every array 16-byte aligned
+    and the row exactly the threads' vectors of ``width`` elements, so that every 16-byte access is
+    whole and in the row."""
+    return cols == shape.tpr * shape.vpt * width and all(a.data.ptr % 16 == 0 for a in arrays)
 
 
 def _user_function(op: str, dtype: str, path: str, name: str) -> Callable[..., np.ndarray]:

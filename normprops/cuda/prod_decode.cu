@@ -6,72 +6,208 @@
 // Each is its prefill kernel's template with kEarly = true: gamma (and beta) are read into
 // registers right after the row, so that their round trip to memory overlaps the row's instead of
 // following the reductions; at one row per block that second trip is most of what a kernel waits
-// for. The row -> thread map, the sums and every expression are the prefill kernel's, so the bits
-// are too (tests/test_prod.py checks them bit for bit). The extra registers (up to 32 words for
-// gamma, 64 with beta) are why this is a second kernel: the prefill kernels keep 64 registers a
-// thread for two 512-thread blocks per SM; these take up to 128 (one block of at most 512 threads
-// per SM, the most a decode batch places there), and are compiled for the default register layouts
+// for. <name>_d keeps the prefill kernel's threads: its extra registers (up to 32 words for gamma,
+// 64 with beta) are why it is a second kernel (the prefill kernels keep 64 registers a thread for
+// two 512-thread blocks per SM; these take up to 128, one block of at most 512 threads per SM).
+// <name>_s<S>_d spreads each prefill thread's vectors over S threads (prod.cu's Split: block (tpr,
+// S), the launcher's choice where S tpr <= 512): S times the warps on a lone row. The row -> thread
+// map of the sums, their order and every expression are the prefill kernel's, so the bits are too
+// (tests/test_prod.py checks them bit for bit). Compiled for the default register layouts
 // (normprops.cuda.layout.prod_layout) only.
 #ifndef NP_BOUNDS
 #error "prod_decode.cu is compiled after prod.cu, as one unit (normprops.cuda.build.unit_text)"
 #endif
 
-#define NP_DECODE_BOUNDS __launch_bounds__(512, 1)
+#define NP_DECODE_BOUNDS(S) __launch_bounds__(512, (S) <= 2 ? 1 : 2)
 
-#define NP_LAYERNORM_DECODE(NAME, STORAGE, VECS, PACKED)                                            \
-    extern "C" __global__ void NP_DECODE_BOUNDS                                                     \
+// VECS: the prefill thread's vectors, VECS / S of them in each of its S threads here. Each kernel
+// comes twice: <name>_d for any row, and <name>_da (DENSE) for the launches whose pointers are 16-byte
+// aligned and whose rows fill every thread's vectors exactly (cols = tpr x VECS x W: the model
+// widths). A dense kernel holds only that copy of each loop (prod.cu's Regs, kOnly = kAll): a
+// fifth to a ninth of the general kernel's code, with the same arithmetic and bits.
+#define NP_LAYERNORM_DECODE(NAME, STORAGE, VECS, PACKED, S, DENSE)                                 \
+    extern "C" __global__ void NP_DECODE_BOUNDS(S)                                                  \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
              const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
              size_t cols, float eps) {                                                              \
-        layerNormRegs<STORAGE, VECS, PACKED, true>(in, out, gamma, beta, rows, cols, eps);          \
+        layerNormRegs<STORAGE, (VECS) / (S), PACKED, true, S, DENSE>(in, out, gamma, beta, rows, cols, eps); \
     }
-#define NP_RMSNORM_DECODE(NAME, STORAGE, VECS, PACKED)                                              \
-    extern "C" __global__ void NP_DECODE_BOUNDS                                                     \
+#define NP_RMSNORM_DECODE(NAME, STORAGE, VECS, PACKED, S, DENSE)                                   \
+    extern "C" __global__ void NP_DECODE_BOUNDS(S)                                                  \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
              const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
-        rmsNormRegs<STORAGE, VECS, PACKED, true>(in, out, gamma, rows, cols, eps);                  \
+        rmsNormRegs<STORAGE, (VECS) / (S), PACKED, true, S, DENSE>(in, out, gamma, rows, cols, eps); \
     }
-#define NP_ADDRMSNORM_DECODE(NAME, STORAGE, VECS, PACKED)                                           \
-    extern "C" __global__ void NP_DECODE_BOUNDS                                                     \
+#define NP_ADDRMSNORM_DECODE(NAME, STORAGE, VECS, PACKED, S, DENSE)                                \
+    extern "C" __global__ void NP_DECODE_BOUNDS(S)                                                  \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* residual, STORAGE::T* __restrict__ out, \
              const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
-        addRmsNormRegs<STORAGE, VECS, PACKED, true>(in, residual, out, gamma, rows, cols, eps);     \
+        addRmsNormRegs<STORAGE, (VECS) / (S), PACKED, true, S, DENSE>(in, residual, out, gamma, rows, cols, eps); \
     }
+NP_LAYERNORM_DECODE(layernorm_f32_v1_d, F32, 1, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v1_da, F32, 1, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v2_d, F32, 2, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v2_da, F32, 2, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v2_s2_d, F32, 2, false, 2, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v2_s2_da, F32, 2, false, 2, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v4_d, F32, 4, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v4_da, F32, 4, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v4_s2_d, F32, 4, false, 2, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v4_s2_da, F32, 4, false, 2, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v4_s4_d, F32, 4, false, 4, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v4_s4_da, F32, 4, false, 4, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_d, F32, 8, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_da, F32, 8, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_s2_d, F32, 8, false, 2, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_s2_da, F32, 8, false, 2, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_s4_d, F32, 8, false, 4, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_s4_da, F32, 8, false, 4, true)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_s8_d, F32, 8, false, 8, false)
+NP_LAYERNORM_DECODE(layernorm_f32_v8_s8_da, F32, 8, false, 8, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_v1_d, BF16, 1, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_v1_da, BF16, 1, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_v2_d, BF16, 2, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_v2_da, BF16, 2, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_v2_s2_d, BF16, 2, false, 2, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_v2_s2_da, BF16, 2, false, 2, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p4_d, BF16, 4, true, 1, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p4_da, BF16, 4, true, 1, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p4_s2_d, BF16, 4, true, 2, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p4_s2_da, BF16, 4, true, 2, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p4_s4_d, BF16, 4, true, 4, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p4_s4_da, BF16, 4, true, 4, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_d, BF16, 8, true, 1, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_da, BF16, 8, true, 1, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_s2_d, BF16, 8, true, 2, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_s2_da, BF16, 8, true, 2, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_s4_d, BF16, 8, true, 4, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_s4_da, BF16, 8, true, 4, true)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_s8_d, BF16, 8, true, 8, false)
+NP_LAYERNORM_DECODE(layernorm_bf16_p8_s8_da, BF16, 8, true, 8, true)
+NP_LAYERNORM_DECODE(layernorm_f16_v1_d, F16, 1, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f16_v1_da, F16, 1, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f16_v2_d, F16, 2, false, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f16_v2_da, F16, 2, false, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f16_v2_s2_d, F16, 2, false, 2, false)
+NP_LAYERNORM_DECODE(layernorm_f16_v2_s2_da, F16, 2, false, 2, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p4_d, F16, 4, true, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p4_da, F16, 4, true, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p4_s2_d, F16, 4, true, 2, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p4_s2_da, F16, 4, true, 2, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p4_s4_d, F16, 4, true, 4, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p4_s4_da, F16, 4, true, 4, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_d, F16, 8, true, 1, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_da, F16, 8, true, 1, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_s2_d, F16, 8, true, 2, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_s2_da, F16, 8, true, 2, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_s4_d, F16, 8, true, 4, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_s4_da, F16, 8, true, 4, true)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_s8_d, F16, 8, true, 8, false)
+NP_LAYERNORM_DECODE(layernorm_f16_p8_s8_da, F16, 8, true, 8, true)
 
-NP_LAYERNORM_DECODE(layernorm_f32_v1_d, F32, 1, false)
-NP_LAYERNORM_DECODE(layernorm_f32_v2_d, F32, 2, false)
-NP_LAYERNORM_DECODE(layernorm_f32_v4_d, F32, 4, false)
-NP_LAYERNORM_DECODE(layernorm_f32_v8_d, F32, 8, false)
-NP_LAYERNORM_DECODE(layernorm_bf16_v1_d, BF16, 1, false)
-NP_LAYERNORM_DECODE(layernorm_bf16_v2_d, BF16, 2, false)
-NP_LAYERNORM_DECODE(layernorm_bf16_p4_d, BF16, 4, true)
-NP_LAYERNORM_DECODE(layernorm_bf16_p8_d, BF16, 8, true)
-NP_LAYERNORM_DECODE(layernorm_f16_v1_d, F16, 1, false)
-NP_LAYERNORM_DECODE(layernorm_f16_v2_d, F16, 2, false)
-NP_LAYERNORM_DECODE(layernorm_f16_p4_d, F16, 4, true)
-NP_LAYERNORM_DECODE(layernorm_f16_p8_d, F16, 8, true)
-
-NP_RMSNORM_DECODE(rmsnorm_f32_v1_d, F32, 1, false)
-NP_RMSNORM_DECODE(rmsnorm_f32_v2_d, F32, 2, false)
-NP_RMSNORM_DECODE(rmsnorm_f32_v4_d, F32, 4, false)
-NP_RMSNORM_DECODE(rmsnorm_f32_v8_d, F32, 8, false)
-NP_RMSNORM_DECODE(rmsnorm_bf16_v1_d, BF16, 1, false)
-NP_RMSNORM_DECODE(rmsnorm_bf16_v2_d, BF16, 2, false)
-NP_RMSNORM_DECODE(rmsnorm_bf16_p4_d, BF16, 4, true)
-NP_RMSNORM_DECODE(rmsnorm_bf16_p8_d, BF16, 8, true)
-NP_RMSNORM_DECODE(rmsnorm_f16_v1_d, F16, 1, false)
-NP_RMSNORM_DECODE(rmsnorm_f16_v2_d, F16, 2, false)
-NP_RMSNORM_DECODE(rmsnorm_f16_p4_d, F16, 4, true)
-NP_RMSNORM_DECODE(rmsnorm_f16_p8_d, F16, 8, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v1_d, F32, 1, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v1_da, F32, 1, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v2_d, F32, 2, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v2_da, F32, 2, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v2_s2_d, F32, 2, false, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v2_s2_da, F32, 2, false, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v4_d, F32, 4, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v4_da, F32, 4, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v4_s2_d, F32, 4, false, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v4_s2_da, F32, 4, false, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v4_s4_d, F32, 4, false, 4, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v4_s4_da, F32, 4, false, 4, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_d, F32, 8, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_da, F32, 8, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_s2_d, F32, 8, false, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_s2_da, F32, 8, false, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_s4_d, F32, 8, false, 4, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_s4_da, F32, 8, false, 4, true)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_s8_d, F32, 8, false, 8, false)
+NP_RMSNORM_DECODE(rmsnorm_f32_v8_s8_da, F32, 8, false, 8, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_v1_d, BF16, 1, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_v1_da, BF16, 1, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_v2_d, BF16, 2, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_v2_da, BF16, 2, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_v2_s2_d, BF16, 2, false, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_v2_s2_da, BF16, 2, false, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p4_d, BF16, 4, true, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p4_da, BF16, 4, true, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p4_s2_d, BF16, 4, true, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p4_s2_da, BF16, 4, true, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p4_s4_d, BF16, 4, true, 4, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p4_s4_da, BF16, 4, true, 4, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_d, BF16, 8, true, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_da, BF16, 8, true, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_s2_d, BF16, 8, true, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_s2_da, BF16, 8, true, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_s4_d, BF16, 8, true, 4, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_s4_da, BF16, 8, true, 4, true)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_s8_d, BF16, 8, true, 8, false)
+NP_RMSNORM_DECODE(rmsnorm_bf16_p8_s8_da, BF16, 8, true, 8, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_v1_d, F16, 1, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_v1_da, F16, 1, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_v2_d, F16, 2, false, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_v2_da, F16, 2, false, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_v2_s2_d, F16, 2, false, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_v2_s2_da, F16, 2, false, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p4_d, F16, 4, true, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p4_da, F16, 4, true, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p4_s2_d, F16, 4, true, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p4_s2_da, F16, 4, true, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p4_s4_d, F16, 4, true, 4, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p4_s4_da, F16, 4, true, 4, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_d, F16, 8, true, 1, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_da, F16, 8, true, 1, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_s2_d, F16, 8, true, 2, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_s2_da, F16, 8, true, 2, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_s4_d, F16, 8, true, 4, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_s4_da, F16, 8, true, 4, true)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_s8_d, F16, 8, true, 8, false)
+NP_RMSNORM_DECODE(rmsnorm_f16_p8_s8_da, F16, 8, true, 8, true)
 
 // (the fused kernel holds at most 32 elements a thread: no 8-vector packed layout)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v1_d, F32, 1, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v2_d, F32, 2, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_d, F32, 4, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_d, F32, 8, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v1_d, BF16, 1, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v2_d, BF16, 2, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_d, BF16, 4, true)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v1_d, F16, 1, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v2_d, F16, 2, false)
-NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_d, F16, 4, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v1_d, F32, 1, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v1_da, F32, 1, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v2_d, F32, 2, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v2_da, F32, 2, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v2_s2_d, F32, 2, false, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v2_s2_da, F32, 2, false, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_d, F32, 4, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_da, F32, 4, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_s2_d, F32, 4, false, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_s2_da, F32, 4, false, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_s4_d, F32, 4, false, 4, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v4_s4_da, F32, 4, false, 4, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_d, F32, 8, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_da, F32, 8, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_s2_d, F32, 8, false, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_s2_da, F32, 8, false, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_s4_d, F32, 8, false, 4, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_s4_da, F32, 8, false, 4, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_s8_d, F32, 8, false, 8, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f32_v8_s8_da, F32, 8, false, 8, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v1_d, BF16, 1, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v1_da, BF16, 1, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v2_d, BF16, 2, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v2_da, BF16, 2, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v2_s2_d, BF16, 2, false, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_v2_s2_da, BF16, 2, false, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_d, BF16, 4, true, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_da, BF16, 4, true, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_s2_d, BF16, 4, true, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_s2_da, BF16, 4, true, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_s4_d, BF16, 4, true, 4, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_bf16_p4_s4_da, BF16, 4, true, 4, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v1_d, F16, 1, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v1_da, F16, 1, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v2_d, F16, 2, false, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v2_da, F16, 2, false, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v2_s2_d, F16, 2, false, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_v2_s2_da, F16, 2, false, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_d, F16, 4, true, 1, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_da, F16, 4, true, 1, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_s2_d, F16, 4, true, 2, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_s2_da, F16, 4, true, 2, true)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_s4_d, F16, 4, true, 4, false)
+NP_ADDRMSNORM_DECODE(addrmsnorm_f16_p4_s4_da, F16, 4, true, 4, true)

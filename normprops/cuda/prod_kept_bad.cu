@@ -6,8 +6,8 @@
 #error "prod_kept_bad.cu is compiled after prod.cu, as one unit (normprops.cuda.build.unit_text)"
 #endif
 
-// rmsNormBf16Acc: rmsNormRegs<BF16, kVecs> except that each thread's sum of squares is rounded to
-// bfloat16 after every addition (a "bf16 accumulator"). KEPT BAD: with 8 significant bits, once
+// rmsNormBf16Acc: rmsNormRegs<BF16, kVecs> except that each thread's sum of squares is one running
+// sum over its elements, rounded to bfloat16 after every addition (a "bf16 accumulator"). KEPT BAD: with 8 significant bits, once
 // the partial sum is 2^8 times a square, adding it changes nothing; ordinary rows of a few hundred
 // columns are already off by percents.
 template <int kVecs>

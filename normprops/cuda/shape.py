@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from normprops.row_shape import (
     CLUSTER_SIZES,
+    CLUSTER_THREADS,
     CLUSTER_TREE_DEPTH,
     CLUSTER_VPT,
     MAX_ROW_THREADS,
@@ -20,4 +21,5 @@ from normprops.row_shape import (
 )
 
 __all__ = ["VPTS", "ROW_THREADS", "MAX_ROW_THREADS", "STREAM_THREADS", "CLUSTER_SIZES", "PORTABLE_CLUSTER",
-           "CLUSTER_VPT", "CLUSTER_TREE_DEPTH", "Shape", "shape_for", "cluster_shape", "elements_per_thread"]
+           "CLUSTER_VPT", "CLUSTER_THREADS", "CLUSTER_TREE_DEPTH", "Shape", "shape_for", "cluster_shape",
+           "elements_per_thread"]
