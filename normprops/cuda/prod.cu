@@ -30,9 +30,9 @@
 //
 // Range safety: the norms scale the row by 2^-e, e the exponent of its largest |x| (clamped to
 // [-126, 126] so 2^-e is a normal float), so neither sum(x) nor sum(x^2) can overflow or underflow
-// and no extra pass over memory is needed. The register path reduces the row's largest |x| first and
-// scales each thread's sum exactly (rowScaledSum); the streaming path keeps per-thread exponents and
-// merges them exactly by powers of two (ScaledSum).
+// and no extra pass over memory is needed. The register path reduces the row's largest |x| with its
+// unscaled sum and scales that sum exactly (rowScaledSum); the streaming path keeps per-thread
+// exponents and merges them exactly by powers of two (ScaledSum).
 // Softmax subtracts the row maximum (register path) or keeps a running maximum (streaming path).
 //
 // Reductions: on the register path each thread adds each of its vectors' W elements in order and
