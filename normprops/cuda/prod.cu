@@ -718,6 +718,11 @@ struct Regs {
     }
 };
 
+// A norm kernel's share of a row: the prefill kernel's Regs (kS = 1), a decode kernel's split group's
+// (SplitTeam), and for a dense decode kernel only the whole-vector copy (kOnly = kAll).
+template <class Storage, int kVecs, bool kPacked, int kS, bool kDense>
+using SplitRegs = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+
 // A compile-time int passed to a generic lambda (no <type_traits> under NVRTC).
 template <int V>
 struct Tag {
@@ -982,7 +987,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
     using Sp = Split<kS>;
-    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
     __shared__ Scratch scratch[3];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
@@ -1071,7 +1076,7 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
     using Sp = Split<kS>;
-    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
     __shared__ Scratch scratch[2];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
@@ -1095,7 +1100,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
                                const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                                float eps) {
     using Sp = Split<kS>;
-    using Share = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
     __shared__ Scratch scratch[2];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS);
