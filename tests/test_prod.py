@@ -431,6 +431,38 @@ def test_a_decode_batch_keeps_the_bits_of_a_full_one(op: str, dtype: str, cols: 
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("cols", [2048, 8192, 4097])
+def test_rms_norm_does_not_depend_on_the_rows_scale(dtype: str, cols: int) -> None:
+    """RMS norm adds the unscaled squares while the row's warp totals lie in [2^-60, 2^120] and
+    scales the row otherwise (prod.cu's rowSquareSum): the same row scaled by 2^k across both ends of
+    that range (and to the ends of the type's), as a decode batch and as a prefill one, must give the
+    output of the row itself, to the output's rounding (eps 0: the norm is scale-free)."""
+    import cupy
+
+    from normprops.bench.launchers import device_storage
+    from normprops.cuda.prod import ProdKernel, from_storage
+
+    kernel = ProdKernel("rmsnorm", dtype=dtype)
+    scales = [*range(-70, -25, 3), *range(45, 66, 2), -120, 120]  # warp totals ~ 2^(2k + 11) at 2048
+    rng = cupy.random.default_rng(cols)
+    base = rng.standard_normal(cols, dtype=cupy.float32)
+    rows = cupy.stack([base * cupy.float32(2.0**k) for k in (0, *scales)])
+    x = device_storage(rows, dtype)
+    g = device_storage(cupy.ones(cols, dtype=cupy.float32), dtype)
+    # a few float32 ulps (rsqrt's approximation), one rounding of each 16-bit output either way
+    tol = 8 * 2.0**-23 if dtype == "float32" else 2 * 2.0**-7
+    for spread in (True, False):
+        out = cupy.zeros_like(x)
+        kernel.launch(x, out, g, rows=len(rows), cols=cols, eps=0.0, spread=spread)
+        y = from_storage(out, dtype).astype(np.float64)
+        assert np.isfinite(y).all(), f"spread={spread}: nonfinite outputs at scales {scales}"
+        err = np.abs(y[1:] - y[0]).max(axis=1) / np.abs(y[0]).max()
+        bad = [(k, e) for k, e in zip(scales, err) if e > tol]
+        assert not bad, f"spread={spread}: (2^k, error / max |out|) off the unscaled row: {bad}"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "addrmsnorm"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:

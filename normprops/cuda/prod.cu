@@ -28,11 +28,12 @@
 // Streaming path (kVecs = 0, rows too wide for registers; tpr = 1024, rpb = 1): thread t walks
 // elements t, t + tpr, ...; pass 1 keeps online statistics, pass 2 reads the row again and writes.
 //
-// Range safety: the norms scale the row by 2^-e, e the exponent of its largest |x| (clamped to
-// [-126, 126] so 2^-e is a normal float), so neither sum(x) nor sum(x^2) can overflow or underflow
-// and no extra pass over memory is needed. The register path reduces the row's largest |x| with its
-// unscaled sum and scales that sum exactly (rowScaledSum); the streaming path keeps per-thread
-// exponents and merges them exactly by powers of two (ScaledSum).
+// Range safety: the norms keep sum(x) and sum(x^2) from overflowing or underflowing by scaling the
+// row by 2^-e, e the exponent of its largest |x| (clamped to [-126, 126] so 2^-e is a normal float),
+// wherever the row needs it; no extra pass over memory is needed. On the register path the sums are
+// first formed unscaled, and only rows whose sum of squares falls outside the range where that is
+// exact enough take a second, scaled pass over the registers (see rangeVerdict). The streaming path
+// keeps per-thread exponents and merges them exactly by powers of two (ScaledSum).
 // Softmax subtracts the row maximum (register path) or keeps a running maximum (streaming path).
 //
 // Reductions: on the register path each thread adds each of its vectors' W elements in order and
@@ -122,19 +123,25 @@ __device__ __forceinline__ void unpackF16(unsigned w, float& a, float& b) {
 // Widening one element of a packed word, for Regs<..., true>. Each pass over a row calls them with
 // its own kPass, which changes only the encoding: ptxas merges identical instructions across passes and
 // would then keep every widened value live from one pass to the next (two registers for each packed
-// one: the packing undone, and spills). bfloat16: a PRMT whose zero bytes come from byte 4 + kPass of
-// the zero operand. float16: a cvt, whose kPass-copies ptxas does not merge in practice.
+// one: the packing undone, and spills). bfloat16: a PRMT whose zero bytes come from the zero operand,
+// byte 4 + kPass of it (selectors 4-7) or, from pass 4 on, the sign of byte kPass (selectors 12-15):
+// eight encodings of the same instruction. float16: a cvt, whose kPass-copies ptxas does not merge in
+// practice.
 struct WidenBf16 {
     template <int kPass>
+    static constexpr int kZero = (kPass < 4 ? 4 + kPass : 8 + kPass) * 0x11;
+    template <int kPass>
     __device__ static float lo(unsigned w) {
+        static_assert(kPass >= 0 && kPass < 8, "eight passes");
         unsigned r;
-        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x1000 | (4 + kPass) * 0x11));
+        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x1000 | kZero<kPass>));
         return __uint_as_float(r);
     }
     template <int kPass>
     __device__ static float hi(unsigned w) {
+        static_assert(kPass >= 0 && kPass < 8, "eight passes");
         unsigned r;
-        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x3200 | (4 + kPass) * 0x11));
+        asm volatile("prmt.b32 %0, %1, 0, %2;" : "=r"(r) : "r"(w), "n"(0x3200 | kZero<kPass>));
         return __uint_as_float(r);
     }
 };
@@ -282,7 +289,8 @@ __device__ __forceinline__ float scaleDown(float s, int d) { return s * pow2(max
 template <bool kFast>
 __device__ __forceinline__ float divByCount(float s, float n) {
     if constexpr (!kFast) return s / n;
-    float r = __fdividef(1.0f, n);  // the approximate reciprocal (MUFU.RCP)
+    float r;  // the approximate reciprocal (MUFU.RCP; n >= 1 needs no subnormal guard)
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(n));
     r = fmaf(fmaf(-n, r, 1.0f), r, r);
     const float q = s * r;
     return fmaf(fmaf(-n, q, s), r, q);
@@ -302,15 +310,12 @@ struct Max {
     __device__ static T merge(T a, T b) { return fmaxf(a, b); }
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
-// A row's largest |x| (as its float bits: non-negative floats order as their bits do, NaN above
-// +inf) and its unscaled sum, reduced together (rowScaledSum).
-struct MaxSum {
-    struct T { unsigned m; float s; };
-    __device__ static T identity() { return {0u, 0.0f}; }
-    __device__ static T merge(T a, T b) { return {max(a.m, b.m), a.s + b.s}; }
-    __device__ static T shfl(T v, int o) {
-        return {__shfl_xor_sync(kFull, v.m, o), __shfl_xor_sync(kFull, v.s, o)};
-    }
+// A row's largest |x| as float bits (non-negative floats order as their bits do, NaN above +inf).
+struct MaxBits {
+    using T = unsigned;
+    __device__ static T identity() { return 0u; }
+    __device__ static T merge(T a, T b) { return max(a, b); }
+    __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
 // A sum kept in units of 2^(kPow * e): kPow = 1 for sum(x), kPow = 2 for sum(x^2). Merging rescales the
 // smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
@@ -389,39 +394,32 @@ __device__ __forceinline__ typename Op::T rowReduce(typename Op::T v, Scratch& s
 // prefill kernel's; a row's loads, arithmetic and stores are spread over kS times the warps, which is
 // what a lone row's latency is made of (one warp's arithmetic on 64 elements a thread is issue-bound).
 // kS = 1 is the prefill kernel: no exchange, no barrier.
-// How a thread's vector partials fold, in vector order: (largest |x|, sum) pairs, and sums.
-__device__ __forceinline__ float2 foldPair(float2 a, float2 q) { return make_float2(fmaxf(a.x, q.x), a.y + q.y); }
-__device__ __forceinline__ float foldSum(float a, float q) { return a + q; }
 template <int kS>
 struct Split {
     static constexpr int S = kS;
     static_assert(kS == 2 || kS == 4 || kS == 8, "a thread's 8 vectors at most, over 2, 4 or 8 threads");
-    // What the groups exchange: a (largest |x|, sum) pair per vector, and two sums per vector.
-    // (thread, vector) slots: kS tpr <= 512 threads of kVecs vectors each.
+    // What the groups exchange: a partial per (thread, vector): kS tpr <= 512 threads of kVecs
+    // vectors each. Two buffers, which a kernel's successive reductions alternate between: a buffer
+    // is written again only after the next reduction's barrier, which follows every read of it.
     template <int kVecs>
     struct Exchange {
-        float2 pair[512 * kVecs];
-        float one[2][512 * kVecs];
+        float slot[2][512 * kVecs];
     };
-    // Thread t's partials in vector order, this group's kVecs of them in p, folded from `from`.
-    template <int kVecs, class T, class Fold>
-    __device__ static T gather(const T (&p)[kVecs], T* slots, T from, Fold fold) {
+    // Thread t's partials of a reduction Op in vector order, folded from Op's identity: this group's
+    // kVecs of them in p, the others' through buffer k of ex.
+    template <class Op, int kVecs>
+    __device__ static typename Op::T fold(const typename Op::T (&p)[kVecs], Exchange<kVecs>& ex, int k) {
         static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
+        static_assert(sizeof(typename Op::T) == sizeof(float), "one word a partial");
+        auto* slots = reinterpret_cast<typename Op::T*>(ex.slot[k]);
         const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
 #pragma unroll
-        for (int k = 0; k < kVecs; ++k) slots[(static_cast<int>(threadIdx.y) * kVecs + k) * tpr + t] = p[k];
+        for (int j = 0; j < kVecs; ++j) slots[(static_cast<int>(threadIdx.y) * kVecs + j) * tpr + t] = p[j];
         __syncthreads();
+        typename Op::T all = Op::identity();
 #pragma unroll
-        for (int j = 0; j < kS * kVecs; ++j) from = fold(from, slots[j * tpr + t]);
-        return from;
-    }
-    template <int kVecs>
-    __device__ static float2 pairs(const float2 (&p)[kVecs], float2* slots) {
-        return gather(p, slots, make_float2(0.0f, 0.0f), foldPair);
-    }
-    template <int kVecs>
-    __device__ static float sum(const float (&p)[kVecs], float* slots) {
-        return gather(p, slots, 0.0f, foldSum);
+        for (int j = 0; j < kS * kVecs; ++j) all = Op::merge(all, slots[j * tpr + t]);
+        return all;
     }
 };
 template <>
@@ -429,18 +427,11 @@ struct Split<1> {
     static constexpr int S = 1;
     template <int kVecs>
     struct Exchange {};
-    template <int kVecs>
-    __device__ static float2 pairs(const float2 (&p)[kVecs], const void*) {
-        float2 all = make_float2(0.0f, 0.0f);
+    template <class Op, int kVecs>
+    __device__ static typename Op::T fold(const typename Op::T (&p)[kVecs], Exchange<kVecs>&, int) {
+        typename Op::T all = Op::identity();
 #pragma unroll
-        for (int j = 0; j < kVecs; ++j) all = foldPair(all, p[j]);
-        return all;
-    }
-    template <int kVecs>
-    __device__ static float sum(const float (&p)[kVecs], const void*) {
-        float all = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kVecs; ++j) all = foldSum(all, p[j]);
+        for (int j = 0; j < kVecs; ++j) all = Op::merge(all, p[j]);
         return all;
     }
 };
@@ -513,7 +504,7 @@ struct Regs {
     static constexpr int kWords = kPacked ? N / 2 : N;
     unsigned w[kWords];  // float bits, or two 16-bit values
 
-    // Element i as a float; kPass: the pass (see WidenBf16), 0 to 3.
+    // Element i as a float; kPass: the pass (see WidenBf16), 0 to 7.
     template <int kPass = 0>
     __device__ float at(int i) const {
         if constexpr (kPacked) {
@@ -559,26 +550,45 @@ struct Regs {
     // holds the next vector; lane 31 loads it), and cuts its vector out of the two: 16-byte loads
     // where the element-wise copy made W 2-byte ones, and each of a chunk that holds an element of
     // the row, so never past the 16-byte block of a valid element. Elements from cols on are the
-    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row).
+    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row). In two steps:
+    // fetchShifted issues the loads and joinShifted exchanges and cuts, so that a thread can have the
+    // loads of several vectors in flight before it waits for any (one vector at a time, each load
+    // followed by its shuffles, made a round trip to memory per vector).
+    struct Chunks {
+        uint4 a;  // the chunk that holds the vector's first element
+        uint4 b;  // lane 31 of a row off the grid: the next chunk, which no lane of the warp loads
+    };
+    template <bool kReadOnly>
+    __device__ static Chunks fetchShifted(const typename Storage::T* row, int j, int cols, Reach reach) {
+        const int s = shiftOf<Storage>(row);
+        const int c = first(j) - s;  // the chunk's first element: 16-byte aligned
+        Chunks q{make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
+        if (c < cols) q.a = chunkAt<Storage, kReadOnly>(row + c, c, cols, reach);
+        if (s != 0 && (threadIdx.x & 31) == 31 && c + Storage::W < cols)
+            q.b = chunkAt<Storage, kReadOnly>(row + c + Storage::W, c + Storage::W, cols, reach);
+        return q;
+    }
+    __device__ static uint4 joinShifted(const Chunks& q, const typename Storage::T* row, int j, int cols,
+                                        unsigned fill) {
+        const int c0 = first(j);
+        const int s = shiftOf<Storage>(row);
+        uint4 v = q.a;
+        if (s != 0) {  // (s == 0: gamma and beta, and one row in W: no exchange)
+            uint4 b;
+            b.x = __shfl_down_sync(kFull, q.a.x, 1);
+            b.y = __shfl_down_sync(kFull, q.a.y, 1);
+            b.z = __shfl_down_sync(kFull, q.a.z, 1);
+            b.w = __shfl_down_sync(kFull, q.a.w, 1);
+            if ((threadIdx.x & 31) == 31) b = q.b;  // past the row's end it holds 0s: filled below
+            v = window(q.a, b, s);
+        }
+        if (c0 + Storage::W > cols) v = fillFrom(v, max(cols - c0, 0), fill);
+        return v;
+    }
     template <bool kReadOnly>
     __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill,
                                         Reach reach) {
-        const int c0 = first(j);
-        const int s = shiftOf<Storage>(row);
-        const typename Storage::T* chunk = row + (c0 - s);  // 16-byte aligned
-        uint4 a = make_uint4(0u, 0u, 0u, 0u), b;
-        if (c0 - s < cols) a = chunkAt<Storage, kReadOnly>(chunk, c0 - s, cols, reach);
-        if (s == 0)  // (gamma and beta, and one row in W): no exchange
-            return c0 + Storage::W > cols ? fillFrom(a, max(cols - c0, 0), fill) : a;
-        b.x = __shfl_down_sync(kFull, a.x, 1);
-        b.y = __shfl_down_sync(kFull, a.y, 1);
-        b.z = __shfl_down_sync(kFull, a.z, 1);
-        b.w = __shfl_down_sync(kFull, a.w, 1);
-        if ((threadIdx.x & 31) == 31 && c0 - s + Storage::W < cols)
-            b = chunkAt<Storage, kReadOnly>(chunk + Storage::W, c0 - s + Storage::W, cols, reach);
-        uint4 v = window(a, b, s);
-        if (c0 + Storage::W > cols) v = fillFrom(v, max(cols - c0, 0), fill);
-        return v;
+        return joinShifted(fetchShifted<kReadOnly>(row, j, cols, reach), row, j, cols, fill);
     }
     // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
     // lane - 1) and this one's first W - s; it is stored whole where it lies in the row, by every lane
@@ -657,27 +667,42 @@ struct Regs {
     }
     // The row into registers (fill past its end), with this thread's copy(); kEveryMode = false:
     // kElementwise where copy() says kWhole or kShifted (fewer copies of the loop, for register
-    // pressure).
-    template <bool kEveryMode = true>
+    // pressure). kBatch: the vectors of a shifted row whose loads a thread has in flight at once (see
+    // loadShifted). RMS norm takes 2 (4 made its default kernels spill); layer norm and softmax 1
+    // (2 made them spill 8-20 bytes).
+    template <bool kEveryMode = true, int kBatch = 1>
     __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
         const int mode = copy(cols, vec);
         if (mode == kAll) loadAs<kAll>(row, cols, vec, fill, reach);
         else if (kEveryMode && mode == kWhole) loadAs<kWhole>(row, cols, vec, fill, reach);
         else if constexpr (kEveryMode && kShifts) {
-            if (mode == kShifted) loadAs<kShifted>(row, cols, vec, fill, reach);
+            if (mode == kShifted) loadAs<kShifted, kBatch>(row, cols, vec, fill, reach);
             else loadAs<kElementwise>(row, cols, vec, fill, reach);
         }
         else loadAs<kElementwise>(row, cols, vec, fill, reach);
     }
-    template <int kCopy>
+    template <int kCopy, int kBatch = 1>
     __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
+        if constexpr (kPacked && kCopy == kShifted) {  // kBatch vectors' loads in flight at once
+            constexpr int kB = kVecs < kBatch ? kVecs : kBatch;
+#pragma unroll
+            for (int j0 = 0; j0 < kVecs; j0 += kB) {
+                Chunks q[kB];
+#pragma unroll
+                for (int k = 0; k < kB; ++k) q[k] = fetchShifted<true>(row, j0 + k, cols, reach);
+#pragma unroll
+                for (int k = 0; k < kB; ++k) {
+                    const uint4 v = joinShifted(q[k], row, j0 + k, cols, Storage::bits(fill));
+                    const int j = j0 + k;
+                    w[j * 4] = v.x; w[j * 4 + 1] = v.y; w[j * 4 + 2] = v.z; w[j * 4 + 3] = v.w;
+                }
+            }
+            return;
+        }
 #pragma unroll
         for (int j = 0; j < kVecs; ++j) {
             const int c0 = first(j);
-            if constexpr (kPacked && kCopy == kShifted) {
-                const uint4 q = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
-                w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
-            } else if constexpr (kPacked) {
+            if constexpr (kPacked) {
                 const unsigned short pad = Storage::bits(fill);
                 if (kCopy != kElementwise || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
                     const unsigned pads = pad | (static_cast<unsigned>(pad) << 16);
@@ -751,80 +776,105 @@ __device__ __forceinline__ bool aligned16(const void* p) {
 struct RowIndex {
     size_t row;
     bool live;
-    // kS > 1: a decode kernel's block of kS groups, all on row blockIdx.x (see Split).
-    __device__ RowIndex(size_t rows, int kS = 1)
-        : row(kS > 1 ? static_cast<size_t>(blockIdx.x) : static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y),
-          live(row < rows) {}
+    // decode: a decode kernel (prod_decode.cu), launched with one block per row (grid.x = rows): row
+    // blockIdx.x, always live, so that no test of it stands between the launch and the row's loads.
+    // kS > 1 is one (its kS groups all on the row; see Split).
+    __device__ RowIndex(size_t rows, int kS = 1, bool decode = false)
+        : row(kS > 1 || decode ? static_cast<size_t>(blockIdx.x)
+                               : static_cast<size_t>(blockIdx.x) * blockDim.y + threadIdx.y),
+          live(decode || row < rows) {}
 };
 
-// The row's (E, sum of (x 2^-E)^kPow) over its valid elements, E the exponent of its largest |x|
-// (scaleExponent). One pass takes each vector's largest |x| and unscaled sum, and one reduction
-// (MaxSum) the row's largest |x| and unscaled sum together. For E in [kLo, kHi] that sum is finite
-// (at most 2^(kPow (kHi + 1)) x 64 elements x 512 threads) and every term that matters is normal (what
-// subnormal terms lose is below 2^-50 of the row's largest term), and scaling it by 2^(-kPow E) is
-// exact: it equals the sum of the scaled terms, added in the same order. Other rows (huge, tiny,
-// nonfinite: the same choice for every thread of the row) take a second, scaled pass over the
-// registers and a second reduction. Per vector, then over the vectors (Split: the prefill thread's,
-// whichever group holds a vector). Passes 0 and 3 of the packed storage (Regs::at). Uses scratch[0],
-// and scratch[1] in the second pass.
-template <int kPow, class Sp, class Share>
-__device__ __forceinline__ typename ScaledSum<kPow>::T rowScaledSum(const Share& r,
-                                                                    typename Sp::template Exchange<Share::V>& ex,
-                                                                    Scratch* scratch) {
-    static_assert(Share::N * Sp::S <= 64, "the one-pass range assumes at most 64 elements per thread");
-    constexpr int kLo = kPow == 1 ? -100 : -40, kHi = kPow == 1 ? 100 : 54;
+// --- the norms' sums: unscaled while their range allows, else scaled by the row's largest |x| --------
+//
+// A norm adds the row's unscaled values (per vector, then over the vectors: Split::fold, then
+// rowReduce) and finally a sum of squares: sum(x^2) for RMS norm, sum((x - mean)^2) for layer norm.
+// That sum's own range says whether the unscaled arithmetic was exact enough (rangeVerdict): while
+// every warp total of it (its total, for a row of one warp) is at most 2^120 and one is at least
+// 2^-60, no term or partial sum overflowed (the row's total is below 16 x 2^120), what squares below
+// 2^-126 lose (at most 2^-149 each) is below 2^-80 of the sum, and an overflowing sum(x) would have
+// made it NaN. Those rows are the plain arithmetic the error model bounds, with E = 0. Other rows
+// (huge, tiny, constant, zero, nonfinite) take a second pass over the registers: E, the exponent of
+// the row's largest |x| (scaleExponent), and the same sums of x 2^-E, exact power-of-two scalings
+// that neither overflow nor underflow. Every thread of a row reaches the same verdict from the same
+// totals. The rows of a block share its barriers: a block whose rows span several warps takes the
+// second pass if any of its rows needs it (each row's warp totals are in the reduction's scratch,
+// read before the next barrier), and rows that do not keep their one-pass sums. Rows of one warp
+// (no barrier) and a split block (one row) decide alone.
+
+// The row's reduction Op of acc: acc(t, i) folds element i into its vector's partial t, from Op's
+// identity; the vectors' partials fold in order (Split, through buffer k of ex), then rowReduce in
+// scratch.
+template <class Op, class Sp, class Share, class Acc>
+__device__ __forceinline__ typename Op::T rowTotal(Acc acc, typename Sp::template Exchange<Share::V>& ex, int k,
+                                                   Scratch& scratch) {
     constexpr int W = Share::N / Share::V;
-    float2 part[Share::V];  // each vector's (largest |x|, sum); padding is 0
+    typename Op::T part[Share::V];
 #pragma unroll
     for (int j = 0; j < Share::V; ++j) {
-        float amax = 0.0f, raw = 0.0f;
+        typename Op::T t = Op::identity();
 #pragma unroll
-        for (int w = 0; w < W; ++w) {
-            const float x = r.template at<0>(j * W + w);
-            amax = fmaxf(amax, fabsf(x));
-            raw = kPow == 1 ? raw + x : fmaf(x, x, raw);
-        }
-        part[j] = make_float2(amax, raw);
+        for (int w = 0; w < W; ++w) t = acc(t, j * W + w);
+        part[j] = t;
     }
-    float2 all;
-    if constexpr (Sp::S == 1) all = Sp::pairs(part, nullptr);
-    else all = Sp::pairs(part, ex.pair);
-    const MaxSum::T row = rowReduce<MaxSum>({__float_as_uint(all.x), all.y}, scratch[0]);
-    const int e = scaleExponent(__uint_as_float(row.m));
-    const auto outside = [](int x) { return x < kLo || x > kHi; };
-    const typename ScaledSum<kPow>::T one{e, row.s * pow2(-kPow * e)};
-    // The second pass reduces again, and the rows of a block share its barriers: a block takes it
-    // if any of its rows needs it (each row's warp totals are in scratch[0], read before the next
-    // barrier), and rows that do not keep their one-pass sum. Rows of one warp (no barrier) and a
-    // split block (one row) decide alone.
-    bool again = outside(e);
-    if (Sp::S == 1 && blockDim.y > 1 && blockDim.x > 32) {
-        const auto* slots = reinterpret_cast<const MaxSum::T*>(scratch[0].slot);
-        const int warps = static_cast<int>(blockDim.x) >> 5;
-        for (int y = 0; y < static_cast<int>(blockDim.y); ++y) {
-            unsigned m = 0u;
-            for (int w = 0; w < warps; ++w) m = max(m, slots[y * warps + w].m);
-            again = again || outside(scaleExponent(__uint_as_float(m)));
-        }
+    return rowReduce<Op>(Sp::template fold<Op>(part, ex, k), scratch);
+}
+
+// Whether a row's sum of squares q, just reduced in scratch, needs the scaled second pass (self), and
+// whether its block takes that pass (block: any of its rows, where they share barriers).
+struct Verdict {
+    bool self;
+    bool block;
+};
+template <int kS>
+__device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch) {
+    constexpr float kLo = 0x1p-60f, kHi = 0x1p120f;
+    if (blockDim.x == 32) {
+        const bool out = !(q >= kLo && q <= kHi);  // NaN: out
+        return {out, out};
     }
-    if (!again) return one;
+    const auto* slots = reinterpret_cast<const float*>(scratch.slot);
+    const int warps = static_cast<int>(blockDim.x) >> 5;
+    const auto outside = [&](int y) {
+        bool high = false, low = true;
+        for (int w = 0; w < warps; ++w) {
+            const float t = slots[y * warps + w];
+            high = high || !(t <= kHi);
+            low = low && t < kLo;
+        }
+        return high || low;
+    };
+    Verdict v;
+    v.self = v.block = outside(static_cast<int>(threadIdx.y));
+    if (kS == 1) {
+        for (int y = 0; y < static_cast<int>(blockDim.y); ++y) v.block = v.block || outside(y);
+    }
+    return v;
+}
+
+// E, the exponent of the row's largest |x| (pass kPass of packed storage).
+template <int kPass, class Sp, class Share>
+__device__ __forceinline__ int rowExponent(const Share& r, typename Sp::template Exchange<Share::V>& ex, int k,
+                                           Scratch& scratch) {
+    const unsigned m = rowTotal<MaxBits, Sp, Share>(
+        [&](unsigned t, int i) { return max(t, __float_as_uint(fabsf(r.template at<kPass>(i)))); }, ex, k, scratch);
+    return scaleExponent(__uint_as_float(m));
+}
+
+// RMS norm's (E, sum of (x 2^-E)^2). Passes 0, 1 and 3 of packed storage; scratch[0] and [1].
+template <class Sp, class Share>
+__device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename Sp::template Exchange<Share::V>& ex,
+                                                       Scratch* scratch) {
+    static_assert(Share::N * Sp::S <= 64, "warp totals of at most 64 elements x 32 threads");
+    const float s = rowTotal<Sum, Sp, Share>(
+        [&](float t, int i) { const float x = r.template at<0>(i); return fmaf(x, x, t); }, ex, 0, scratch[0]);
+    const Verdict v = rangeVerdict<Sp::S>(s, scratch[0]);
+    if (!v.block) return {0, s};
+    const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
     const float sc = pow2(-e);
-    float q[Share::V];
-#pragma unroll
-    for (int j = 0; j < Share::V; ++j) {
-        float t = 0.0f;
-#pragma unroll
-        for (int w = 0; w < W; ++w) {
-            const float y = r.template at<3>(j * W + w) * sc;
-            t = kPow == 1 ? t + y : fmaf(y, y, t);
-        }
-        q[j] = t;
-    }
-    float s;
-    if constexpr (Sp::S == 1) s = Sp::sum(q, nullptr);
-    else s = Sp::sum(q, ex.one[0]);
-    s = rowReduce<Sum>(s, scratch[1]);
-    return outside(e) ? typename ScaledSum<kPow>::T{e, s} : one;
+    const float q = rowTotal<Sum, Sp, Share>(  // scratch[0]'s slots were read before scratch[1]'s barrier
+        [&](float t, int i) { const float y = r.template at<3>(i) * sc; return fmaf(y, y, t); }, ex, 0, scratch[0]);
+    return v.self ? ScaledSum<2>::T{e, q} : ScaledSum<2>::T{0, s};
 }
 
 // The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E from the row's largest |x|), applied as
@@ -913,20 +963,12 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
 #pragma unroll
     for (int i = 0; i < r.N; ++i) m = fmaxf(m, r.template at<0>(i));
     m = rowReduce<Max>(m, scratch[0]);
-    float part[Share::V];  // per vector, then over the vectors (see Reductions)
-#pragma unroll
-    for (int j = 0; j < Share::V; ++j) {
-        float t = 0.0f;
-#pragma unroll
-        for (int w = 0; w < Storage::W; ++w) {
-            const int i = j * Storage::W + w;
-            const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
-            if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
-            t += e;
-        }
-        part[j] = t;
-    }
-    const float s = rowReduce<Sum>(Split<1>::sum(part, nullptr), scratch[1]);
+    Split<1>::Exchange<Share::V> none;
+    const float s = rowTotal<Sum, Split<1>, Share>([&](float t, int i) {  // per vector, then over the vectors
+        const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - m);
+        if constexpr (Share::kMutable) r.set(i, e);  // packed storage recomputes it below
+        return t + e;
+    }, none, 0, scratch[1]);
     const float inv = 1.0f / s;  // one division per row; a second rounding per element
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
@@ -960,6 +1002,22 @@ struct Param {
     }
 };
 
+// Layer norm's sum of (x sc - mean)^2 over the row's valid elements (the padding's d = -mean is left
+// out), per vector, then over the vectors (Split, through buffer k of ex), then rowReduce in scratch.
+template <int kPass, class Sp, class Share>
+__device__ __forceinline__ float centredSquares(const Share& r, bool full, int cols, float sc, float mean,
+                                                typename Sp::template Exchange<Share::V>& ex, int k,
+                                                Scratch& scratch) {
+    float part[Share::V];
+#pragma unroll
+    for (int j = 0; j < Share::V; ++j) part[j] = 0.0f;
+    Share::each(full, cols, [&](int i, bool in) {
+        const float d = fmaf(r.template at<kPass>(i), sc, -mean);
+        if (in) part[i / (Share::N / Share::V)] = fmaf(d, d, part[i / (Share::N / Share::V)]);
+    });
+    return rowReduce<Sum>(Sp::template fold<Sum>(part, ex, k), scratch);
+}
+
 // out = (x 2^-E - mean) f gamma + beta, gamma and beta one vector at a time.
 template <int kCopy, class Storage, class Share, class P>
 __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage::T* __restrict__ o,
@@ -973,7 +1031,7 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
 #pragma unroll
         for (int w = 0; w < Storage::W; ++w) {
             const int i = j * Storage::W + w;
-            const float d = Share::kMutable ? r.at(i) : fmaf(r.template at<2>(i), sc, -mean);
+            const float d = fmaf(r.template at<2>(i), sc, -mean);
             g[w] = fmaf(d * f, g[w], b[w]);
         }
         Share::template storeVec<kCopy>(o, j, cols, vec, g);
@@ -990,7 +1048,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
     __shared__ Scratch scratch[3];
     __shared__ typename Sp::template Exchange<kVecs> ex;
-    const RowIndex ri(rows, kS);
+    const RowIndex ri(rows, kS, kEarly);
     const bool vec = kDense ||
         (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(beta));
     const bool full = Share::full(static_cast<int>(cols));
@@ -1003,30 +1061,37 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     } else {
         r.zero();
     }
-    const auto total = rowScaledSum<1, Sp>(r, ex, scratch);
+    // The norms' sums (see rowSquareSum): mean and variance of the unscaled row, and for rows whose
+    // variance sum is out of range, of x 2^-E. Passes 0, 1 (and 3, 4, 5) of packed storage; each
+    // reduction alternates exchange buffers and scratch slots (see Split::Exchange, Scratch).
     const float n = static_cast<float>(cols);
-    const float sc = pow2(-total.e);
-    const float mean = divByCount<Share::kMutable>(total.s, n);  // in units of 2^E (kMutable: float rows)
-    float part[Share::V];  // padding is 0 but its d = -mean is not: it must be left out here
-#pragma unroll
-    for (int j = 0; j < Share::V; ++j) part[j] = 0.0f;
-    Share::each(full, static_cast<int>(cols), [&](int i, bool in) {
-        const float d = fmaf(r.template at<1>(i), sc, -mean);
-        if constexpr (Share::kMutable) r.set(i, d);  // packed storage recomputes it below
-        if (in) part[i / Storage::W] = fmaf(d, d, part[i / Storage::W]);
-    });
-    float q;
-    if constexpr (kS == 1) q = Sp::sum(part, nullptr);
-    else q = Sp::sum(part, ex.one[1]);
-    q = rowReduce<Sum>(q, scratch[2]);
-    const float f = layerNormFactor(divByCount<Share::kMutable>(q, n), total.e, eps);
+    const int c = static_cast<int>(cols);
+    float mean = divByCount<Share::kMutable>(  // kMutable: float rows
+        rowTotal<Sum, Sp, Share>([&](float t, int i) { return t + r.template at<0>(i); }, ex, 0, scratch[0]), n);
+    float q = centredSquares<1, Sp>(r, full, c, 1.0f, mean, ex, 1, scratch[2]);
+    int e = 0;
+    float sc = 1.0f;
+    const Verdict v = rangeVerdict<kS>(q, scratch[2]);
+    if (v.block) {
+        const int e2 = rowExponent<3, Sp>(r, ex, 0, scratch[1]);
+        const float sc2 = pow2(-e2);
+        const float mean2 = divByCount<Share::kMutable>(rowTotal<Sum, Sp, Share>(
+            [&](float t, int i) { return fmaf(r.template at<4>(i), sc2, t); }, ex, 1, scratch[0]), n);
+        const float q2 = centredSquares<5, Sp>(r, full, c, sc2, mean2, ex, 0, scratch[2]);
+        if (v.self) {
+            e = e2;
+            sc = sc2;
+            mean = mean2;
+            q = q2;
+        }
+    }
+    const float f = layerNormFactor(divByCount<Share::kMutable>(q, n), e, eps);
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler
     // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%). Rows
     // off the 16-byte grid write element by element too: with a shifted copy of this loop ptxas
     // spilled 44 bytes in the 8-vector 16-bit kernel (4 without), which every row then pays.
-    const int c = static_cast<int>(cols);
     const int mode = Share::copy(c, vec);
     withCopy<Share>(Share::kMutable || mode == kShifted ? kElementwise : mode, [&](auto copy) {
         layerNormWrite<decltype(copy)::value, Storage>(r, o, g, b, sc, mean, f, c, vec);
@@ -1065,8 +1130,12 @@ template <class Storage, class Sp = Split<1>, class Share, class P>
 __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
                                             const P& gamma, size_t cols, float eps, bool vec,
                                             Scratch* scratch, typename Sp::template Exchange<Share::V>& ex) {
-    const auto total = rowScaledSum<2, Sp>(r, ex, scratch);
-    const NormFactor nf = normFactor(total.s / static_cast<float>(cols), total.e, eps);
+    const auto total = rowSquareSum<Sp>(r, ex, scratch);
+    // The mean square: the division's fast path (divByCount) is exact for the finite sums here
+    // (normal, or 0); an infinite one (a row holding inf) stays inf, as with `/`.
+    const float n = static_cast<float>(static_cast<int>(cols));
+    const float ms = total.s == __int_as_float(0x7f800000) ? total.s : divByCount<true>(total.s, n);
+    const NormFactor nf = normFactor(ms, total.e, eps);
     if (!ri.live) return;
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
@@ -1079,12 +1148,12 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
     using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
     __shared__ Scratch scratch[2];
     __shared__ typename Sp::template Exchange<kVecs> ex;
-    const RowIndex ri(rows, kS);
+    const RowIndex ri(rows, kS, kEarly);
     const bool vec = kDense || (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma));
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
-        r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+        r.template load<true, 2>(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
         g.fetch(static_cast<int>(cols), vec);
     } else {
         r.zero();
@@ -1103,7 +1172,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
     __shared__ Scratch scratch[2];
     __shared__ typename Sp::template Exchange<kVecs> ex;
-    const RowIndex ri(rows, kS);
+    const RowIndex ri(rows, kS, kEarly);
     const bool vec = kDense ||
         (cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma) && aligned16(residual));
     Share r;
