@@ -446,8 +446,9 @@ def test_rms_norm_does_not_depend_on_the_rows_scale(dtype: str, cols: int) -> No
     kernel = ProdKernel("rmsnorm", dtype=dtype)
     scales = [*range(-70, -25, 3), *range(45, 66, 2), -120, 120]  # warp totals ~ 2^(2k + 11) at 2048
     rng = cupy.random.default_rng(cols)
-    base = rng.standard_normal(cols, dtype=cupy.float32)
-    rows = cupy.stack([base * cupy.float32(2.0**k) for k in (0, *scales)])
+    # |x| in [1, 2): every scaled copy stays a normal number (subnormal inputs lose bits of their own)
+    base = rng.uniform(1.0, 2.0, cols, dtype=cupy.float32) * (rng.integers(0, 2, cols) * 2 - 1)
+    rows = cupy.stack([base * cupy.float32(2.0**k) for k in (0, *scales)]).astype(cupy.float32)
     x = device_storage(rows, dtype)
     g = device_storage(cupy.ones(cols, dtype=cupy.float32), dtype)
     # a few float32 ulps (rsqrt's approximation), one rounding of each 16-bit output either way
@@ -801,6 +802,23 @@ def test_a_decode_launch_takes_the_dense_kernel_only_where_every_access_is_whole
     assert not dense_decode(arrays(256, 4096, 512), shape=ragged, cols=2880, width=8)
     assert entry_point("rmsnorm", "bfloat16", 8, packed=True, decode=True, split=8, dense=True) == \
         "rmsnorm_bf16_p8_s8_da"
+
+
+@pytest.mark.parametrize("cols, dense, split", [
+    (2048, True, 8), (2048, False, 8),     # one warp of 8 vectors: 256 threads either way
+    (4096, True, 2), (4096, False, 8),     # 64 threads: the dense kernel in two, the general one to 512
+    (8192, True, 2), (8192, False, 4),     # 128 threads of 8 vectors
+    (5120, True, 2), (7168, True, 2),      # 160 and 224 threads of 4 vectors: 320 and 448
+    (2880, False, 4),                      # 96 threads of 4 vectors: 384
+    (16384, True, 2), (32768, True, 1),    # 256 threads: 512 in two groups; 512: none
+])
+def test_decode_split_follows_the_kernel(cols: int, dense: bool, split: int) -> None:
+    """The decode split of a bfloat16 RMS norm row (prod.py's decode_split): the dense kernel splits a
+    row of one warp 8 ways and others 2 ways, the general kernel as far as 512 threads allow."""
+    from normprops.cuda.prod import decode_split
+
+    shape = launch_shape(cols, dtype="bfloat16", per_thread=prod_layout("rmsnorm", "bfloat16")[0])
+    assert decode_split(shape, dense=dense) == split
 
 
 def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:

@@ -550,10 +550,9 @@ struct Regs {
     // holds the next vector; lane 31 loads it), and cuts its vector out of the two: 16-byte loads
     // where the element-wise copy made W 2-byte ones, and each of a chunk that holds an element of
     // the row, so never past the 16-byte block of a valid element. Elements from cols on are the
-    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row). In two steps:
-    // fetchShifted issues the loads and joinShifted exchanges and cuts, so that a thread can have the
-    // loads of several vectors in flight before it waits for any (one vector at a time, each load
-    // followed by its shuffles, made a round trip to memory per vector).
+    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row). In two steps,
+    // fetchShifted (the loads) and joinShifted (the exchange and the cut): the form in which ptxas
+    // compiles the float16 layer norm without spills (24 bytes as one function).
     struct Chunks {
         uint4 a;  // the chunk that holds the vector's first element
         uint4 b;  // lane 31 of a row off the grid: the next chunk, which no lane of the warp loads
@@ -667,35 +666,25 @@ struct Regs {
     }
     // The row into registers (fill past its end), with this thread's copy(); kEveryMode = false:
     // kElementwise where copy() says kWhole or kShifted (fewer copies of the loop, for register
-    // pressure). kBatch: the vectors of a shifted row whose loads a thread has in flight at once (see
-    // loadShifted). RMS norm takes 2 (4 made its default kernels spill); layer norm and softmax 1
-    // (2 made them spill 8-20 bytes).
-    template <bool kEveryMode = true, int kBatch = 1>
+    // pressure).
+    template <bool kEveryMode = true>
     __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
         const int mode = copy(cols, vec);
         if (mode == kAll) loadAs<kAll>(row, cols, vec, fill, reach);
         else if (kEveryMode && mode == kWhole) loadAs<kWhole>(row, cols, vec, fill, reach);
         else if constexpr (kEveryMode && kShifts) {
-            if (mode == kShifted) loadAs<kShifted, kBatch>(row, cols, vec, fill, reach);
+            if (mode == kShifted) loadAs<kShifted>(row, cols, vec, fill, reach);
             else loadAs<kElementwise>(row, cols, vec, fill, reach);
         }
         else loadAs<kElementwise>(row, cols, vec, fill, reach);
     }
-    template <int kCopy, int kBatch = 1>
+    template <int kCopy>
     __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
-        if constexpr (kPacked && kCopy == kShifted) {  // kBatch vectors' loads in flight at once
-            constexpr int kB = kVecs < kBatch ? kVecs : kBatch;
+        if constexpr (kPacked && kCopy == kShifted) {
 #pragma unroll
-            for (int j0 = 0; j0 < kVecs; j0 += kB) {
-                Chunks q[kB];
-#pragma unroll
-                for (int k = 0; k < kB; ++k) q[k] = fetchShifted<true>(row, j0 + k, cols, reach);
-#pragma unroll
-                for (int k = 0; k < kB; ++k) {
-                    const uint4 v = joinShifted(q[k], row, j0 + k, cols, Storage::bits(fill));
-                    const int j = j0 + k;
-                    w[j * 4] = v.x; w[j * 4 + 1] = v.y; w[j * 4 + 2] = v.z; w[j * 4 + 3] = v.w;
-                }
+            for (int j = 0; j < kVecs; ++j) {
+                const uint4 v = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
+                w[j * 4] = v.x; w[j * 4 + 1] = v.y; w[j * 4 + 2] = v.z; w[j * 4 + 3] = v.w;
             }
             return;
         }
@@ -790,17 +779,15 @@ struct RowIndex {
 // A norm adds the row's unscaled values (per vector, then over the vectors: Split::fold, then
 // rowReduce) and finally a sum of squares: sum(x^2) for RMS norm, sum((x - mean)^2) for layer norm.
 // That sum's own range says whether the unscaled arithmetic was exact enough (rangeVerdict): while
-// every warp total of it (its total, for a row of one warp) is at most 2^120 and one is at least
-// 2^-60, no term or partial sum overflowed (the row's total is below 16 x 2^120), what squares below
-// 2^-126 lose (at most 2^-149 each) is below 2^-80 of the sum, and an overflowing sum(x) would have
-// made it NaN. Those rows are the plain arithmetic the error model bounds, with E = 0. Other rows
-// (huge, tiny, constant, zero, nonfinite) take a second pass over the registers: E, the exponent of
-// the row's largest |x| (scaleExponent), and the same sums of x 2^-E, exact power-of-two scalings
-// that neither overflow nor underflow. Every thread of a row reaches the same verdict from the same
-// totals. The rows of a block share its barriers: a block whose rows span several warps takes the
-// second pass if any of its rows needs it (each row's warp totals are in the reduction's scratch,
-// read before the next barrier), and rows that do not keep their one-pass sums. Rows of one warp
-// (no barrier) and a split block (one row) decide alone.
+// every warp total of it is at most 2^120 and one is at least 2^-60, no term or partial sum overflowed
+// (the terms are not negative, so a partial sum is at most its total, and the row's total is below
+// 16 x 2^120), what squares below 2^-126 lose (at most 2^-149 each, 2^15 elements at most) is below
+// 2^-74 of the sum, and an overflowing sum(x) would have made it NaN.
+// Those rows are the plain arithmetic the error model bounds, with E = 0. Other rows (huge, tiny,
+// constant, zero, nonfinite) take a second pass over the registers: E, the exponent of the row's
+// largest |x| (scaleExponent), and the same sums of x 2^-E, exact power-of-two scalings that
+// neither overflow nor underflow. Every thread of a row reaches the same verdict from the same warp
+// totals, whatever the row's batch, so the bits are a row's own.
 
 // The row's reduction Op of acc: acc(t, i) folds element i into its vector's partial t, from Op's
 // identity; the vectors' partials fold in order (Split, through buffer k of ex), then rowReduce in
@@ -820,8 +807,13 @@ __device__ __forceinline__ typename Op::T rowTotal(Acc acc, typename Sp::templat
     return rowReduce<Op>(Sp::template fold<Op>(part, ex, k), scratch);
 }
 
-// Whether a row's sum of squares q, just reduced in scratch, needs the scaled second pass (self), and
-// whether its block takes that pass (block: any of its rows, where they share barriers).
+// Whether a row's sum of squares q, just reduced in scratch (rowReduce<Sum>), needs the scaled second
+// pass (self): a warp total of it above 2^120 (or NaN), or none as large as 2^-60 (for a row of one
+// warp, its total). The rows of a
+// block share its barriers: a block whose rows span several warps takes the second pass if any of its
+// rows needs it (block; each row's warp totals are in scratch, read before the next barrier), and
+// rows that do not keep their one-pass sums. Rows of one warp (no barrier) and a decode block (one
+// row) decide alone. Every thread of the block must call it.
 struct Verdict {
     bool self;
     bool block;
@@ -846,7 +838,7 @@ __device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch)
     };
     Verdict v;
     v.self = v.block = outside(static_cast<int>(threadIdx.y));
-    if (kS == 1) {
+    if (kS == 1 && blockDim.y > 1) {
         for (int y = 0; y < static_cast<int>(blockDim.y); ++y) v.block = v.block || outside(y);
     }
     return v;
@@ -1153,7 +1145,7 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
-        r.template load<true, 2>(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+        r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
         g.fetch(static_cast<int>(cols), vec);
     } else {
         r.zero();

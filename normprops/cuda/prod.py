@@ -52,7 +52,7 @@ from normprops.errors import ContractError
 from normprops.ops import get_op
 
 __all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "dense_decode", "DECODE_OPS", "PER_THREAD",
-           "VPTS", "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "decode_block_threads", "launch_shape",
+           "VPTS", "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "launch_shape",
            "ProdKernel",
            "clusters_supported", "multiprocessors", "largest_cluster", "split_exact", "split_on_device",
            "to_storage", "from_storage"]
@@ -88,27 +88,23 @@ SPLITS = (8, 4, 2)
 
 def decode_split(shape: Shape, *, dense: bool = False) -> int:
     """How many threads share each prefill thread's vectors in a decode launch of ``shape`` (on the
-    ``dense`` kernel or the general one): the most of :data:`SPLITS` at most its vectors per thread
-    (powers of two both, so it divides them) that keeps the block within
-    :func:`decode_block_threads` (1 where none does). A lone row's time is mostly its warps issuing
-    their arithmetic: the split gives it that many times the warps, with the prefill kernel's sums
-    and bits."""
-    cap = decode_block_threads(shape.tpr, dense=dense)
+    ``dense`` kernel or the general one): one of :data:`SPLITS` at most its vectors per thread (powers
+    of two both, so it divides them), 1 where none fits. A lone row's time is mostly its warps issuing
+    their arithmetic: the split gives it that many times the warps, with the prefill kernel's sums and
+    bits, at the price of an exchange through shared memory.
+
+    The general kernel takes the most that keeps the block within 512 threads (on an H100, one
+    bfloat16 row of 2880 columns, 96 threads: RMS norm 3.03 us in 384 threads, 3.20 in 192, 3.29
+    unsplit). The dense kernel takes 8 for rows of one warp (whose reductions need no barrier), else
+    2. On an H100, one bfloat16 row (us): RMS norm at 2048 columns 2.54 split 8, 2.51 split 4, 2.72
+    unsplit; at 4096 2.81 split 2 against 2.94-3.23; at 5120, 7168 and 8192 3.16 / 3.38 / 3.27
+    split 2 against 3.40 / 3.52 / 3.45 unsplit (and 3.36 split 4 at 8192); layer norm 3.39 split 2
+    at 4096 (3.43-3.78 otherwise), 3.88 at 8192 (4.01-4.03); the fused kernel 3.00-4.09 split 2 at
+    2048-8192 against 3.42-4.23 unsplit."""
+    if dense and shape.tpr > 32:
+        return 2 if shape.vpt >= 2 and 2 * shape.tpr <= MAX_ROW_THREADS else 1
+    cap = MAX_ROW_THREADS // 2 if dense else MAX_ROW_THREADS
     return next((n for n in SPLITS if n <= shape.vpt and n * shape.tpr <= cap), 1)
-
-
-def decode_block_threads(tpr: int, *, dense: bool) -> int:
-    """The most threads a split decode block of ``tpr`` threads per row may have. The general kernel:
-    512 (on an H100, one bfloat16 row of 2880 columns, 96 threads: RMS norm 3.03 us in 384 threads,
-    3.20 in 192, 3.29 unsplit). The dense kernel, whose row is cheaper to move: 256 for rows of one
-    warp, whose reductions need no barrier, else 128, as each group's reductions then go through
-    shared memory and a barrier. On that H100, one row: RMS norm at 2048 columns (32 threads) 2.45
-    us in 256 threads against 2.51 in 128; at 4096 (64) 2.80 in 128 against 2.81-2.84 in 256-512;
-    at 8192 (128) 3.15 unsplit against 3.24-3.28 split; layer norm 3.24 against 3.31-3.47 at 4096
-    and 3.75 against 3.86-3.94 at 8192."""
-    if not dense:
-        return MAX_ROW_THREADS
-    return MAX_ROW_THREADS // 2 if tpr == 32 else MAX_ROW_THREADS // 4
 
 
 def decode_entry_points() -> set[str]:
