@@ -464,6 +464,38 @@ def test_rms_norm_does_not_depend_on_the_rows_scale(dtype: str, cols: int) -> No
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("cols", [2048, 8192])
+def test_norms_take_an_eps_near_the_float_max(op: str, cols: int) -> None:
+    """eps = 3e38 beside a mean square of 2^118-2^120: ms + eps unscaled would overflow to inf and
+    every output to 0 (or beta). Such an eps sends every row through the scaled pass (prod.cu's
+    rangeVerdict); the outputs must match float64."""
+    import cupy
+
+    from normprops.cuda.prod import ProdKernel
+
+    rows, eps = 3, 3.0e38
+    x = np.tile(np.where(np.arange(cols) % 2, -1.0, 1.0), (rows, 1)) * 2.0**59
+    x[1] *= 2.0  # mean square 2^120 for RMS norm
+    x[2] *= np.linspace(0.5, 1.5, cols)
+    g = np.linspace(0.5, 2.0, cols)
+    b = np.linspace(-1.0, 1.0, cols)
+    if op == "rmsnorm":
+        want = x / np.sqrt(np.mean(x * x, axis=1, keepdims=True) + eps) * g
+    else:
+        d = x - x.mean(axis=1, keepdims=True)
+        want = d / np.sqrt(np.mean(d * d, axis=1, keepdims=True) + eps) * g + b
+    kernel = ProdKernel(op, dtype="float32")
+    for spread in (True, False):
+        out = cupy.zeros((rows, cols), dtype=cupy.float32)
+        args = (cupy.asarray(x, dtype=cupy.float32), out, cupy.asarray(g, dtype=cupy.float32),
+                *((cupy.asarray(b, dtype=cupy.float32),) if op == "layernorm" else ()))
+        kernel.launch(*args, rows=rows, cols=cols, eps=eps, spread=spread)
+        err = np.max(np.abs(cupy.asnumpy(out) - want)) / np.max(np.abs(want))
+        assert err < 1e-5, f"spread={spread}: max error {err:.3g} of max |out|"
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "addrmsnorm"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
 def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:

@@ -349,8 +349,9 @@ struct Online {
 };
 
 // Shared scratch for the second reduction level: one 16-byte slot per warp of the block (at most
-// 1024 threads). A Scratch serves one reduction: no barrier follows the reads of its slots, so a
-// kernel that reduces twice gives each reduction its own.
+// 1024 threads). No barrier follows the reads of a reduction's slots, so the next reduction takes
+// another Scratch; one may take a Scratch again once a later barrier (another reduction's) has
+// followed every read of it.
 struct Scratch {
     float4 slot[32];
 };
@@ -686,30 +687,30 @@ struct Regs {
                 const uint4 v = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
                 w[j * 4] = v.x; w[j * 4 + 1] = v.y; w[j * 4 + 2] = v.z; w[j * 4 + 3] = v.w;
             }
-            return;
-        }
+        } else {
 #pragma unroll
-        for (int j = 0; j < kVecs; ++j) {
-            const int c0 = first(j);
-            if constexpr (kPacked) {
-                const unsigned short pad = Storage::bits(fill);
-                if (kCopy != kElementwise || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
-                    const unsigned pads = pad | (static_cast<unsigned>(pad) << 16);
-                    uint4 q = make_uint4(pads, pads, pads, pads);
-                    if (kCopy == kAll || c0 < cols) q = Storage::ldgV(row + c0);  // predicated (loadVec)
-                    w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
-                } else {
+            for (int j = 0; j < kVecs; ++j) {
+                const int c0 = first(j);
+                if constexpr (kPacked) {
+                    const unsigned short pad = Storage::bits(fill);
+                    if (kCopy != kElementwise || (vec && c0 + Storage::W <= cols)) {  // the 16 bytes as they are
+                        const unsigned pads = pad | (static_cast<unsigned>(pad) << 16);
+                        uint4 q = make_uint4(pads, pads, pads, pads);
+                        if (kCopy == kAll || c0 < cols) q = Storage::ldgV(row + c0);  // predicated (loadVec)
+                        w[j * 4] = q.x; w[j * 4 + 1] = q.y; w[j * 4 + 2] = q.z; w[j * 4 + 3] = q.w;
+                    } else {
 #pragma unroll
-                    for (int q = 0; q < Storage::W / 2; ++q) {
-                        const unsigned a = c0 + 2 * q < cols ? row[c0 + 2 * q] : pad;
-                        const unsigned b = c0 + 2 * q + 1 < cols ? row[c0 + 2 * q + 1] : pad;
-                        w[j * Storage::W / 2 + q] = a | (b << 16);
+                        for (int q = 0; q < Storage::W / 2; ++q) {
+                            const unsigned a = c0 + 2 * q < cols ? row[c0 + 2 * q] : pad;
+                            const unsigned b = c0 + 2 * q + 1 < cols ? row[c0 + 2 * q + 1] : pad;
+                            w[j * Storage::W / 2 + q] = a | (b << 16);
+                        }
                     }
+                } else {
+                    float v[Storage::W];
+                    loadVec<kCopy>(row, j, cols, vec, fill, v, reach);
+                    setVec(j, v);
                 }
-            } else {
-                float v[Storage::W];
-                loadVec<kCopy>(row, j, cols, vec, fill, v, reach);
-                setVec(j, v);
             }
         }
     }
@@ -782,7 +783,8 @@ struct RowIndex {
 // every warp total of it is at most 2^120 and one is at least 2^-60, no term or partial sum overflowed
 // (the terms are not negative, so a partial sum is at most its total, and the row's total is below
 // 16 x 2^120), what squares below 2^-126 lose (at most 2^-149 each, 2^15 elements at most) is below
-// 2^-74 of the sum, and an overflowing sum(x) would have made it NaN.
+// 2^-74 of the sum, and an overflowing sum(x) would have made it inf or NaN. An eps above 2^126
+// could overflow the unscaled ms + eps: every row then takes the scaled pass (eps 4^-E).
 // Those rows are the plain arithmetic the error model bounds, with E = 0. Other rows (huge, tiny,
 // constant, zero, nonfinite) take a second pass over the registers: E, the exponent of the row's
 // largest |x| (scaleExponent), and the same sums of x 2^-E, exact power-of-two scalings that
@@ -809,7 +811,7 @@ __device__ __forceinline__ typename Op::T rowTotal(Acc acc, typename Sp::templat
 
 // Whether a row's sum of squares q, just reduced in scratch (rowReduce<Sum>), needs the scaled second
 // pass (self): a warp total of it above 2^120 (or NaN), or none as large as 2^-60 (for a row of one
-// warp, its total). The rows of a
+// warp, its total), or an eps above 2^126. The rows of a
 // block share its barriers: a block whose rows span several warps takes the second pass if any of its
 // rows needs it (block; each row's warp totals are in scratch, read before the next barrier), and
 // rows that do not keep their one-pass sums. Rows of one warp (no barrier) and a decode block (one
@@ -819,10 +821,11 @@ struct Verdict {
     bool block;
 };
 template <int kS>
-__device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch) {
+__device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch, float eps) {
+    const bool huge = eps > 0x1p126f;  // (every row of the launch)
     constexpr float kLo = 0x1p-60f, kHi = 0x1p120f;
     if (blockDim.x == 32) {
-        const bool out = !(q >= kLo && q <= kHi);  // NaN: out
+        const bool out = huge || !(q >= kLo && q <= kHi);  // NaN: out
         return {out, out};
     }
     const auto* slots = reinterpret_cast<const float*>(scratch.slot);
@@ -837,7 +840,7 @@ __device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch)
         return high || low;
     };
     Verdict v;
-    v.self = v.block = outside(static_cast<int>(threadIdx.y));
+    v.self = v.block = huge || outside(static_cast<int>(threadIdx.y));
     if (kS == 1 && blockDim.y > 1) {
         for (int y = 0; y < static_cast<int>(blockDim.y); ++y) v.block = v.block || outside(y);
     }
@@ -856,11 +859,11 @@ __device__ __forceinline__ int rowExponent(const Share& r, typename Sp::template
 // RMS norm's (E, sum of (x 2^-E)^2). Passes 0, 1 and 3 of packed storage; scratch[0] and [1].
 template <class Sp, class Share>
 __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename Sp::template Exchange<Share::V>& ex,
-                                                       Scratch* scratch) {
+                                                       Scratch* scratch, float eps) {
     static_assert(Share::N * Sp::S <= 64, "warp totals of at most 64 elements x 32 threads");
     const float s = rowTotal<Sum, Sp, Share>(
         [&](float t, int i) { const float x = r.template at<0>(i); return fmaf(x, x, t); }, ex, 0, scratch[0]);
-    const Verdict v = rangeVerdict<Sp::S>(s, scratch[0]);
+    const Verdict v = rangeVerdict<Sp::S>(s, scratch[0], eps);
     if (!v.block) return {0, s};
     const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
     const float sc = pow2(-e);
@@ -869,7 +872,8 @@ __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename
     return v.self ? ScaledSum<2>::T{e, q} : ScaledSum<2>::T{0, s};
 }
 
-// The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E from the row's largest |x|), applied as
+// The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E = 0, or for a row that takes the scaled
+// pass the exponent of its largest |x|), applied as
 // out = (x * a) * b: the true factor 2^-E f (f = 1 / sqrt(ms_scaled + eps 4^-E)) is split so that
 // neither part nor the intermediate x * a can overflow, or underflow where the output would not:
 // |E| <= 64: a = 2^-E f, b = 1; beyond, 2^-+64 goes into a and the rest into b. When eps 4^-E
@@ -1063,7 +1067,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     float q = centredSquares<1, Sp>(r, full, c, 1.0f, mean, ex, 1, scratch[2]);
     int e = 0;
     float sc = 1.0f;
-    const Verdict v = rangeVerdict<kS>(q, scratch[2]);
+    const Verdict v = rangeVerdict<kS>(q, scratch[2], eps);
     if (v.block) {
         const int e2 = rowExponent<3, Sp>(r, ex, 0, scratch[1]);
         const float sc2 = pow2(-e2);
@@ -1122,7 +1126,7 @@ template <class Storage, class Sp = Split<1>, class Share, class P>
 __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, typename Storage::T* out,
                                             const P& gamma, size_t cols, float eps, bool vec,
                                             Scratch* scratch, typename Sp::template Exchange<Share::V>& ex) {
-    const auto total = rowSquareSum<Sp>(r, ex, scratch);
+    const auto total = rowSquareSum<Sp>(r, ex, scratch, eps);
     // The mean square: the division's fast path (divByCount) is exact for the finite sums here
     // (normal, or 0); an infinite one (a row holding inf) stays inf, as with `/`.
     const float n = static_cast<float>(static_cast<int>(cols));

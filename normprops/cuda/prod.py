@@ -95,12 +95,13 @@ def decode_split(shape: Shape, *, dense: bool = False) -> int:
 
     The general kernel takes the most that keeps the block within 512 threads (on an H100, one
     bfloat16 row of 2880 columns, 96 threads: RMS norm 3.03 us in 384 threads, 3.20 in 192, 3.29
-    unsplit). The dense kernel takes 8 for rows of one warp (whose reductions need no barrier), else
-    2. On an H100, one bfloat16 row (us): RMS norm at 2048 columns 2.54 split 8, 2.51 split 4, 2.72
-    unsplit; at 4096 2.81 split 2 against 2.94-3.23; at 5120, 7168 and 8192 3.16 / 3.38 / 3.27
-    split 2 against 3.40 / 3.52 / 3.45 unsplit (and 3.36 split 4 at 8192); layer norm 3.39 split 2
-    at 4096 (3.43-3.78 otherwise), 3.88 at 8192 (4.01-4.03); the fused kernel 3.00-4.09 split 2 at
-    2048-8192 against 3.42-4.23 unsplit."""
+    unsplit). The dense kernel takes the most that keeps a row of one warp within 256 threads (8 for 8
+    vectors a thread: its reductions need no barrier, though the exchange does), and 2 for a row of
+    several warps. On an H100, one bfloat16 row (us): RMS norm at 2048 columns 2.54 split 8, 2.51
+    split 4, 2.72 unsplit; at 4096 2.81 split 2 against 2.94-3.23; at 5120, 7168 and 8192 3.16 /
+    3.38 / 3.27 split 2 against 3.40 / 3.52 / 3.45 unsplit (and 3.36 split 4 at 8192); layer norm
+    3.39 split 2 at 4096 (3.43-3.78 otherwise), 3.88 at 8192 (4.01-4.03); the fused kernel 3.00-4.09
+    split 2 at 2048-8192 against 3.42-4.23 unsplit."""
     if dense and shape.tpr > 32:
         return 2 if shape.vpt >= 2 and 2 * shape.tpr <= MAX_ROW_THREADS else 1
     cap = MAX_ROW_THREADS // 2 if dense else MAX_ROW_THREADS
