@@ -444,7 +444,7 @@ def test_rms_norm_does_not_depend_on_the_rows_scale(dtype: str, cols: int) -> No
     from normprops.cuda.prod import ProdKernel, from_storage
 
     kernel = ProdKernel("rmsnorm", dtype=dtype)
-    scales = [*range(-70, -25, 3), *range(45, 66, 2), -120, 120]  # warp totals ~ 2^(2k + 11) at 2048
+    scales = [*range(-70, -25, 3), *range(45, 66, 2), -120, 120]  # warp totals ~ 2^(2k + 12) at 2048
     rng = cupy.random.default_rng(cols)
     # |x| in [1, 2): every scaled copy stays a normal number (subnormal inputs lose bits of their own)
     base = rng.uniform(1.0, 2.0, cols, dtype=cupy.float32) * (rng.integers(0, 2, cols) * 2 - 1)
