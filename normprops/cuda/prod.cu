@@ -1086,10 +1086,13 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler
     // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%). Rows
-    // off the 16-byte grid write element by element too: with a shifted copy of this loop ptxas
-    // spilled 44 bytes in the 8-vector 16-bit kernel (4 without), which every row then pays.
+    // off the 16-byte grid take the shifted copy (gamma, beta and out a 16-byte access a vector)
+    // where a thread holds at most 4 vectors: on an H100, 1 GiB of bfloat16 rows of 4097 columns
+    // (4 vectors a thread) ran at 38.7% of memcpy against 23.9% element by element. With 8 they
+    // stay element-wise: there ptxas spilled 24-52 bytes, which aligned rows then paid too (8192
+    // columns 98.3% against 99.8%).
     const int mode = Share::copy(c, vec);
-    withCopy<Share>(Share::kMutable || mode == kShifted ? kElementwise : mode, [&](auto copy) {
+    withCopy<Share>(Share::kMutable || (mode == kShifted && kVecs > 4) ? kElementwise : mode, [&](auto copy) {
         layerNormWrite<decltype(copy)::value, Storage>(r, o, g, b, sc, mean, f, c, vec);
     });
 }
