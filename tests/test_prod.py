@@ -21,6 +21,7 @@ from normprops.cuda.prod import (
     decode_entry_points,
     entry_point,
     launch_shape,
+    off_grid_entry_points,
     split_exact,
 )
 from normprops.cuda.shape import (
@@ -554,6 +555,57 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
     assert not differ
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_off_grid_kernel_keeps_the_general_kernels_bits(op: str, dtype: str) -> None:
+    """The off-grid prefill kernel (``_sh``, only the shifted copy compiled) and the general one give
+    the same bytes for rows off the 16-byte grid: nine rows of every kind (as above) at odd widths of
+    4 and 8 vectors a thread, x and out 0 or 1 element off the grid, gamma and beta 0 or 3."""
+    import cupy
+
+    from normprops.bench.launchers import device_storage
+    from normprops.cuda.prod import ProdKernel, off_grid
+
+    kernel = ProdKernel(op, dtype=dtype)
+    top = 10 if dtype == "float16" else 110
+
+    def placed(a, at: int):
+        flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
+        flat[...] = a.ravel()
+        return flat.reshape(a.shape)
+
+    differ, launched = [], 0
+    for cols in (1031, 2881, 4097, 5121, 7169, 8191):
+        shape = kernel.shape(cols)
+        assert shape.vpt in (4, 8), (cols, shape)
+        rng = cupy.random.default_rng(cols)
+        x = rng.standard_normal((9, cols), dtype=cupy.float32)
+        x[1] *= 2.0**top
+        x[2] *= 2.0**-top
+        x[3] += 1000.0
+        x[4, cols // 2] = np.inf
+        x[5, cols - 1] = np.nan
+        x[6, cols - 1] = 2.0**top
+        x[7] = 0.0
+        x[8, ::3] *= 2.0**-top
+        g, b = (device_storage(rng.standard_normal(cols, dtype=cupy.float32), dtype) for _ in range(2))
+        for at, params_at in ((0, 0), (1, 0), (0, 3), (1, 3)):
+            xs, gs, bs = placed(device_storage(x, dtype), at), placed(g, params_at), placed(b, params_at)
+            got = []
+            for shifted in (False, True):
+                out = placed(cupy.zeros_like(xs), at)
+                arrays = kernel.operands(x=xs, out=out, gamma=gs, beta=bs)
+                assert off_grid(arrays, cols=cols, width=8)
+                args = (*arrays, np.uint64(9), np.uint64(cols), np.float32(1e-5))
+                kernel._function(shape.vpt, shifted=shifted)(shape.grid(9), shape.block(), args)
+                got.append(out.view(cupy.uint16).copy())
+            launched += 1
+            if not cupy.array_equal(*got):
+                differ.append((cols, at, params_at))
+    assert launched == 24 and not differ
+
+
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
     """19 rows (every shift of a row of odd width, twice, and a partly empty last block), each array
     placed offsets[name] elements past an aligned allocation: each row's output (and the fused
@@ -836,6 +888,25 @@ def test_a_decode_launch_takes_the_dense_kernel_only_where_every_access_is_whole
         "rmsnorm_bf16_p8_s8_da"
 
 
+def test_a_prefill_launch_off_the_grid_takes_the_off_grid_kernel() -> None:
+    """A width the 16-byte vectors do not divide, or any array off the 16-byte grid, puts a launch's
+    rows off the grid: there the packed layer norm and RMS norm take their ``_sh`` kernel."""
+    from types import SimpleNamespace
+
+    from normprops.cuda.prod import off_grid
+
+    def arrays(*ptrs: int):
+        return tuple(SimpleNamespace(data=SimpleNamespace(ptr=p)) for p in ptrs)
+
+    assert not off_grid(arrays(256, 4096, 512), cols=4096, width=8)
+    assert off_grid(arrays(256, 4096, 512), cols=4097, width=8)
+    assert off_grid(arrays(258, 4096, 512), cols=4096, width=8)  # x off the grid
+    assert off_grid(arrays(256, 4096, 512 + 6), cols=4096, width=8)  # gamma off the grid
+    assert entry_point("layernorm", "bfloat16", 8, packed=True, shifted=True) == "layernorm_bf16_p8_sh"
+    assert off_grid_entry_points() == {f"{op}_{d}_p{v}_sh" for op in ("layernorm", "rmsnorm")
+                                       for d in ("bf16", "f16") for v in (4, 8)}
+
+
 @pytest.mark.parametrize("cols, dense, split", [
     (2048, True, 8), (2048, False, 8),     # one warp of 8 vectors: 256 threads either way
     (4096, True, 2), (4096, False, 8),     # 64 threads: the dense kernel in two, the general one to 512
@@ -865,6 +936,7 @@ def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:
               for vpt in (0, *VPTS)
               for packed in ((False, True) if dtype != "float32" and vpt in PACKED_VPTS else (False,))}
     wanted |= {entry_point("rmsnormbf16acc", "bfloat16", vpt, packed=False) for vpt in VPTS}
+    wanted |= off_grid_entry_points()
     wanted |= {entry_point("softmax", dtype, CLUSTER_VPT, packed=dtype != "float32", cluster=n)
                for dtype in ("float32", "bfloat16", "float16") for n in CLUSTER_SIZES}
     assert defined == wanted, (sorted(wanted - defined), sorted(defined - wanted))

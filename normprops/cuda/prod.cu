@@ -447,6 +447,9 @@ enum Copy : int {
     kAll = 2,          // 16-byte accesses, every vector of the thread in the row
     kShifted = 3,      // rows off the 16-byte grid: 16-byte accesses of the aligned chunks around them
 };
+// Regs' kOnly for a copy chosen at run time (kAny), or chosen at run time among all but kShifted
+// (kOnGrid: a kernel whose launcher sends the rows off the grid to another, which leaves it smaller).
+constexpr int kAny = -1, kOnGrid = -2;
 
 // The threads that share a row: the tpr threads of this block's row (the register path), or, on the
 // cluster path, the kCtas x tpr threads of a thread-block cluster (thread rank * tpr + t).
@@ -493,11 +496,12 @@ struct TeamOf<1, kVecs> {
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
 // element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
-// kOnly: a copy mode (see Copy) every thread of every launch takes, fixed at compile time (-1: chosen at
-// run time). kAll is a decode kernel's dense entry (prod_decode.cu): the launcher has checked that the
-// pointers are 16-byte aligned and that the row fills every thread's vectors exactly, so the other
-// modes' code is not compiled at all.
-template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam, int kOnly = -1>
+// kOnly: a copy mode (see Copy) every thread of every launch takes, fixed at compile time (kAny: chosen
+// at run time; kOnGrid: chosen at run time, kShifted excluded). kAll is a decode kernel's dense entry
+// (prod_decode.cu): the launcher has checked that the pointers are 16-byte aligned and that the row
+// fills every thread's vectors exactly, so the other modes' code is not compiled at all. kShifted is
+// an off-grid prefill kernel's (the launcher's off_grid).
+template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam, int kOnly = kAny>
 struct Regs {
     static constexpr int V = kVecs;
     static constexpr int N = kVecs * Storage::W;
@@ -539,7 +543,7 @@ struct Regs {
     // every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
     // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted) and
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
-    static constexpr bool kShifts = Storage::W == 8 && kPacked;
+    static constexpr bool kShifts = Storage::W == 8 && kPacked && kOnly != kOnGrid;
     __device__ static int copy(int cols, bool vec) {
         if constexpr (kOnly >= 0) return kOnly;
         return vec ? (full(cols) ? kAll : kWhole) : (kShifts ? kShifted : kElementwise);
@@ -752,10 +756,12 @@ struct Regs {
     }
 };
 
-// A norm kernel's share of a row: the prefill kernel's Regs (kS = 1), a decode kernel's split group's
-// (SplitTeam), and for a dense decode kernel only the whole-vector copy (kOnly = kAll).
-template <class Storage, int kVecs, bool kPacked, int kS, bool kDense>
-using SplitRegs = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+// A norm kernel's share of a row: the prefill kernel's Regs (kS = 1) or a decode kernel's split
+// group's (SplitTeam). kOnly narrows the copies compiled (see Regs): a dense decode kernel has only
+// the whole-vector copy (kDense, kAll), an off-grid prefill kernel only the shifted one (kShifted),
+// and the layer and RMS norms' other prefill kernels every copy but that one (kOnGrid).
+template <class Storage, int kVecs, bool kPacked, int kS, bool kDense, int kOnly = kAny>
+using SplitRegs = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : kOnly>;
 
 // A compile-time int passed to a generic lambda (no <type_traits> under NVRTC).
 template <int V>
@@ -1053,14 +1059,15 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false,
+          int kOnly = kAny>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
                               const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
     using Sp = Split<kS>;
-    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense, kOnly>;
     __shared__ Scratch scratch[3];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS, kEarly);
@@ -1105,13 +1112,16 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler
     // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%). Rows
-    // off the 16-byte grid take the shifted copy (gamma, beta and out a 16-byte access a vector)
-    // where a thread holds at most 4 vectors: on an H100, 1 GiB of bfloat16 rows of 4097 columns
-    // (4 vectors a thread) ran at 38.7% of memcpy against 23.9% element by element. With 8 they
-    // stay element-wise: there ptxas spilled 24-52 bytes, which aligned rows then paid too (8192
-    // columns 98.3% against 99.8%).
+    // off the 16-byte grid take the shifted copy (gamma, beta and out a 16-byte access a vector):
+    // on an H100, 1 GiB of bfloat16 rows of 4097 columns (4 vectors a thread) ran at 38.7% of
+    // memcpy against 23.9% element by element. A kernel that also takes aligned rows (a decode
+    // kernel) does so only where a thread holds at most 4 vectors: with 8, ptxas spilled 24-52
+    // bytes, which aligned rows then paid too (8192 columns 98.3% against 99.8%). The off-grid
+    // prefill kernel (kOnly = kShifted), which aligned rows never take, stores shifted at 8 as well
+    // (5121 columns: 38.4% against 22.7%).
     const int mode = Share::copy(c, vec);
-    withCopy<Share>(Share::kMutable || (mode == kShifted && kVecs > 4) ? kElementwise : mode, [&](auto copy) {
+    withCopy<Share>(Share::kMutable || (mode == kShifted && kVecs > 4 && kOnly != kShifted) ? kElementwise : mode,
+                    [&](auto copy) {
         layerNormWrite<decltype(copy)::value, Storage>(r, o, g, b, sc, mean, f, c, vec);
     });
 }
@@ -1158,12 +1168,13 @@ __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, 
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false,
+          int kOnly = kAny>
 __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
     using Sp = Split<kS>;
-    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense, kOnly>;
     __shared__ Scratch scratch[2];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS, kEarly);
@@ -1510,7 +1521,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
              const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
              size_t cols, float eps) {                                                              \
         if constexpr (VECS == 0) layerNormStream<STORAGE>(in, out, gamma, beta, rows, cols, eps);   \
-        else layerNormRegs<STORAGE, VECS, PACKED>(in, out, gamma, beta, rows, cols, eps);           \
+        else layerNormRegs<STORAGE, VECS, PACKED, false, 1, false, kOnGrid>(in, out, gamma, beta, rows, cols, eps); \
     }
 #define NP_RMSNORM(NAME, STORAGE, VECS, PACKED)                                                     \
     extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
@@ -1518,7 +1529,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
              const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
         if constexpr (VECS == 0)                                                                    \
             rmsNormStream<STORAGE, false>(in, nullptr, out, gamma, rows, cols, eps);                \
-        else rmsNormRegs<STORAGE, VECS, PACKED>(in, out, gamma, rows, cols, eps);                   \
+        else rmsNormRegs<STORAGE, VECS, PACKED, false, 1, false, kOnGrid>(in, out, gamma, rows, cols, eps); \
     }
 #define NP_ADDRMSNORM(NAME, STORAGE, VECS, PACKED)                                                  \
     extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
@@ -1527,6 +1538,25 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
         if constexpr (VECS == 0)                                                                    \
             rmsNormStream<STORAGE, true>(in, residual, out, gamma, rows, cols, eps);                \
         else addRmsNormRegs<STORAGE, VECS, PACKED>(in, residual, out, gamma, rows, cols, eps);      \
+    }
+
+// Rows of 16-bit storage off the 16-byte grid (widths such as 4097, or a pointer off it): the
+// packed prefill kernel compiled with only the shifted copy (kOnly = kShifted), launched wherever
+// normprops/cuda/prod.py's off_grid says a row leaves the grid; the general prefill kernel of these
+// two ops (kOnGrid) then compiles no shifted copy (a launch of another layout that sends it such rows
+// gets the element-wise one). Same arithmetic, so the same bits.
+#define NP_LAYERNORM_OFF_GRID(NAME, STORAGE, VECS)                                                  \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
+             const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
+             size_t cols, float eps) {                                                              \
+        layerNormRegs<STORAGE, VECS, true, false, 1, false, kShifted>(in, out, gamma, beta, rows, cols, eps); \
+    }
+#define NP_RMSNORM_OFF_GRID(NAME, STORAGE, VECS)                                                    \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
+             const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
+        rmsNormRegs<STORAGE, VECS, true, false, 1, false, kShifted>(in, out, gamma, rows, cols, eps); \
     }
 
 NP_SOFTMAX(softmax_f32_v0, F32, 0, false)
@@ -1568,6 +1598,10 @@ NP_LAYERNORM(layernorm_bf16_p4, BF16, 4, true)
 NP_LAYERNORM(layernorm_bf16_p8, BF16, 8, true)
 NP_LAYERNORM(layernorm_f16_p4, F16, 4, true)
 NP_LAYERNORM(layernorm_f16_p8, F16, 8, true)
+NP_LAYERNORM_OFF_GRID(layernorm_bf16_p4_sh, BF16, 4)
+NP_LAYERNORM_OFF_GRID(layernorm_bf16_p8_sh, BF16, 8)
+NP_LAYERNORM_OFF_GRID(layernorm_f16_p4_sh, F16, 4)
+NP_LAYERNORM_OFF_GRID(layernorm_f16_p8_sh, F16, 8)
 
 NP_RMSNORM(rmsnorm_f32_v0, F32, 0, false)
 NP_RMSNORM(rmsnorm_f32_v1, F32, 1, false)
@@ -1588,6 +1622,10 @@ NP_RMSNORM(rmsnorm_bf16_p4, BF16, 4, true)
 NP_RMSNORM(rmsnorm_bf16_p8, BF16, 8, true)
 NP_RMSNORM(rmsnorm_f16_p4, F16, 4, true)
 NP_RMSNORM(rmsnorm_f16_p8, F16, 8, true)
+NP_RMSNORM_OFF_GRID(rmsnorm_bf16_p4_sh, BF16, 4)
+NP_RMSNORM_OFF_GRID(rmsnorm_bf16_p8_sh, BF16, 8)
+NP_RMSNORM_OFF_GRID(rmsnorm_f16_p4_sh, F16, 4)
+NP_RMSNORM_OFF_GRID(rmsnorm_f16_p8_sh, F16, 8)
 
 NP_ADDRMSNORM(addrmsnorm_f32_v0, F32, 0, false)
 NP_ADDRMSNORM(addrmsnorm_f32_v1, F32, 1, false)
