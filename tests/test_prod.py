@@ -496,6 +496,32 @@ def test_norms_take_an_eps_near_the_float_max(op: str, cols: int) -> None:
         assert err < 1e-5, f"spread={spread}: max error {err:.3g} of max |out|"
 
 
+def _nine_rows(rng, cols: int, top: int):
+    """Nine float32 rows of every kind a norm meets: ordinary, huge (2^top), tiny (2^-top), a large
+    mean, an inf, a NaN, a lone huge last element, zeros, every third element tiny."""
+    import cupy
+
+    x = rng.standard_normal((9, cols), dtype=cupy.float32)
+    x[1] *= 2.0**top
+    x[2] *= 2.0**-top
+    x[3] += 1000.0
+    x[4, cols // 2] = np.inf
+    x[5, cols - 1] = np.nan
+    x[6, cols - 1] = 2.0**top
+    x[7] = 0.0
+    x[8, ::3] *= 2.0**-top
+    return x
+
+
+def _placed(a, at: int):
+    """A copy of device array a that starts ``at`` elements past an aligned allocation."""
+    import cupy
+
+    flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
+    flat[...] = a.ravel()
+    return flat.reshape(a.shape)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "addrmsnorm"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -520,33 +546,20 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
     kernel = ProdKernel(op, dtype=dtype)
     top = 10 if dtype == "float16" else 110
 
-    def placed(a, at: int):
-        flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
-        flat[...] = a.ravel()
-        return flat.reshape(a.shape)
-
     differ = []
     for shape, cs in sorted(widths.items()):
         odd = [c for c in cs if c % 2] or cs
         for cols in sorted({cs[0], odd[len(odd) // 2], cs[-1]}):
             rng = cupy.random.default_rng(cols)
-            x = rng.standard_normal((9, cols), dtype=cupy.float32)
-            x[1] *= 2.0**top
-            x[2] *= 2.0**-top
-            x[3] += 1000.0
-            x[4, cols // 2] = np.inf
-            x[5, cols - 1] = np.nan
-            x[6, cols - 1] = 2.0**top
-            x[7] = 0.0
-            x[8, ::3] *= 2.0**-top
+            x = _nine_rows(rng, cols, top)
             res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                          for n in ((9, cols), cols, cols))
             for at, params_at in ((0, 0), (0, 3), (1, 3)):
-                xs, rs = placed(device_storage(x, dtype), at), placed(res, at)
-                gs, bs = placed(g, params_at), placed(b, params_at + params_at // 3)
+                xs, rs = _placed(device_storage(x, dtype), at), _placed(res, at)
+                gs, bs = _placed(g, params_at), _placed(b, params_at + params_at // 3)
                 got = []
                 for spread in (True, False):
-                    out, r = placed(cupy.zeros_like(xs), at), placed(rs.copy(), at)
+                    out, r = _placed(cupy.zeros_like(xs), at), _placed(rs.copy(), at)
                     kernel.launch(*kernel.operands(x=xs, out=out, residual=r, gamma=gs, beta=bs), rows=9,
                                   cols=cols, eps=1e-5, spread=spread)
                     got.append(cupy.concatenate([out.ravel(), r.ravel()]).view(cupy.uint8))
@@ -570,31 +583,18 @@ def test_the_off_grid_kernel_keeps_the_general_kernels_bits(op: str, dtype: str)
     kernel = ProdKernel(op, dtype=dtype)
     top = 10 if dtype == "float16" else 110
 
-    def placed(a, at: int):
-        flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
-        flat[...] = a.ravel()
-        return flat.reshape(a.shape)
-
     differ, launched = [], 0
     for cols in (1031, 2881, 4097, 5121, 7169, 8191):
         shape = kernel.shape(cols)
         assert shape.vpt in (4, 8), (cols, shape)
         rng = cupy.random.default_rng(cols)
-        x = rng.standard_normal((9, cols), dtype=cupy.float32)
-        x[1] *= 2.0**top
-        x[2] *= 2.0**-top
-        x[3] += 1000.0
-        x[4, cols // 2] = np.inf
-        x[5, cols - 1] = np.nan
-        x[6, cols - 1] = 2.0**top
-        x[7] = 0.0
-        x[8, ::3] *= 2.0**-top
+        x = _nine_rows(rng, cols, top)
         g, b = (device_storage(rng.standard_normal(cols, dtype=cupy.float32), dtype) for _ in range(2))
         for at, params_at in ((0, 0), (1, 0), (0, 3), (1, 3)):
-            xs, gs, bs = placed(device_storage(x, dtype), at), placed(g, params_at), placed(b, params_at)
+            xs, gs, bs = _placed(device_storage(x, dtype), at), _placed(g, params_at), _placed(b, params_at)
             got = []
             for shifted in (False, True):
-                out = placed(cupy.zeros_like(xs), at)
+                out = _placed(cupy.zeros_like(xs), at)
                 arrays = kernel.operands(x=xs, out=out, gamma=gs, beta=bs)
                 assert off_grid(arrays, cols=cols, width=8)
                 args = (*arrays, np.uint64(9), np.uint64(cols), np.float32(1e-5))
@@ -621,16 +621,10 @@ def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]
     x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                     for n in ((rows, cols), (rows, cols), cols, cols))
 
-    def placed(a, at: int):
-        """a copy of a starting `at` elements past an aligned allocation"""
-        view = cupy.zeros(a.size + at, dtype=a.dtype)[at:].reshape(a.shape)
-        view[...] = a
-        return view
-
     def run(xs, rs, at: dict[str, int]):
-        xs, out = placed(xs, at["x"]), placed(cupy.zeros_like(xs), at["out"])
-        rs = None if rs is None else placed(rs, at["residual"])
-        gs, bs = placed(g, at["gamma"]), placed(b, at["beta"])
+        xs, out = _placed(xs, at["x"]), _placed(cupy.zeros_like(xs), at["out"])
+        rs = None if rs is None else _placed(rs, at["residual"])
+        gs, bs = _placed(g, at["gamma"]), _placed(b, at["beta"])
         # the width's rows per block, whatever the batch: the last block partly empty
         kernel.launch(*kernel.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs),
                       rows=xs.shape[0], cols=cols, eps=1e-5, spread=False)
