@@ -96,17 +96,11 @@ def decode_split(shape: Shape, *, dense: bool = False) -> int:
     ``dense`` kernel or the general one): one of :data:`SPLITS` at most its vectors per thread (powers
     of two both, so it divides them), 1 where none fits. A lone row's time is mostly its warps issuing
     their arithmetic: the split gives it that many times the warps, with the prefill kernel's sums and
-    bits, at the price of an exchange through shared memory.
-
-    The general kernel takes the most that keeps the block within 512 threads (on an H100, one
-    bfloat16 row of 2880 columns, 96 threads: RMS norm 3.03 us in 384 threads, 3.20 in 192, 3.29
-    unsplit). The dense kernel takes the most that keeps a row of one warp within 256 threads (8 for 8
-    vectors a thread: its reductions need no barrier, though the exchange does), and 2 for a row of
-    several warps. On an H100, one bfloat16 row (us): RMS norm at 2048 columns 2.54 split 8, 2.51
-    split 4, 2.72 unsplit; at 4096 2.81 split 2 against 2.94-3.23; at 5120, 7168 and 8192 3.16 /
-    3.38 / 3.27 split 2 against 3.40 / 3.52 / 3.45 unsplit (and 3.36 split 4 at 8192); layer norm
-    3.39 split 2 at 4096 (3.43-3.78 otherwise), 3.88 at 8192 (4.01-4.03); the fused kernel 3.00-4.09
-    split 2 at 2048-8192 against 3.42-4.23 unsplit."""
+    bits, at the price of an exchange through shared memory. The general kernel takes the most that
+    keeps the block within 512 threads; the dense kernel the most that keeps a row of one warp within
+    256 threads (its reductions need no barrier, though the exchange does), and 2 for a row of several
+    warps (on an H100, one bfloat16 row, RMS norm: 2880 columns 3.03 us in 384 threads, 3.29
+    unsplit; 8192 columns, dense, 3.27 split 2, 3.45 unsplit)."""
     if dense and shape.tpr > 32:
         return 2 if shape.vpt >= 2 and 2 * shape.tpr <= MAX_ROW_THREADS else 1
     cap = MAX_ROW_THREADS // 2 if dense else MAX_ROW_THREADS
@@ -130,16 +124,14 @@ def decode_entry_points() -> set[str]:
 
 
 def off_grid_entry_points() -> set[str]:
-    """prod.cu's off-grid kernels: layer norm and RMS norm, packed 16-bit storage, 4 and 8 vectors a
-    thread (the widths from 1024 columns up)."""
+    """prod.cu's off-grid kernels: the packed 16-bit layer and RMS norms at 4 and 8 vectors a thread."""
     return {entry_point(op, dtype, vpt, packed=True, shifted=True)
             for op in OFF_GRID_OPS for dtype in ("bfloat16", "float16") for vpt in PACKED_VPTS}
 
 
 def off_grid(arrays: tuple[Any, ...], *, cols: int, width: int) -> bool:
     """Whether a launch's rows leave the 16-byte grid (a width that ``width``-element vectors do not
-    divide, or an array off it): where the general kernel would take its shifted copy for every
-    row, the off-grid kernel (``_sh``), which compiles only that copy, takes them instead."""
+    divide, or an array off it): then the off-grid kernel (``_sh``) takes them."""
     return cols % width != 0 or any(a.data.ptr % 16 for a in arrays)
 
 
