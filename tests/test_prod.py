@@ -574,17 +574,18 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
 def test_the_off_grid_kernel_keeps_the_general_kernels_bits(op: str, dtype: str) -> None:
     """The off-grid prefill kernel (``_sh``, only the shifted copy compiled) and the general one give
     the same bytes for rows off the 16-byte grid: nine rows of every kind (as above) at odd widths of
-    4 and 8 vectors a thread, x and out 0 or 1 element off the grid, gamma and beta 0 or 3."""
+    4 and 8 vectors a thread (777: a row of one warp), x and out 0 or 1 element off the grid, gamma
+    and beta 0 or 3."""
     import cupy
 
     from normprops.bench.launchers import device_storage
-    from normprops.cuda.prod import ProdKernel, off_grid
+    from normprops.cuda.prod import ProdKernel
 
     kernel = ProdKernel(op, dtype=dtype)
     top = 10 if dtype == "float16" else 110
 
     differ, launched = [], 0
-    for cols in (1031, 2881, 4097, 5121, 7169, 8191):
+    for cols in (777, 1031, 2881, 4097, 5121, 7169, 8191):
         shape = kernel.shape(cols)
         assert shape.vpt in (4, 8), (cols, shape)
         rng = cupy.random.default_rng(cols)
@@ -596,14 +597,14 @@ def test_the_off_grid_kernel_keeps_the_general_kernels_bits(op: str, dtype: str)
             for shifted in (False, True):
                 out = _placed(cupy.zeros_like(xs), at)
                 arrays = kernel.operands(x=xs, out=out, gamma=gs, beta=bs)
-                assert off_grid(arrays, cols=cols, width=8)
+                assert kernel.shifted(arrays, shape=shape, cols=cols)
                 args = (*arrays, np.uint64(9), np.uint64(cols), np.float32(1e-5))
                 kernel._function(shape.vpt, shifted=shifted)(shape.grid(9), shape.block(), args)
                 got.append(out.view(cupy.uint16).copy())
             launched += 1
             if not cupy.array_equal(*got):
                 differ.append((cols, at, params_at))
-    assert launched == 24 and not differ
+    assert launched == 28 and not differ
 
 
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
@@ -884,18 +885,27 @@ def test_a_decode_launch_takes_the_dense_kernel_only_where_every_access_is_whole
 
 def test_a_prefill_launch_off_the_grid_takes_the_off_grid_kernel() -> None:
     """A width the 16-byte vectors do not divide, or any array off the 16-byte grid, puts a launch's
-    rows off the grid: there the packed layer norm and RMS norm take their ``_sh`` kernel."""
+    rows off the grid: there the packed layer norm and RMS norm at 4 or 8 vectors a thread take
+    their ``_sh`` kernel."""
     from types import SimpleNamespace
 
-    from normprops.cuda.prod import off_grid
+    from normprops.cuda.prod import ProdKernel
 
     def arrays(*ptrs: int):
         return tuple(SimpleNamespace(data=SimpleNamespace(ptr=p)) for p in ptrs)
 
-    assert not off_grid(arrays(256, 4096, 512), cols=4096, width=8)
-    assert off_grid(arrays(256, 4096, 512), cols=4097, width=8)
-    assert off_grid(arrays(258, 4096, 512), cols=4096, width=8)  # x off the grid
-    assert off_grid(arrays(256, 4096, 512 + 6), cols=4096, width=8)  # gamma off the grid
+    rms = ProdKernel("rmsnorm", dtype="bfloat16")
+    shape = launch_shape(4096, dtype="bfloat16")
+    assert not rms.shifted(arrays(256, 4096, 512), shape=shape, cols=4096)
+    assert rms.shifted(arrays(256, 4096, 512), shape=shape, cols=4097)
+    assert rms.shifted(arrays(258, 4096, 512), shape=shape, cols=4096)  # x off the grid
+    assert rms.shifted(arrays(256, 4096, 512 + 6), shape=shape, cols=4096)  # gamma off the grid
+    # no off-grid kernel: float32, the softmax, the fused kernel, or 1-2 vectors a thread
+    assert not ProdKernel("rmsnorm", dtype="float32").shifted(arrays(256, 4096, 512), shape=shape, cols=4097)
+    assert not ProdKernel("softmax", dtype="bfloat16").shifted(arrays(256, 4096), shape=shape, cols=4097)
+    assert not ProdKernel("addrmsnorm", dtype="bfloat16").shifted(arrays(256, 258, 4096, 512), shape=shape,
+                                                                  cols=4097)
+    assert not rms.shifted(arrays(256, 4096, 512), shape=launch_shape(255, dtype="bfloat16"), cols=255)
     assert entry_point("layernorm", "bfloat16", 8, packed=True, shifted=True) == "layernorm_bf16_p8_sh"
     assert off_grid_entry_points() == {f"{op}_{d}_p{v}_sh" for op in ("layernorm", "rmsnorm")
                                        for d in ("bf16", "f16") for v in (4, 8)}

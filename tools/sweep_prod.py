@@ -26,11 +26,9 @@ from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, source_text, unit_text
 from normprops.cuda.prod import (
     KEPT_BAD_SOURCE,
-    PACKED_VPTS,
     SOURCE,
     ProdKernel,
     largest_cluster,
-    off_grid,
     vector_width,
 )
 from normprops.cuda.shape import PORTABLE_CLUSTER, cluster_shape
@@ -142,9 +140,7 @@ def main() -> int:
                     k = SweepKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), defines=defines)
                     arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
                     shape = k.shape(cols)
-                    shifted = (k._shifts and shape.cluster == 1 and shape.vpt in PACKED_VPTS
-                               and off_grid(arrays, cols=cols, width=vector_width(dtype)))
-                    fn = k._function(shape.vpt, shifted=shifted)
+                    fn = k._function(shape.vpt, shifted=k.shifted(arrays, shape=shape, cols=cols))
                     # registers per thread and spilled (local) bytes, as compiled here
                     name = (f"{op} pt{pt}{mode} tpr{shape.tpr} vpt{shape.vpt} "
                             f"r{fn.num_regs} l{fn.local_size_bytes} {'+'.join(defines) or 'base'}")

@@ -52,7 +52,7 @@ from normprops.errors import ContractError
 from normprops.ops import get_op
 
 __all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "dense_decode", "DECODE_OPS", "PER_THREAD",
-           "OFF_GRID_OPS", "off_grid", "off_grid_entry_points",
+           "OFF_GRID_OPS", "off_grid_entry_points",
            "VPTS", "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "launch_shape",
            "ProdKernel",
            "clusters_supported", "multiprocessors", "largest_cluster", "split_exact", "split_on_device",
@@ -127,12 +127,6 @@ def off_grid_entry_points() -> set[str]:
     """prod.cu's off-grid kernels: the packed 16-bit layer and RMS norms at 4 and 8 vectors a thread."""
     return {entry_point(op, dtype, vpt, packed=True, shifted=True)
             for op in OFF_GRID_OPS for dtype in ("bfloat16", "float16") for vpt in PACKED_VPTS}
-
-
-def off_grid(arrays: tuple[Any, ...], *, cols: int, width: int) -> bool:
-    """Whether a launch's rows leave the 16-byte grid (a width that ``width``-element vectors do not
-    divide, or an array off it): then the off-grid kernel (``_sh``) takes them."""
-    return cols % width != 0 or any(a.data.ptr % 16 for a in arrays)
 
 
 def clusters_supported() -> bool:
@@ -368,7 +362,7 @@ class ProdKernel:
         self._functions: dict[tuple[int, int, bool, int, bool, bool, int], Any] = {}
         # prod_decode.cu has the default register layouts only
         self._decodes = op in DECODE_OPS and (per_thread, packed) == (default_per_thread, default_packed)
-        self._shifts = op in OFF_GRID_OPS and packed and per_thread == default_per_thread
+        self._shifts = op in OFF_GRID_OPS and packed
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     def _module(self) -> Any:
@@ -456,6 +450,12 @@ class ProdKernel:
         if self.op in EPS_OPS and (eps is None or not np.isfinite(eps) or eps < 0):
             raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
 
+    def shifted(self, arrays: tuple[Any, ...], *, shape: Shape, cols: int) -> bool:
+        """Whether a prefill launch of ``shape`` takes the off-grid kernel (``_sh``): its rows leave the
+        16-byte grid (a width the vectors do not divide, or an array off it)."""
+        return (self._shifts and shape.cluster == 1 and shape.vpt in PACKED_VPTS
+                and (cols % vector_width(self.dtype) != 0 or any(a.data.ptr % 16 for a in arrays)))
+
     def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None,
                  spread: bool = True) -> Callable[[], None]:
         """A zero-argument launch on fixed device arrays (in, [residual,] out, [gamma, [beta]]), on
@@ -472,8 +472,7 @@ class ProdKernel:
         decode = spread and self._decodes and shape.decode(rows, sms=sms)
         dense = decode and dense_decode(arrays, shape=shape, cols=cols, width=vector_width(self.dtype))
         split = decode_split(shape, dense=dense) if decode else 1
-        shifted = (not decode and self._shifts and shape.cluster == 1 and shape.vpt in PACKED_VPTS
-                   and off_grid(arrays, cols=cols, width=vector_width(self.dtype)))
+        shifted = not decode and self.shifted(arrays, shape=shape, cols=cols)
         fn = self._function(shape.vpt, shape.cluster, decode, split, dense, shifted)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
