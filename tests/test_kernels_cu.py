@@ -12,7 +12,7 @@ import pytest
 
 from normprops.cuda.build import SOURCES, source_text, unit_text
 from normprops.cuda.layout import PROD_VARIANTS
-from normprops.cuda.prod import DTYPE_CODES, PACKED_VPTS, VPTS, decode_entry_points
+from normprops.cuda.prod import DTYPE_CODES, PACKED_VPTS, VPTS, decode_entry_points, off_grid_entry_points
 from normprops.specs import KERNELS
 
 NVCC = shutil.which("nvcc")
@@ -34,6 +34,8 @@ def _entries(source: str) -> set[str]:
         names |= {f"{op}_{DTYPE_CODES[dtype]}_v{v}" for v in vpts}
         if dtype != "float32" and op != "rmsnormbf16acc":
             names |= {f"{op}_{DTYPE_CODES[dtype]}_p{v}" for v in PACKED_VPTS}
+    if source == "prod.cu":
+        names |= off_grid_entry_points()
     return names
 
 

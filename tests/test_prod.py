@@ -21,6 +21,7 @@ from normprops.cuda.prod import (
     decode_entry_points,
     entry_point,
     launch_shape,
+    off_grid_entry_points,
     split_exact,
 )
 from normprops.cuda.shape import (
@@ -495,6 +496,32 @@ def test_norms_take_an_eps_near_the_float_max(op: str, cols: int) -> None:
         assert err < 1e-5, f"spread={spread}: max error {err:.3g} of max |out|"
 
 
+def _nine_rows(rng, cols: int, top: int):
+    """Nine float32 rows of every kind a norm meets: ordinary, huge (2^top), tiny (2^-top), a large
+    mean, an inf, a NaN, a lone huge last element, zeros, every third element tiny."""
+    import cupy
+
+    x = rng.standard_normal((9, cols), dtype=cupy.float32)
+    x[1] *= 2.0**top
+    x[2] *= 2.0**-top
+    x[3] += 1000.0
+    x[4, cols // 2] = np.inf
+    x[5, cols - 1] = np.nan
+    x[6, cols - 1] = 2.0**top
+    x[7] = 0.0
+    x[8, ::3] *= 2.0**-top
+    return x
+
+
+def _placed(a, at: int):
+    """A copy of device array a that starts ``at`` elements past an aligned allocation."""
+    import cupy
+
+    flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
+    flat[...] = a.ravel()
+    return flat.reshape(a.shape)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("op", ["layernorm", "rmsnorm", "addrmsnorm"])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
@@ -519,39 +546,65 @@ def test_every_decode_shape_keeps_the_prefill_bits(op: str, dtype: str) -> None:
     kernel = ProdKernel(op, dtype=dtype)
     top = 10 if dtype == "float16" else 110
 
-    def placed(a, at: int):
-        flat = cupy.zeros(a.size + at, dtype=a.dtype)[at:]
-        flat[...] = a.ravel()
-        return flat.reshape(a.shape)
-
     differ = []
     for shape, cs in sorted(widths.items()):
         odd = [c for c in cs if c % 2] or cs
         for cols in sorted({cs[0], odd[len(odd) // 2], cs[-1]}):
             rng = cupy.random.default_rng(cols)
-            x = rng.standard_normal((9, cols), dtype=cupy.float32)
-            x[1] *= 2.0**top
-            x[2] *= 2.0**-top
-            x[3] += 1000.0
-            x[4, cols // 2] = np.inf
-            x[5, cols - 1] = np.nan
-            x[6, cols - 1] = 2.0**top
-            x[7] = 0.0
-            x[8, ::3] *= 2.0**-top
+            x = _nine_rows(rng, cols, top)
             res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                          for n in ((9, cols), cols, cols))
             for at, params_at in ((0, 0), (0, 3), (1, 3)):
-                xs, rs = placed(device_storage(x, dtype), at), placed(res, at)
-                gs, bs = placed(g, params_at), placed(b, params_at + params_at // 3)
+                xs, rs = _placed(device_storage(x, dtype), at), _placed(res, at)
+                gs, bs = _placed(g, params_at), _placed(b, params_at + params_at // 3)
                 got = []
                 for spread in (True, False):
-                    out, r = placed(cupy.zeros_like(xs), at), placed(rs.copy(), at)
+                    out, r = _placed(cupy.zeros_like(xs), at), _placed(rs.copy(), at)
                     kernel.launch(*kernel.operands(x=xs, out=out, residual=r, gamma=gs, beta=bs), rows=9,
                                   cols=cols, eps=1e-5, spread=spread)
                     got.append(cupy.concatenate([out.ravel(), r.ravel()]).view(cupy.uint8))
                 if not cupy.array_equal(*got):
                     differ.append((shape, cols, at, params_at))
     assert not differ
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("op", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_the_off_grid_kernel_keeps_the_general_kernels_bits(op: str, dtype: str) -> None:
+    """The off-grid prefill kernel (``_sh``, only the shifted copy compiled) and the general one give
+    the same bytes for rows off the 16-byte grid: nine rows of every kind (as above) at odd widths of
+    4 and 8 vectors a thread (777: a row of one warp), x and out 0 or 1 element off the grid, gamma
+    and beta 0 or 3."""
+    import cupy
+
+    from normprops.bench.launchers import device_storage
+    from normprops.cuda.prod import ProdKernel
+
+    kernel = ProdKernel(op, dtype=dtype)
+    top = 10 if dtype == "float16" else 110
+
+    differ, launched = [], 0
+    for cols in (777, 1031, 2881, 4097, 5121, 7169, 8191):
+        shape = kernel.shape(cols)
+        assert shape.vpt in (4, 8), (cols, shape)
+        rng = cupy.random.default_rng(cols)
+        x = _nine_rows(rng, cols, top)
+        g, b = (device_storage(rng.standard_normal(cols, dtype=cupy.float32), dtype) for _ in range(2))
+        for at, params_at in ((0, 0), (1, 0), (0, 3), (1, 3)):
+            xs, gs, bs = _placed(device_storage(x, dtype), at), _placed(g, params_at), _placed(b, params_at)
+            got = []
+            for shifted in (False, True):
+                out = _placed(cupy.zeros_like(xs), at)
+                arrays = kernel.operands(x=xs, out=out, gamma=gs, beta=bs)
+                assert kernel.shifted(arrays, shape=shape, cols=cols)
+                args = (*arrays, np.uint64(9), np.uint64(cols), np.float32(1e-5))
+                kernel._function(shape.vpt, shifted=shifted)(shape.grid(9), shape.block(), args)
+                got.append(out.view(cupy.uint16).copy())
+            launched += 1
+            if not cupy.array_equal(*got):
+                differ.append((cols, at, params_at))
+    assert launched == 28 and not differ
 
 
 def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]) -> None:
@@ -569,16 +622,10 @@ def _check_rows_alone(op: str, dtype: str, cols: int, *, offsets: dict[str, int]
     x, res, g, b = (device_storage(rng.standard_normal(n, dtype=cupy.float32), dtype)
                     for n in ((rows, cols), (rows, cols), cols, cols))
 
-    def placed(a, at: int):
-        """a copy of a starting `at` elements past an aligned allocation"""
-        view = cupy.zeros(a.size + at, dtype=a.dtype)[at:].reshape(a.shape)
-        view[...] = a
-        return view
-
     def run(xs, rs, at: dict[str, int]):
-        xs, out = placed(xs, at["x"]), placed(cupy.zeros_like(xs), at["out"])
-        rs = None if rs is None else placed(rs, at["residual"])
-        gs, bs = placed(g, at["gamma"]), placed(b, at["beta"])
+        xs, out = _placed(xs, at["x"]), _placed(cupy.zeros_like(xs), at["out"])
+        rs = None if rs is None else _placed(rs, at["residual"])
+        gs, bs = _placed(g, at["gamma"]), _placed(b, at["beta"])
         # the width's rows per block, whatever the batch: the last block partly empty
         kernel.launch(*kernel.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs),
                       rows=xs.shape[0], cols=cols, eps=1e-5, spread=False)
@@ -836,6 +883,34 @@ def test_a_decode_launch_takes_the_dense_kernel_only_where_every_access_is_whole
         "rmsnorm_bf16_p8_s8_da"
 
 
+def test_a_prefill_launch_off_the_grid_takes_the_off_grid_kernel() -> None:
+    """A width the 16-byte vectors do not divide, or any array off the 16-byte grid, puts a launch's
+    rows off the grid: there the packed layer norm and RMS norm at 4 or 8 vectors a thread take
+    their ``_sh`` kernel."""
+    from types import SimpleNamespace
+
+    from normprops.cuda.prod import ProdKernel
+
+    def arrays(*ptrs: int):
+        return tuple(SimpleNamespace(data=SimpleNamespace(ptr=p)) for p in ptrs)
+
+    rms = ProdKernel("rmsnorm", dtype="bfloat16")
+    shape = launch_shape(4096, dtype="bfloat16")
+    assert not rms.shifted(arrays(256, 4096, 512), shape=shape, cols=4096)
+    assert rms.shifted(arrays(256, 4096, 512), shape=shape, cols=4097)
+    assert rms.shifted(arrays(258, 4096, 512), shape=shape, cols=4096)  # x off the grid
+    assert rms.shifted(arrays(256, 4096, 512 + 6), shape=shape, cols=4096)  # gamma off the grid
+    # no off-grid kernel: float32, the softmax, the fused kernel, or 1-2 vectors a thread
+    assert not ProdKernel("rmsnorm", dtype="float32").shifted(arrays(256, 4096, 512), shape=shape, cols=4097)
+    assert not ProdKernel("softmax", dtype="bfloat16").shifted(arrays(256, 4096), shape=shape, cols=4097)
+    assert not ProdKernel("addrmsnorm", dtype="bfloat16").shifted(arrays(256, 258, 4096, 512), shape=shape,
+                                                                  cols=4097)
+    assert not rms.shifted(arrays(256, 4096, 512), shape=launch_shape(255, dtype="bfloat16"), cols=255)
+    assert entry_point("layernorm", "bfloat16", 8, packed=True, shifted=True) == "layernorm_bf16_p8_sh"
+    assert off_grid_entry_points() == {f"{op}_{d}_p{v}_sh" for op in ("layernorm", "rmsnorm")
+                                       for d in ("bf16", "f16") for v in (4, 8)}
+
+
 @pytest.mark.parametrize("cols, dense, split", [
     (2048, True, 8), (2048, False, 8),     # one warp of 8 vectors: 256 threads either way
     (4096, True, 2), (4096, False, 8),     # 64 threads: the dense kernel in two, the general one to 512
@@ -865,6 +940,7 @@ def test_every_entry_point_is_spelled_out_in_prod_cu() -> None:
               for vpt in (0, *VPTS)
               for packed in ((False, True) if dtype != "float32" and vpt in PACKED_VPTS else (False,))}
     wanted |= {entry_point("rmsnormbf16acc", "bfloat16", vpt, packed=False) for vpt in VPTS}
+    wanted |= off_grid_entry_points()
     wanted |= {entry_point("softmax", dtype, CLUSTER_VPT, packed=dtype != "float32", cluster=n)
                for dtype in ("float32", "bfloat16", "float16") for n in CLUSTER_SIZES}
     assert defined == wanted, (sorted(wanted - defined), sorted(defined - wanted))

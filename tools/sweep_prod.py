@@ -56,6 +56,8 @@ class SweepKernel(ProdKernel):
     def __init__(self, op: str, *, defines: tuple[str, ...], **kwargs) -> None:
         super().__init__(op, **kwargs)
         self.defines = defines
+        if any(d.startswith("src=") for d in defines):
+            self._shifts = False  # another copy of prod.cu may predate the off-grid kernels (_sh)
 
     def _module(self):
         compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
@@ -138,7 +140,7 @@ def main() -> int:
                     k = SweepKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), defines=defines)
                     arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
                     shape = k.shape(cols)
-                    fn = k._function(shape.vpt)
+                    fn = k._function(shape.vpt, shifted=k.shifted(arrays, shape=shape, cols=cols))
                     # registers per thread and spilled (local) bytes, as compiled here
                     name = (f"{op} pt{pt}{mode} tpr{shape.tpr} vpt{shape.vpt} "
                             f"r{fn.num_regs} l{fn.local_size_bytes} {'+'.join(defines) or 'base'}")

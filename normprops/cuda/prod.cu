@@ -447,6 +447,9 @@ enum Copy : int {
     kAll = 2,          // 16-byte accesses, every vector of the thread in the row
     kShifted = 3,      // rows off the 16-byte grid: 16-byte accesses of the aligned chunks around them
 };
+// Regs' kOnly for a copy chosen at run time (kAny), or chosen at run time among all but kShifted
+// (kOnGrid: a kernel whose launcher sends the rows off the grid to another, which leaves it smaller).
+constexpr int kAny = -1, kOnGrid = -2;
 
 // The threads that share a row: the tpr threads of this block's row (the register path), or, on the
 // cluster path, the kCtas x tpr threads of a thread-block cluster (thread rank * tpr + t).
@@ -493,11 +496,12 @@ struct TeamOf<1, kVecs> {
 // kPacked = true keeps the loaded 16-bit values as they came, two per register, and widens an
 // element each time it is read (half the registers for bfloat16 / float16, so twice the row fits at
 // the same occupancy). Both give the same bits: the arithmetic on each element is the same.
-// kOnly: a copy mode (see Copy) every thread of every launch takes, fixed at compile time (-1: chosen at
-// run time). kAll is a decode kernel's dense entry (prod_decode.cu): the launcher has checked that the
-// pointers are 16-byte aligned and that the row fills every thread's vectors exactly, so the other
-// modes' code is not compiled at all.
-template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam, int kOnly = -1>
+// kOnly: a copy mode (see Copy) every thread of every launch takes, fixed at compile time (kAny: chosen
+// at run time; kOnGrid: chosen at run time, kShifted excluded). kAll is a decode kernel's dense entry
+// (prod_decode.cu): the launcher has checked that the pointers are 16-byte aligned and that the row
+// fills every thread's vectors exactly, so the other modes' code is not compiled at all. kShifted is
+// an off-grid prefill kernel's (the launcher's off_grid).
+template <class Storage, int kVecs, bool kPacked = false, class Team = BlockTeam, int kOnly = kAny>
 struct Regs {
     static constexpr int V = kVecs;
     static constexpr int N = kVecs * Storage::W;
@@ -539,7 +543,7 @@ struct Regs {
     // every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
     // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted) and
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
-    static constexpr bool kShifts = Storage::W == 8 && kPacked;
+    static constexpr bool kShifts = Storage::W == 8 && kPacked && kOnly != kOnGrid;
     __device__ static int copy(int cols, bool vec) {
         if constexpr (kOnly >= 0) return kOnly;
         return vec ? (full(cols) ? kAll : kWhole) : (kShifts ? kShifted : kElementwise);
@@ -592,14 +596,31 @@ struct Regs {
     }
     // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
     // lane - 1) and this one's first W - s; it is stored whole where it lies in the row, by every lane
-    // but lane 0 (whose previous vector is in another warp). The elements no whole chunk covers (lane
-    // 0's first W - s, lane 31's last s, and those at the row's ends) are stored one at a time by the
-    // lane that holds them: one branch per vector, taken by those lanes only.
+    // but lane 0 (whose previous vector is in another warp). That leaves the warp's two ends, lane
+    // 0's first W - s elements and lane 31's last s, whose chunks the neighbouring warps share: lanes
+    // 0 .. W - 1 store them together, element e by lane e (of lane 0's vector for e < W - s, else of
+    // lane 31's), one 2-byte store instruction where the two lanes took W each. (On an H100, dropping
+    // those stores took 1 GiB of bfloat16 RMS-norm rows of 4097 columns from 47% of memcpy to 62%.)
+    // Elements at the row's ends that no whole chunk covers are stored one at a time by the lane
+    // that holds them: one branch, taken near the row's end only.
     __device__ static void storeShifted(typename Storage::T* row, int j, int cols, const uint4& v) {
         constexpr int W = Storage::W;
         const int c0 = first(j);
         const int s = shiftOf<Storage>(row);
         const int lane = threadIdx.x & 31;
+        if (s != 0) {  // the warp's ends (the same branch for the whole warp: s is the row's)
+            const int src = lane < W - s ? 0 : 31;
+            const int e = lane & (W - 1);
+            const unsigned w[4] = {v.x, v.y, v.z, v.w};
+            unsigned word = 0u;  // word e / 2 of lane src's vector, one exchange a word
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const unsigned got = __shfl_sync(kFull, w[k], src);
+                if (e / 2 == k) word = got;
+            }
+            const int at = c0 + (src - lane) * W + e;  // element e of lane src's vector
+            if (lane < W && at < cols) Storage::putRaw(row + at, word >> (16 * (e & 1)));
+        }
         uint4 p;
         p.x = __shfl_up_sync(kFull, v.x, 1);
         p.y = __shfl_up_sync(kFull, v.y, 1);
@@ -609,11 +630,13 @@ struct Regs {
         if (whole) *reinterpret_cast<uint4*>(row + (c0 - s)) = s == 0 ? v : window(p, v, W - s);
         // the next vector's chunk, which holds this one's last s elements, is stored whole by lane + 1
         const bool nextWhole = s == 0 || (lane != 31 && c0 + 2 * W - s <= cols);
-        if (!whole || !nextWhole) {
+        const bool headDone = whole || (s != 0 && lane == 0);
+        const bool tailDone = nextWhole || (s != 0 && lane == 31);
+        if (!headDone || !tailDone) {
             const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
             for (int e = 0; e < W; ++e) {
-                if ((e < W - s ? !whole : !nextWhole) && c0 + e < cols)
+                if ((e < W - s ? !headDone : !tailDone) && c0 + e < cols)
                     Storage::putRaw(row + c0 + e, w[e / 2] >> (16 * (e % 2)));
             }
         }
@@ -733,10 +756,12 @@ struct Regs {
     }
 };
 
-// A norm kernel's share of a row: the prefill kernel's Regs (kS = 1), a decode kernel's split group's
-// (SplitTeam), and for a dense decode kernel only the whole-vector copy (kOnly = kAll).
-template <class Storage, int kVecs, bool kPacked, int kS, bool kDense>
-using SplitRegs = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : -1>;
+// A norm kernel's share of a row: the prefill kernel's Regs (kS = 1) or a decode kernel's split
+// group's (SplitTeam). kOnly narrows the copies compiled (see Regs): a dense decode kernel has only
+// the whole-vector copy (kDense, kAll), an off-grid prefill kernel only the shifted one (kShifted),
+// and the layer and RMS norms' other prefill kernels every copy but that one (kOnGrid).
+template <class Storage, int kVecs, bool kPacked, int kS, bool kDense, int kOnly = kAny>
+using SplitRegs = Regs<Storage, kVecs, kPacked, typename TeamOf<kS, kVecs>::T, kDense ? kAll : kOnly>;
 
 // A compile-time int passed to a generic lambda (no <type_traits> under NVRTC).
 template <int V>
@@ -1034,14 +1059,15 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false,
+          int kOnly = kAny>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
                               const typename Storage::T* __restrict__ beta, size_t rows, size_t cols,
                               float eps) {
     using Sp = Split<kS>;
-    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense, kOnly>;
     __shared__ Scratch scratch[3];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS, kEarly);
@@ -1086,13 +1112,16 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler
     // issues all 16 gamma and beta loads at once and spills (91-92% of memcpy against 97%). Rows
-    // off the 16-byte grid take the shifted copy (gamma, beta and out a 16-byte access a vector)
-    // where a thread holds at most 4 vectors: on an H100, 1 GiB of bfloat16 rows of 4097 columns
-    // (4 vectors a thread) ran at 38.7% of memcpy against 23.9% element by element. With 8 they
-    // stay element-wise: there ptxas spilled 24-52 bytes, which aligned rows then paid too (8192
-    // columns 98.3% against 99.8%).
+    // off the 16-byte grid take the shifted copy (gamma, beta and out a 16-byte access a vector):
+    // on an H100, 1 GiB of bfloat16 rows of 4097 columns (4 vectors a thread) ran at 38.7% of
+    // memcpy against 23.9% element by element. A kernel that also takes aligned rows (a decode
+    // kernel) does so only where a thread holds at most 4 vectors: with 8, ptxas spilled 24-52
+    // bytes, which aligned rows then paid too (8192 columns 98.3% against 99.8%). The off-grid
+    // prefill kernel (kOnly = kShifted), which aligned rows never take, stores shifted at 8 as well
+    // (5121 columns: 38.4% against 22.7%).
     const int mode = Share::copy(c, vec);
-    withCopy<Share>(Share::kMutable || (mode == kShifted && kVecs > 4) ? kElementwise : mode, [&](auto copy) {
+    withCopy<Share>(Share::kMutable || (mode == kShifted && kVecs > 4 && kOnly != kShifted) ? kElementwise : mode,
+                    [&](auto copy) {
         layerNormWrite<decltype(copy)::value, Storage>(r, o, g, b, sc, mean, f, c, vec);
     });
 }
@@ -1139,12 +1168,13 @@ __device__ __forceinline__ void rmsNormHeld(const Share& r, const RowIndex& ri, 
     rmsEpilogue<Share, Storage>(r, out + ri.row * cols, gamma, cols, nf, vec);
 }
 
-template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false>
+template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false,
+          int kOnly = kAny>
 __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                             const typename Storage::T* __restrict__ gamma, size_t rows, size_t cols,
                             float eps) {
     using Sp = Split<kS>;
-    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense>;
+    using Share = SplitRegs<Storage, kVecs, kPacked, kS, kDense, kOnly>;
     __shared__ Scratch scratch[2];
     __shared__ typename Sp::template Exchange<kVecs> ex;
     const RowIndex ri(rows, kS, kEarly);
@@ -1485,13 +1515,17 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
         if constexpr (VECS == 0) softmaxStream<STORAGE>(in, out, rows, cols);                       \
         else softmaxRegs<STORAGE, VECS, PACKED>(in, out, rows, cols);                               \
     }
-#define NP_LAYERNORM(NAME, STORAGE, VECS, PACKED)                                                   \
+#define NP_LAYERNORM(NAME, STORAGE, VECS, PACKED) NP_LAYERNORM_ONLY(NAME, STORAGE, VECS, PACKED, kOnGrid)
+// ONLY: kOnGrid wherever the launcher sends off-grid rows elsewhere, but kAny for f16 at 8 packed
+// vectors: there ptxas spills the kOnGrid build's prologue (8 bytes a thread, which cost every row of
+// 65536x8192 1% of memcpy on the H100) and not the kAny build's.
+#define NP_LAYERNORM_ONLY(NAME, STORAGE, VECS, PACKED, ONLY)                                        \
     extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
              const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
              size_t cols, float eps) {                                                              \
         if constexpr (VECS == 0) layerNormStream<STORAGE>(in, out, gamma, beta, rows, cols, eps);   \
-        else layerNormRegs<STORAGE, VECS, PACKED>(in, out, gamma, beta, rows, cols, eps);           \
+        else layerNormRegs<STORAGE, VECS, PACKED, false, 1, false, ONLY>(in, out, gamma, beta, rows, cols, eps); \
     }
 #define NP_RMSNORM(NAME, STORAGE, VECS, PACKED)                                                     \
     extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
@@ -1499,7 +1533,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
              const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
         if constexpr (VECS == 0)                                                                    \
             rmsNormStream<STORAGE, false>(in, nullptr, out, gamma, rows, cols, eps);                \
-        else rmsNormRegs<STORAGE, VECS, PACKED>(in, out, gamma, rows, cols, eps);                   \
+        else rmsNormRegs<STORAGE, VECS, PACKED, false, 1, false, kOnGrid>(in, out, gamma, rows, cols, eps); \
     }
 #define NP_ADDRMSNORM(NAME, STORAGE, VECS, PACKED)                                                  \
     extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
@@ -1508,6 +1542,25 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
         if constexpr (VECS == 0)                                                                    \
             rmsNormStream<STORAGE, true>(in, residual, out, gamma, rows, cols, eps);                \
         else addRmsNormRegs<STORAGE, VECS, PACKED>(in, residual, out, gamma, rows, cols, eps);      \
+    }
+
+// Rows of 16-bit storage off the 16-byte grid (widths such as 4097, or a pointer off it): the
+// packed prefill kernel compiled with only the shifted copy (kOnly = kShifted), launched wherever
+// normprops/cuda/prod.py's off_grid says a row leaves the grid; the general prefill kernel of these
+// two ops (kOnGrid) then compiles no shifted copy (a launch of another layout that sends it such rows
+// gets the element-wise one). Same arithmetic, so the same bits.
+#define NP_LAYERNORM_OFF_GRID(NAME, STORAGE, VECS)                                                  \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
+             const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
+             size_t cols, float eps) {                                                              \
+        layerNormRegs<STORAGE, VECS, true, false, 1, false, kShifted>(in, out, gamma, beta, rows, cols, eps); \
+    }
+#define NP_RMSNORM_OFF_GRID(NAME, STORAGE, VECS)                                                    \
+    extern "C" __global__ void NP_BOUNDS(VECS)                                                      \
+        NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
+             const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
+        rmsNormRegs<STORAGE, VECS, true, false, 1, false, kShifted>(in, out, gamma, rows, cols, eps); \
     }
 
 NP_SOFTMAX(softmax_f32_v0, F32, 0, false)
@@ -1548,7 +1601,11 @@ NP_LAYERNORM(layernorm_f16_v8, F16, 8, false)
 NP_LAYERNORM(layernorm_bf16_p4, BF16, 4, true)
 NP_LAYERNORM(layernorm_bf16_p8, BF16, 8, true)
 NP_LAYERNORM(layernorm_f16_p4, F16, 4, true)
-NP_LAYERNORM(layernorm_f16_p8, F16, 8, true)
+NP_LAYERNORM_ONLY(layernorm_f16_p8, F16, 8, true, kAny)
+NP_LAYERNORM_OFF_GRID(layernorm_bf16_p4_sh, BF16, 4)
+NP_LAYERNORM_OFF_GRID(layernorm_bf16_p8_sh, BF16, 8)
+NP_LAYERNORM_OFF_GRID(layernorm_f16_p4_sh, F16, 4)
+NP_LAYERNORM_OFF_GRID(layernorm_f16_p8_sh, F16, 8)
 
 NP_RMSNORM(rmsnorm_f32_v0, F32, 0, false)
 NP_RMSNORM(rmsnorm_f32_v1, F32, 1, false)
@@ -1569,6 +1626,10 @@ NP_RMSNORM(rmsnorm_bf16_p4, BF16, 4, true)
 NP_RMSNORM(rmsnorm_bf16_p8, BF16, 8, true)
 NP_RMSNORM(rmsnorm_f16_p4, F16, 4, true)
 NP_RMSNORM(rmsnorm_f16_p8, F16, 8, true)
+NP_RMSNORM_OFF_GRID(rmsnorm_bf16_p4_sh, BF16, 4)
+NP_RMSNORM_OFF_GRID(rmsnorm_bf16_p8_sh, BF16, 8)
+NP_RMSNORM_OFF_GRID(rmsnorm_f16_p4_sh, F16, 4)
+NP_RMSNORM_OFF_GRID(rmsnorm_f16_p8_sh, F16, 8)
 
 NP_ADDRMSNORM(addrmsnorm_f32_v0, F32, 0, false)
 NP_ADDRMSNORM(addrmsnorm_f32_v1, F32, 1, false)

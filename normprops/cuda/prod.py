@@ -52,6 +52,7 @@ from normprops.errors import ContractError
 from normprops.ops import get_op
 
 __all__ = ["DTYPE_CODES", "entry_point", "decode_entry_points", "dense_decode", "DECODE_OPS", "PER_THREAD",
+           "OFF_GRID_OPS", "off_grid_entry_points",
            "VPTS", "PACKED_VPTS", "SPLITS", "Shape", "decode_split", "launch_shape",
            "ProdKernel",
            "clusters_supported", "multiprocessors", "largest_cluster", "split_exact", "split_on_device",
@@ -66,19 +67,23 @@ KEPT_BAD_SOURCE = "prod_kept_bad.cu"  # rmsnormbf16acc's entry points
 DECODE_SOURCE = "prod_decode.cu"  # the norms' decode entry points
 #: The ops with decode entry points (the norms: gamma, and beta, read with the row).
 DECODE_OPS = ("layernorm", "rmsnorm", "addrmsnorm")
+#: The ops with off-grid prefill entry points (``_sh``: 16-bit rows off the 16-byte grid).
+OFF_GRID_OPS = ("layernorm", "rmsnorm")
 
 
 def entry_point(op: str, dtype: str, vpt: int, *, packed: bool, cluster: int = 1,
-                decode: bool = False, split: int = 1, dense: bool = False) -> str:
+                decode: bool = False, split: int = 1, dense: bool = False, shifted: bool = False) -> str:
     """The name of prod.cu's kernel for ``op`` on ``dtype`` with ``vpt`` vectors per thread (0: the
     streaming path), e.g. ``softmax_bf16_p8``, or on the cluster path (``cluster`` blocks per row),
     e.g. ``softmax_bf16_c8p8``, or prod_decode.cu's (``decode``), e.g. ``rmsnorm_bf16_p8_d``, with
     each thread's vectors spread over ``split`` threads, e.g. ``rmsnorm_bf16_p8_s8_d``, and its
-    twin for rows that fill the threads' vectors exactly (``dense``), e.g. ``rmsnorm_bf16_p8_s8_da``;
-    each is spelled out in its file."""
+    twin for rows that fill the threads' vectors exactly (``dense``), e.g. ``rmsnorm_bf16_p8_s8_da``,
+    or the packed prefill kernel of rows off the 16-byte grid (``shifted``), e.g.
+    ``layernorm_bf16_p8_sh``; each is spelled out in its file."""
     tag = "p" if packed and vpt in PACKED_VPTS else "v"
     blocks = f"c{cluster}" if cluster > 1 else ""
     suffix = (f"_s{split}" if split > 1 else "") + ("_da" if dense else "_d") if decode else ""
+    suffix += "_sh" if shifted else ""
     return f"{op}_{DTYPE_CODES[dtype]}_{blocks}{tag}{vpt}{suffix}"
 
 
@@ -91,17 +96,11 @@ def decode_split(shape: Shape, *, dense: bool = False) -> int:
     ``dense`` kernel or the general one): one of :data:`SPLITS` at most its vectors per thread (powers
     of two both, so it divides them), 1 where none fits. A lone row's time is mostly its warps issuing
     their arithmetic: the split gives it that many times the warps, with the prefill kernel's sums and
-    bits, at the price of an exchange through shared memory.
-
-    The general kernel takes the most that keeps the block within 512 threads (on an H100, one
-    bfloat16 row of 2880 columns, 96 threads: RMS norm 3.03 us in 384 threads, 3.20 in 192, 3.29
-    unsplit). The dense kernel takes the most that keeps a row of one warp within 256 threads (8 for 8
-    vectors a thread: its reductions need no barrier, though the exchange does), and 2 for a row of
-    several warps. On an H100, one bfloat16 row (us): RMS norm at 2048 columns 2.54 split 8, 2.51
-    split 4, 2.72 unsplit; at 4096 2.81 split 2 against 2.94-3.23; at 5120, 7168 and 8192 3.16 /
-    3.38 / 3.27 split 2 against 3.40 / 3.52 / 3.45 unsplit (and 3.36 split 4 at 8192); layer norm
-    3.39 split 2 at 4096 (3.43-3.78 otherwise), 3.88 at 8192 (4.01-4.03); the fused kernel 3.00-4.09
-    split 2 at 2048-8192 against 3.42-4.23 unsplit."""
+    bits, at the price of an exchange through shared memory. The general kernel takes the most that
+    keeps the block within 512 threads; the dense kernel the most that keeps a row of one warp within
+    256 threads (its reductions need no barrier, though the exchange does), and 2 for a row of several
+    warps (on an H100, one bfloat16 row, RMS norm: 2880 columns 3.03 us in 384 threads, 3.29
+    unsplit; 8192 columns, dense, 3.27 split 2, 3.45 unsplit)."""
     if dense and shape.tpr > 32:
         return 2 if shape.vpt >= 2 and 2 * shape.tpr <= MAX_ROW_THREADS else 1
     cap = MAX_ROW_THREADS // 2 if dense else MAX_ROW_THREADS
@@ -122,6 +121,12 @@ def decode_entry_points() -> set[str]:
                             names.add(entry_point(op, dtype, vpt, packed=packed, decode=True, split=split,
                                                   dense=dense))
     return names
+
+
+def off_grid_entry_points() -> set[str]:
+    """prod.cu's off-grid kernels: the packed 16-bit layer and RMS norms at 4 and 8 vectors a thread."""
+    return {entry_point(op, dtype, vpt, packed=True, shifted=True)
+            for op in OFF_GRID_OPS for dtype in ("bfloat16", "float16") for vpt in PACKED_VPTS}
 
 
 def clusters_supported() -> bool:
@@ -354,9 +359,10 @@ class ProdKernel:
         self.packed = packed  # 16-bit values kept packed in registers (entry points _p4, _p8)
         # Both per device: CuPy loads a function once per device, the non-portable cluster attribute
         # is set on each, and the largest cluster may differ between devices.
-        self._functions: dict[tuple[int, int, bool, int, bool, int], Any] = {}
+        self._functions: dict[tuple[int, int, bool, int, bool, bool, int], Any] = {}
         # prod_decode.cu has the default register layouts only
         self._decodes = op in DECODE_OPS and (per_thread, packed) == (default_per_thread, default_packed)
+        self._shifts = op in OFF_GRID_OPS and packed
         self._shapes: dict[tuple[int, int], Shape] = {}
 
     def _module(self) -> Any:
@@ -369,13 +375,13 @@ class ProdKernel:
         return module(self.build, source=DECODE_SOURCE)
 
     def _function(self, vpt: int, cluster: int = 1, decode: bool = False, split: int = 1,
-                  dense: bool = False) -> Any:
+                  dense: bool = False, shifted: bool = False) -> Any:
         """The compiled entry point for ``vpt`` (looked up once: the hunt launches per example)."""
-        key = (vpt, cluster, decode, split, dense, _device())
+        key = (vpt, cluster, decode, split, dense, shifted, _device())
         if key not in self._functions:
             packed = self.packed or (cluster > 1 and self.dtype != "float32")
             name = entry_point(self.op, self.dtype, vpt, packed=packed, cluster=cluster, decode=decode,
-                               split=split, dense=dense)
+                               split=split, dense=dense, shifted=shifted)
             fn = (self._decode_module() if decode else self._module()).get_function(name)
             if cluster > PORTABLE_CLUSTER:
                 _allow_non_portable(fn)
@@ -444,6 +450,12 @@ class ProdKernel:
         if self.op in EPS_OPS and (eps is None or not np.isfinite(eps) or eps < 0):
             raise ValueError(f"eps must be a finite non-negative float but was {eps!r}")
 
+    def shifted(self, arrays: tuple[Any, ...], *, shape: Shape, cols: int) -> bool:
+        """Whether a prefill launch of ``shape`` takes the off-grid kernel (``_sh``): its rows leave the
+        16-byte grid (a width the vectors do not divide, or an array off it)."""
+        return (self._shifts and shape.cluster == 1 and shape.vpt in PACKED_VPTS
+                and (cols % vector_width(self.dtype) != 0 or any(a.data.ptr % 16 for a in arrays)))
+
     def launcher(self, *arrays: Any, rows: int, cols: int, eps: float | None = None,
                  spread: bool = True) -> Callable[[], None]:
         """A zero-argument launch on fixed device arrays (in, [residual,] out, [gamma, [beta]]), on
@@ -460,7 +472,8 @@ class ProdKernel:
         decode = spread and self._decodes and shape.decode(rows, sms=sms)
         dense = decode and dense_decode(arrays, shape=shape, cols=cols, width=vector_width(self.dtype))
         split = decode_split(shape, dense=dense) if decode else 1
-        fn = self._function(shape.vpt, shape.cluster, decode, split, dense)
+        shifted = not decode and self.shifted(arrays, shape=shape, cols=cols)
+        fn = self._function(shape.vpt, shape.cluster, decode, split, dense, shifted)
         args = (*arrays, np.uint64(rows), np.uint64(cols),
                 *((np.float32(eps),) if self.op in EPS_OPS else ()))
         if spread:
