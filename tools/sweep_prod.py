@@ -25,6 +25,7 @@ from normprops.bench.launchers import random_storage
 from normprops.bench.timing import SPIN_CYCLES, event_ms, spin_wait
 from normprops.cuda.build import BUILDS, compile_source, source_text, unit_text
 from normprops.cuda.prod import (
+    DECODE_SOURCE,
     KEPT_BAD_SOURCE,
     SOURCE,
     ProdKernel,
@@ -65,6 +66,11 @@ class SweepKernel(ProdKernel):
             return super()._module()
         return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
+    def _decode_module(self):
+        """prod_decode.cu on the variant's prod.cu: decode batches (1-256 rows) compare too."""
+        compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
+        return _variant_module(compiled, DECODE_SOURCE) if compiled else super()._decode_module()
+
     def shape(self, cols: int):
         """"rpb=N": at most N rows per block on the register path (the arithmetic of a row is the
         same whatever the rows per block: only how rows share blocks changes)."""
@@ -74,9 +80,14 @@ class SweepKernel(ProdKernel):
             return dataclasses.replace(shape, rpb=max(1, min(rpb[0], shape.rpb)))
         return shape
 
-    def launcher(self, *arrays, rows: int, cols: int, eps=None, spread: bool = False):
+    #: the product's launch of small batches (one row per block, the norms' decode kernels) for every
+    #: launcher; the default keeps the width's rows per block (--spread)
+    spread = False
+
+    def launcher(self, *arrays, rows: int, cols: int, eps=None, spread: bool | None = None):
         """The width's rows per block unless "rpb=N" says otherwise (not the product's choice for
         small batches, so that "base" against "rpb=1" compares the two)."""
+        spread = self.spread if spread is None else spread
         return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
@@ -110,11 +121,15 @@ def main() -> int:
     ap.add_argument("--widths", default="1024,4096,16384",
                     help="row widths (e.g. 4097,5121: rows that are not 16-byte aligned)")
     ap.add_argument("--rows", default="gib", help="rows per batch, e.g. 1,8,64,256,gib")
+    ap.add_argument("--spread", action="store_true",
+                    help="small batches as the product launches them: a row per block, the norms' "
+                         "decode kernels (prod_decode.cu, on each variant's prod.cu)")
     ap.add_argument("--src-clusters", action="store_true",
                     help="the src= copies have the cluster path (of at most 8 blocks)")
     args = ap.parse_args()
     import cupy  # after parsing: --help needs no GPU
     SweepKernel.src_clusters = args.src_clusters
+    SweepKernel.spread = args.spread
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
     spin = spin_wait(SPIN_CYCLES)
