@@ -853,19 +853,28 @@ __device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch,
         const bool out = huge || !(q >= kLo && q <= kHi);  // NaN: out
         return {out, out};
     }
-    // The block's warp totals, one a lane (at most 16 of them: 512 threads), voted on by the warp at
-    // once: the same verdict as reading them one after another, without a chain of shared loads.
     const auto* slots = reinterpret_cast<const float*>(scratch.slot);
     const int warps = static_cast<int>(blockDim.x) >> 5;
-    const int totals = warps * static_cast<int>(blockDim.y);
-    const int lane = static_cast<int>(threadIdx.x) & 31;
-    const float t = lane < totals ? slots[lane] : 1.0f;  // 1: neither high nor low
-    const unsigned high = __ballot_sync(kFull, !(t <= kHi));  // NaN: high
-    const unsigned low = __ballot_sync(kFull, lane < totals && t < kLo);
-    const unsigned row = (1u << warps) - 1u;
+    if constexpr (kS > 1) {
+        // A decode block's one row (each of its kS groups wrote the same totals; group y's are at
+        // y * warps): at most 16 totals, one a lane, voted on by the warp at once. The same verdict
+        // as reading them one after another, without that chain of shared loads on the lone row's
+        // critical path. (The prefill kernels keep the loop: there the vote made ptxas spill.)
+        const int lane = static_cast<int>(threadIdx.x) & 31;
+        const float t = lane < warps ? slots[static_cast<int>(threadIdx.y) * warps + lane] : 1.0f;
+        const bool high = __any_sync(kFull, !(t <= kHi));  // NaN: high
+        const bool low = __all_sync(kFull, lane >= warps || t < kLo);
+        const bool out = huge || high || low;
+        return {out, out};
+    }
     const auto outside = [&](int y) {
-        const unsigned m = row << (y * warps);
-        return (high & m) != 0u || (low & m) == m;
+        bool high = false, low = true;
+        for (int w = 0; w < warps; ++w) {
+            const float t = slots[y * warps + w];
+            high = high || !(t <= kHi);
+            low = low && t < kLo;
+        }
+        return high || low;
     };
     Verdict v;
     v.self = v.block = huge || outside(static_cast<int>(threadIdx.y));
