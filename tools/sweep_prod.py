@@ -57,7 +57,7 @@ class SweepKernel(ProdKernel):
     def __init__(self, op: str, *, defines: tuple[str, ...], **kwargs) -> None:
         super().__init__(op, **kwargs)
         self.defines = defines
-        if any(d.startswith("src=") for d in defines):
+        if any(d.startswith("src=") for d in defines) and not self.src_shifts:
             self._shifts = False  # another copy of prod.cu may predate the off-grid kernels (_sh)
 
     def _module(self):
@@ -89,6 +89,9 @@ class SweepKernel(ProdKernel):
         small batches, so that "base" against "rpb=1" compares the two)."""
         spread = self.spread if spread is None else spread
         return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
+
+    #: whether another copy of prod.cu (src=) has the off-grid kernels (<name>_sh, --src-shifts)
+    src_shifts = False
 
     #: whether another copy of prod.cu (src=) has the cluster path; one that may predate it streams
     #: there (tools/ab_bits.py --src-clusters says it has)
@@ -124,12 +127,16 @@ def main() -> int:
     ap.add_argument("--spread", action="store_true",
                     help="small batches as the product launches them: a row per block, the norms' "
                          "decode kernels (prod_decode.cu, on each variant's prod.cu)")
+    ap.add_argument("--src-shifts", action="store_true",
+                    help="the src= copies have the off-grid kernels (<name>_sh): rows off the 16-byte "
+                         "grid take them there too")
     ap.add_argument("--src-clusters", action="store_true",
                     help="the src= copies have the cluster path (of at most 8 blocks)")
     args = ap.parse_args()
     import cupy  # after parsing: --help needs no GPU
     SweepKernel.src_clusters = args.src_clusters
     SweepKernel.spread = args.spread
+    SweepKernel.src_shifts = args.src_shifts
     variants = [() if v == "base" else tuple(v.split("+")) for v in args.variants.split(",")]
     settings = [(int(v.rstrip("p")), "p" if v.endswith("p") else "") for v in args.per_thread.split(",")]
     spin = spin_wait(SPIN_CYCLES)
