@@ -86,7 +86,8 @@ class SweepKernel(ProdKernel):
 
     def launcher(self, *arrays, rows: int, cols: int, eps=None, spread: bool | None = None):
         """The width's rows per block unless "rpb=N" says otherwise (not the product's choice for
-        small batches, so that "base" against "rpb=1" compares the two)."""
+        small batches, so that "base" against "rpb=1" compares the two), or with --spread the
+        product's launch (a row per block, the decode kernels)."""
         spread = self.spread if spread is None else spread
         return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
 
