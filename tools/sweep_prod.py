@@ -59,17 +59,17 @@ class SweepKernel(ProdKernel):
         self.defines = defines
         if any(d.startswith("src=") for d in defines) and not self.src_shifts:
             self._shifts = False  # another copy of prod.cu may predate the off-grid kernels (_sh)
+        # what changes the compiled code (tpr= and rpb= change only the launch)
+        self._compiled = tuple(d for d in defines if not d.startswith(("tpr=", "rpb=")))
 
     def _module(self):
-        compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
-        if not compiled:
+        if not self._compiled:
             return super()._module()
-        return _variant_module(compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
+        return _variant_module(self._compiled, KEPT_BAD_SOURCE if self.op == "rmsnormbf16acc" else SOURCE)
 
     def _decode_module(self):
         """prod_decode.cu on the variant's prod.cu: decode batches (1-256 rows) compare too."""
-        compiled = tuple(d for d in self.defines if not d.startswith(("tpr=", "rpb=")))
-        return _variant_module(compiled, DECODE_SOURCE) if compiled else super()._decode_module()
+        return _variant_module(self._compiled, DECODE_SOURCE) if self._compiled else super()._decode_module()
 
     def shape(self, cols: int):
         """"rpb=N": at most N rows per block on the register path (the arithmetic of a row is the
