@@ -15,8 +15,8 @@
 // registers and written once. W = 16 / sizeof(storage) elements make one 16-byte vector; thread t
 // holds vectors j * tpr + t for j < kVecs, i.e. elements (j * tpr + t) * W + w. When every pointer is
 // 16-byte aligned and cols % W == 0 the vectors are loaded and stored with 16-byte accesses; packed
-// 16-bit rows off that grid (odd widths, views) move the aligned 16-byte chunks around their vectors
-// and exchange words between lanes (Regs::loadShifted); other rows there go element by element. The
+// 16-bit rows off that grid (odd widths, views) move each vector with the widest accesses its own
+// alignment allows (Regs::loadShifted); other rows there go element by element. The
 // same element -> thread map and the same arithmetic order every way (see Copy), so a row's bits
 // depend on neither its address nor its position in the batch.
 //
@@ -197,7 +197,6 @@ struct Half16 {
         return make_uint4(Pack(v[0], v[1]), Pack(v[2], v[3]), Pack(v[4], v[5]), Pack(v[6], v[7]));
     }
     __device__ static void putRaw(T* p, unsigned bits) { *p = static_cast<unsigned short>(bits); }
-    __device__ static unsigned getRaw(const T* p) { return *p; }
 };
 using BF16 = Half16<bf16ToFloat, floatToBf16, packBf16, unpackBf16, WidenBf16>;
 using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, WidenF16>;
@@ -211,55 +210,6 @@ using F16 = Half16<f16ToFloat, floatToF16, packF16, unpackF16, WidenF16>;
 template <class Storage>
 __device__ __forceinline__ int shiftOf(const typename Storage::T* p) {
     return static_cast<int>((reinterpret_cast<size_t>(p) & 15u) / sizeof(typename Storage::T));
-}
-// Elements e .. e + W - 1 of the 2W elements of (a, b), 0 <= e < W: two rounds of selects move whole
-// words, a byte permute the 16-bit halves (no array indexed by e: the words stay in registers).
-__device__ __forceinline__ uint4 window(const uint4& a, const uint4& b, int e) {
-    const int q = e / 2;
-    const unsigned c[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    unsigned x[6], y[5];
-#pragma unroll
-    for (int i = 0; i < 6; ++i) x[i] = (q & 2) ? c[i + 2] : c[i];
-#pragma unroll
-    for (int i = 0; i < 5; ++i) y[i] = (q & 1) ? x[i + 1] : x[i];
-    const unsigned sel = (e & 1) ? 0x5432u : 0x3210u;  // odd e: y[i]'s high half, then y[i + 1]'s low
-    return make_uint4(__byte_perm(y[0], y[1], sel), __byte_perm(y[1], y[2], sel),
-                      __byte_perm(y[2], y[3], sel), __byte_perm(y[3], y[4], sel));
-}
-// q with its elements from `from` on replaced by the element bits f.
-__device__ __forceinline__ uint4 fillFrom(const uint4& q, int from, unsigned f) {
-    unsigned w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        if (2 * k >= from) w[k] = (w[k] & 0xffff0000u) | f;
-        if (2 * k + 1 >= from) w[k] = (w[k] & 0xffffu) | (f << 16);
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
-}
-// How far the array a row lies in reaches past the row's ends (counted up to 16 elements each
-// way): the shifted copy's 16-byte loads stay inside the array, so that a memory checker sees no
-// access outside it. gamma and beta are one row: none.
-struct Reach {
-    int before, after;
-    __device__ static Reach none() { return {0, 0}; }
-    __device__ static Reach ofRow(size_t row, size_t rows, size_t cols) {
-        const size_t cap = 16;
-        return {static_cast<int>(min(row * cols, cap)), static_cast<int>(min((rows - 1 - row) * cols, cap))};
-    }
-};
-// The aligned chunk at p, whose first element is element c of its row (c < cols): one 16-byte load
-// where the chunk lies inside the array, else the row's elements in it one at a time (the batch's
-// first and last chunks, and the ends of gamma and beta) and 0 for the rest.
-template <class Storage, bool kReadOnly>
-__device__ __forceinline__ uint4 chunkAt(const typename Storage::T* p, int c, int cols, Reach reach) {
-    if (c >= -reach.before && c + Storage::W <= cols + reach.after)
-        return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
-    unsigned w[4] = {0u, 0u, 0u, 0u};
-#pragma unroll
-    for (int i = 0; i < Storage::W; ++i) {
-        if (c + i >= 0 && c + i < cols) w[i / 2] |= Storage::getRaw(p + i) << (16 * (i % 2));
-    }
-    return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // --- exact power-of-two scaling ------------------------------------------------------------------
@@ -445,7 +395,7 @@ enum Copy : int {
     kElementwise = 0,  // element by element where a vector is not whole (misaligned or ragged rows)
     kWhole = 1,        // 16-byte accesses; the thread's vectors past the row's end are skipped
     kAll = 2,          // 16-byte accesses, every vector of the thread in the row
-    kShifted = 3,      // rows off the 16-byte grid: 16-byte accesses of the aligned chunks around them
+    kShifted = 3,      // rows off the 16-byte grid: the widest accesses each vector's alignment allows
 };
 // Regs' kOnly for a copy chosen at run time (kAny), or chosen at run time among all but kShifted
 // (kOnGrid: a kernel whose launcher sends the rows off the grid to another, which leaves it smaller).
@@ -539,8 +489,8 @@ struct Regs {
     __device__ static bool full(int cols) { return kOnly == kAll || first(kVecs - 1) + Storage::W <= cols; }
     // How this thread moves its vectors (see Copy). vec (aligned pointers, cols % W == 0): each
     // vector lies wholly in the row or wholly past its end. Otherwise a packed 16-bit row (4 or 8
-    // vectors a thread) takes kShifted, whose lanes exchange words: the mode is then the same for
-    // every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
+    // vectors a thread) takes kShifted, whose accesses follow the row's shift: the mode is then the
+    // same for every thread of the row. The others keep the element-wise copy there: float32 rows (4-byte
     // accesses, 73-81% of memcpy at 4097 columns against 53-61% shifted) and
     // narrow 16-bit rows (fewer copies of the loops to compile: prod.cu's build took 3.4x longer).
     static constexpr bool kShifts = Storage::W == 8 && kPacked && kOnly != kOnGrid;
@@ -550,95 +500,78 @@ struct Regs {
     }
 
     // kShifted: vector j of a row that starts s = shiftOf(row) elements past a 16-byte boundary (every
-    // row of 4097 columns but one in eight) lies across two aligned 16-byte chunks. Each lane loads
-    // the chunk that holds its vector's first element, takes the next one from the next lane (which
-    // holds the next vector; lane 31 loads it), and cuts its vector out of the two: 16-byte loads
-    // where the element-wise copy made W 2-byte ones, and each of a chunk that holds an element of
-    // the row, so never past the 16-byte block of a valid element. Elements from cols on are the
-    // fill bits. Every lane of the warp calls it for the same j (a warp holds one row). In two steps,
-    // fetchShifted (the loads) and joinShifted (the exchange and the cut): the form in which ptxas
-    // compiles the float16 layer norm without spills (24 bytes as one function).
-    struct Chunks {
-        uint4 a;  // the chunk that holds the vector's first element
-        uint4 b;  // lane 31 of a row off the grid: the next chunk, which no lane of the warp loads
-    };
+    // row of 4097 columns but one in eight) is moved with the accesses its own alignment allows: one
+    // 16-byte access (s = 0: gamma and beta, and one row in W), four 4-byte words (s even), or an
+    // element, three words and an element (s odd: the words start one element in), the words
+    // realigned by byte permutes. Every access lies inside the vector, so a lane touches only its
+    // own elements and never memory past the row. The vector that crosses cols goes element by
+    // element, the fill bits from cols on. (It replaced 16-byte loads and stores of the aligned
+    // chunks around each vector, cut apart and joined again with lane exchanges: twice the
+    // instructions, and the fused kernel read chunks another warp was writing.)
     template <bool kReadOnly>
-    __device__ static Chunks fetchShifted(const typename Storage::T* row, int j, int cols, Reach reach) {
-        const int s = shiftOf<Storage>(row);
-        const int c = first(j) - s;  // the chunk's first element: 16-byte aligned
-        Chunks q{make_uint4(0u, 0u, 0u, 0u), make_uint4(0u, 0u, 0u, 0u)};
-        if (c < cols) q.a = chunkAt<Storage, kReadOnly>(row + c, c, cols, reach);
-        if (s != 0 && (threadIdx.x & 31) == 31 && c + Storage::W < cols)
-            q.b = chunkAt<Storage, kReadOnly>(row + c + Storage::W, c + Storage::W, cols, reach);
-        return q;
+    __device__ static unsigned word(const typename Storage::T* p) {  // p 4-byte aligned
+        const unsigned* q = reinterpret_cast<const unsigned*>(p);
+        return kReadOnly ? __ldg(q) : *q;
     }
-    __device__ static uint4 joinShifted(const Chunks& q, const typename Storage::T* row, int j, int cols,
-                                        unsigned fill) {
+    template <bool kReadOnly>
+    __device__ static unsigned element(const typename Storage::T* p) {
+        return kReadOnly ? static_cast<unsigned>(__ldg(p)) : static_cast<unsigned>(*p);
+    }
+    template <bool kReadOnly>
+    __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill) {
+        constexpr int W = Storage::W;
         const int c0 = first(j);
-        const int s = shiftOf<Storage>(row);
-        uint4 v = q.a;
-        if (s != 0) {  // (s == 0: gamma and beta, and one row in W: no exchange)
-            uint4 b;
-            b.x = __shfl_down_sync(kFull, q.a.x, 1);
-            b.y = __shfl_down_sync(kFull, q.a.y, 1);
-            b.z = __shfl_down_sync(kFull, q.a.z, 1);
-            b.w = __shfl_down_sync(kFull, q.a.w, 1);
-            if ((threadIdx.x & 31) == 31) b = q.b;  // past the row's end it holds 0s: filled below
-            v = window(q.a, b, s);
+        const int s = shiftOf<Storage>(row);  // the same for the whole row: the branches do not diverge
+        const typename Storage::T* p = row + c0;
+        if (c0 + W <= cols) {
+            if (s == 0) return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
+            if (s % 2 == 0)
+                return make_uint4(word<kReadOnly>(p), word<kReadOnly>(p + 2), word<kReadOnly>(p + 4),
+                                  word<kReadOnly>(p + 6));
+            // elements 0 and 7 alone, 1-6 as three words: word k of the vector is the high half of
+            // one and the low half of the next (byte selector 0x5432)
+            const unsigned e0 = element<kReadOnly>(p), e7 = element<kReadOnly>(p + 7);
+            const unsigned m0 = word<kReadOnly>(p + 1), m1 = word<kReadOnly>(p + 3), m2 = word<kReadOnly>(p + 5);
+            return make_uint4(__byte_perm(e0, m0, 0x5410), __byte_perm(m0, m1, 0x5432),
+                              __byte_perm(m1, m2, 0x5432), __byte_perm(m2, e7, 0x5432));
         }
-        if (c0 + Storage::W > cols) v = fillFrom(v, max(cols - c0, 0), fill);
-        return v;
+        unsigned w[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const unsigned lo = c0 + 2 * k < cols ? element<kReadOnly>(p + 2 * k) : fill;
+            const unsigned hi = c0 + 2 * k + 1 < cols ? element<kReadOnly>(p + 2 * k + 1) : fill;
+            w[k] = lo | (hi << 16);
+        }
+        return make_uint4(w[0], w[1], w[2], w[3]);
     }
-    template <bool kReadOnly>
-    __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill,
-                                        Reach reach) {
-        return joinShifted(fetchShifted<kReadOnly>(row, j, cols, reach), row, j, cols, fill);
-    }
-    // The store side: the aligned chunk at c0 - s holds the previous vector's last s elements (from
-    // lane - 1) and this one's first W - s; it is stored whole where it lies in the row, by every lane
-    // but lane 0 (whose previous vector is in another warp). That leaves the warp's two ends, lane
-    // 0's first W - s elements and lane 31's last s, whose chunks the neighbouring warps share: lanes
-    // 0 .. W - 1 store them together, element e by lane e (of lane 0's vector for e < W - s, else of
-    // lane 31's), one 2-byte store instruction where the two lanes took W each. (On an H100, dropping
-    // those stores took 1 GiB of bfloat16 RMS-norm rows of 4097 columns from 47% of memcpy to 62%.)
-    // Elements at the row's ends that no whole chunk covers are stored one at a time by the lane
-    // that holds them: one branch, taken near the row's end only.
     __device__ static void storeShifted(typename Storage::T* row, int j, int cols, const uint4& v) {
         constexpr int W = Storage::W;
         const int c0 = first(j);
         const int s = shiftOf<Storage>(row);
-        const int lane = threadIdx.x & 31;
-        if (s != 0) {  // the warp's ends (the same branch for the whole warp: s is the row's)
-            const int src = lane < W - s ? 0 : 31;
-            const int e = lane & (W - 1);
-            const unsigned w[4] = {v.x, v.y, v.z, v.w};
-            unsigned word = 0u;  // word e / 2 of lane src's vector, one exchange a word
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                const unsigned got = __shfl_sync(kFull, w[k], src);
-                if (e / 2 == k) word = got;
+        typename Storage::T* p = row + c0;
+        if (c0 + W <= cols) {
+            if (s == 0) {
+                *reinterpret_cast<uint4*>(p) = v;
+            } else if (s % 2 == 0) {
+                unsigned* q = reinterpret_cast<unsigned*>(p);
+                q[0] = v.x;
+                q[1] = v.y;
+                q[2] = v.z;
+                q[3] = v.w;
+            } else {
+                Storage::putRaw(p, v.x);
+                unsigned* q = reinterpret_cast<unsigned*>(p + 1);
+                q[0] = __byte_perm(v.x, v.y, 0x5432);
+                q[1] = __byte_perm(v.y, v.z, 0x5432);
+                q[2] = __byte_perm(v.z, v.w, 0x5432);
+                Storage::putRaw(p + 7, v.w >> 16);
             }
-            const int at = c0 + (src - lane) * W + e;  // element e of lane src's vector
-            if (lane < W && at < cols) Storage::putRaw(row + at, word >> (16 * (e & 1)));
+            return;
         }
-        uint4 p;
-        p.x = __shfl_up_sync(kFull, v.x, 1);
-        p.y = __shfl_up_sync(kFull, v.y, 1);
-        p.z = __shfl_up_sync(kFull, v.z, 1);
-        p.w = __shfl_up_sync(kFull, v.w, 1);
-        const bool whole = (lane != 0 || s == 0) && c0 - s >= 0 && c0 - s + W <= cols;
-        if (whole) *reinterpret_cast<uint4*>(row + (c0 - s)) = s == 0 ? v : window(p, v, W - s);
-        // the next vector's chunk, which holds this one's last s elements, is stored whole by lane + 1
-        const bool nextWhole = s == 0 || (lane != 31 && c0 + 2 * W - s <= cols);
-        const bool headDone = whole || (s != 0 && lane == 0);
-        const bool tailDone = nextWhole || (s != 0 && lane == 31);
-        if (!headDone || !tailDone) {
-            const unsigned w[4] = {v.x, v.y, v.z, v.w};
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int e = 0; e < W; ++e) {
-                if ((e < W - s ? !headDone : !tailDone) && c0 + e < cols)
-                    Storage::putRaw(row + c0 + e, w[e / 2] >> (16 * (e % 2)));
-            }
+        for (int e = 0; e < W; ++e) {
+            if (c0 + e < cols) Storage::putRaw(p + e, w[e / 2] >> (16 * (e % 2)));
         }
     }
     // Vector j of a row (or of gamma / beta) into dst[0..W); fill past the end. kCopy: see Copy.
@@ -648,10 +581,10 @@ struct Regs {
     // vector's store to out (seen in the SASS).
     template <int kCopy, bool kReadOnly = true>
     __device__ static void loadVec(const typename Storage::T* __restrict__ row, int j, int cols, bool vec,
-                                   float fill, float* dst, Reach reach = Reach::none()) {
+                                   float fill, float* dst) {
         const int c0 = first(j);
         if constexpr (kCopy == kShifted) {
-            Storage::unpackV(loadShifted<kReadOnly>(row, j, cols, Storage::bits(fill), reach), dst);
+            Storage::unpackV(loadShifted<kReadOnly>(row, j, cols, Storage::bits(fill)), dst);
         } else if constexpr (kCopy == kElementwise) {
             if (vec && c0 + Storage::W <= cols) {
                 Storage::unpackV(kReadOnly ? Storage::ldgV(row + c0) : Storage::loadV(row + c0), dst);
@@ -692,22 +625,22 @@ struct Regs {
     // kElementwise where copy() says kWhole or kShifted (fewer copies of the loop, for register
     // pressure).
     template <bool kEveryMode = true>
-    __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
+    __device__ void load(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill) {
         const int mode = copy(cols, vec);
-        if (mode == kAll) loadAs<kAll>(row, cols, vec, fill, reach);
-        else if (kEveryMode && mode == kWhole) loadAs<kWhole>(row, cols, vec, fill, reach);
+        if (mode == kAll) loadAs<kAll>(row, cols, vec, fill);
+        else if (kEveryMode && mode == kWhole) loadAs<kWhole>(row, cols, vec, fill);
         else if constexpr (kEveryMode && kShifts) {
-            if (mode == kShifted) loadAs<kShifted>(row, cols, vec, fill, reach);
-            else loadAs<kElementwise>(row, cols, vec, fill, reach);
+            if (mode == kShifted) loadAs<kShifted>(row, cols, vec, fill);
+            else loadAs<kElementwise>(row, cols, vec, fill);
         }
-        else loadAs<kElementwise>(row, cols, vec, fill, reach);
+        else loadAs<kElementwise>(row, cols, vec, fill);
     }
     template <int kCopy>
-    __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill, Reach reach) {
+    __device__ void loadAs(const typename Storage::T* __restrict__ row, int cols, bool vec, float fill) {
         if constexpr (kPacked && kCopy == kShifted) {
 #pragma unroll
             for (int j = 0; j < kVecs; ++j) {
-                const uint4 v = loadShifted<true>(row, j, cols, Storage::bits(fill), reach);
+                const uint4 v = loadShifted<true>(row, j, cols, Storage::bits(fill));
                 w[j * 4] = v.x; w[j * 4 + 1] = v.y; w[j * 4 + 2] = v.z; w[j * 4 + 3] = v.w;
             }
         } else {
@@ -731,7 +664,7 @@ struct Regs {
                     }
                 } else {
                     float v[Storage::W];
-                    loadVec<kCopy>(row, j, cols, vec, fill, v, reach);
+                    loadVec<kCopy>(row, j, cols, vec, fill, v);
                     setVec(j, v);
                 }
             }
@@ -990,7 +923,7 @@ __device__ void softmaxRegs(const typename Storage::T* __restrict__ in, typename
     const RowIndex ri(rows);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
     Share r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, negInf(), Reach::ofRow(ri.row, rows, cols));
+    if (ri.live) r.load(in + ri.row * cols, cols, vec, negInf());
     else r.zero();
     float m = negInf();
 #pragma unroll
@@ -1022,7 +955,7 @@ struct Param {
     Share held;  // kEarly only (unused, and compiled away, otherwise)
     __device__ explicit Param(const typename Storage::T* __restrict__ p) : p(p) {}
     __device__ void fetch(int cols, bool vec) {
-        if constexpr (kEarly) held.load(p, cols, vec, 0.0f, Reach::none());
+        if constexpr (kEarly) held.load(p, cols, vec, 0.0f);
     }
     template <int kCopy>
     __device__ void get(int j, int cols, bool vec, float* dst) const {
@@ -1089,7 +1022,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     Share r;
     Param<Storage, Share, kEarly> g(gamma), b(beta);
     if (ri.live) {
-        r.template load<!Share::kMutable>(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+        r.template load<!Share::kMutable>(in + ri.row * cols, cols, vec, 0.0f);
         g.fetch(static_cast<int>(cols), vec);
         b.fetch(static_cast<int>(cols), vec);
     } else {
@@ -1194,7 +1127,7 @@ __device__ void rmsNormRegs(const typename Storage::T* __restrict__ in, typename
     Share r;
     Param<Storage, Share, kEarly> g(gamma);
     if (ri.live) {
-        r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+        r.load(in + ri.row * cols, cols, vec, 0.0f);
         g.fetch(static_cast<int>(cols), vec);
     } else {
         r.zero();
@@ -1221,7 +1154,6 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
     if (ri.live) {
         const typename Storage::T* x = in + ri.row * cols;
         typename Storage::T* res = residual + ri.row * cols;
-        const Reach reach = Reach::ofRow(ri.row, rows, cols);
         // h_j = x_j + res_j, res_j <- h_j, vector by vector. The compiler cannot move a load of res
         // above the store before it (same pointer), so the loads are issued kChunk vectors of x and
         // res at a time first: 2 kChunk 16-byte loads in flight per thread instead of two.
@@ -1263,9 +1195,7 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
             chunks(Tag<1>{});
         } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
-            // A chunk read here may hold bytes of the previous or next vector, or of a neighbouring
-            // row, that another warp is writing at the same time: the reader discards them (window,
-            // fillFrom). Every byte a lane keeps is its own, written by nobody before its read.
+            // (each lane reads and writes only its own vectors' bytes: see loadShifted)
             const int c = static_cast<int>(cols);
             constexpr int kPair = kChunk < 2 ? kChunk : 2;  // (4 at a time spilled)
 #pragma unroll
@@ -1273,8 +1203,8 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
                 uint4 xq[kPair], rq[kPair];
 #pragma unroll
                 for (int k = 0; k < kPair; ++k) {
-                    xq[k] = Share::template loadShifted<true>(x, j0 + k, c, 0u, reach);
-                    rq[k] = Share::template loadShifted<false>(res, j0 + k, c, 0u, reach);
+                    xq[k] = Share::template loadShifted<true>(x, j0 + k, c, 0u);
+                    rq[k] = Share::template loadShifted<false>(res, j0 + k, c, 0u);
                 }
 #pragma unroll
                 for (int k = 0; k < kPair; ++k) {
@@ -1470,7 +1400,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     const size_t row = blockIdx.x / kCtas;  // < rows: the grid has exactly rows clusters
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
     Share r;
-    r.load(in + row * cols, cols, vec, negInf(), Reach::ofRow(row, rows, cols));
+    r.load(in + row * cols, cols, vec, negInf());
     float mb = negInf();
 #pragma unroll
     for (int i = 0; i < r.N; ++i) mb = fmaxf(mb, r.template at<0>(i));

@@ -19,7 +19,7 @@ __device__ void rmsNormBf16AccRegs(const unsigned short* __restrict__ in, unsign
     const RowIndex ri(rows);
     const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out) && aligned16(gamma);
     Regs<Storage, kVecs> r;
-    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f, Reach::ofRow(ri.row, rows, cols));
+    if (ri.live) r.load(in + ri.row * cols, cols, vec, 0.0f);
     else r.zero();
     float amax = 0.0f;
 #pragma unroll
