@@ -505,9 +505,7 @@ struct Regs {
     // element, three words and an element (s odd: the words start one element in), the words
     // realigned by byte permutes. Every access lies inside the vector, so a lane touches only its
     // own elements and never memory past the row. The vector that crosses cols goes element by
-    // element, the fill bits from cols on. (It replaced 16-byte loads and stores of the aligned
-    // chunks around each vector, cut apart and joined again with lane exchanges: twice the
-    // instructions, and the fused kernel read chunks another warp was writing.)
+    // element, the fill bits from cols on.
     template <bool kReadOnly>
     __device__ static unsigned word(const typename Storage::T* p) {  // p 4-byte aligned
         const unsigned* q = reinterpret_cast<const unsigned*>(p);
