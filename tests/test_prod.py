@@ -706,8 +706,8 @@ def test_float32_vocabulary_rows_on_the_largest_clusters(cols: int, blocks: int)
     within 2^-16 of the float64 softmax relative to it, masked rows included, and each row's bits
     independent of the batch. The bound: x - m rounds with |x - m| < 48 (4 sigma-wide rows), 2.9e-6
     in the exponent; the sum of at most 32 elements a thread, a 9-level tree in the block and 4
-    levels across the cluster with their rescaling, about 55 u = 3.3e-6; expf and the division a
-    few u more: 7e-6 < 2^-16 (measured on the H200: at most 36 u, 2.1e-6)."""
+    levels across the cluster with their rescaling, about 55 u = 3.3e-6; expf (the element's and
+    its block's factor), the division and the factor's product a few u more: 7e-6 < 2^-16."""
     from normprops.cuda import prod
 
     if not prod.clusters_supported():

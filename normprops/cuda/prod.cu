@@ -1387,8 +1387,12 @@ __host__ __device__ constexpr int powerOfTwoAtLeast(int n) { return n <= 1 ? 1 :
 
 // The row's softmax over a cluster: grid.x = rows x kCtas, block (CLUSTER_THREADS, 1) (256 threads
 // for 16-bit storage, 512 for float32: normprops/row_shape.py), cluster r of the grid is
-// row r. Each element's output is the register path's, expf(x - m) / s with the row's max m; only s
-// is summed differently (per block, then rescaled: the online constant rho of the error model).
+// row r. Each block sums e = exp(x - m_b) with its own max m_b, and the row's s is merged from the
+// blocks' sums (rescaled: the online constant rho of the error model). Float registers (kMutable)
+// keep each e and write e (exp(m_b - m) / s): one exp per element, and the block's factor is the
+// online softmax's rescaling (its exp and its multiplication are within the 10 u that
+// docs/tolerances.md gives the ratio of two outputs). Packed 16-bit registers hold only x: they
+// write exp(x - m) / s, the register path's expression, with a second exp.
 template <class Storage, int kVecs, bool kPacked, int kCtas>
 __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typename Storage::T* __restrict__ out,
                                size_t rows, size_t cols) {
@@ -1407,7 +1411,11 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     const float shift = mb == negInf() ? 0.0f : mb;
     float sb = 0.0f;
 #pragma unroll
-    for (int i = 0; i < r.N; ++i) sb += expOf<Storage::kFastExp>(r.template at<1>(i) - shift);
+    for (int i = 0; i < r.N; ++i) {
+        const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - shift);
+        if constexpr (Share::kMutable) r.set(i, e);
+        sb += e;
+    }
     sb = rowReduce<Sum>(sb, scratch[1]);
     if (threadIdx.x == 0) {
         published[0] = mb;
@@ -1416,7 +1424,10 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     clusterSync();
     const Online::T all = clusterTree<kCtas, 0, powerOfTwoAtLeast(kCtas)>(published);
     clusterArrive();  // this block has read every pair; the writes below overlap the barrier
+    // kMutable: the block's factor exp(m_b - m) / s; a block of only -inf holds e = 0 (or NaN from
+    // a NaN row, whose s is NaN too), and its factor 0 (NaN where every block is -inf and s is 0).
     const float m = all.m, inv = 1.0f / all.s;
+    const float scale = Share::kMutable ? (mb == negInf() ? 0.0f : expf(mb - m)) * inv : inv;
     typename Storage::T* o = out + row * cols;
     const int c = static_cast<int>(cols);
     // The copy is chosen per vector, not once around the loop as in softmaxWrite: the branch keeps each
@@ -1427,7 +1438,7 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
 #pragma unroll
     for (int j = 0; j < Share::N / Storage::W; ++j) {
         float v[Storage::W];
-        softmaxVec<false, Storage>(r, j, m, inv, v);
+        softmaxVec<Share::kMutable, Storage>(r, j, m, scale, v);
         withCopy<Share>(mode, [&](auto copy) { Share::template storeVec<decltype(copy)::value>(o, j, c, vec, v); });
     }
     clusterWait();  // no block leaves while another may still read its pair
