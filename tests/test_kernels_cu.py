@@ -66,3 +66,34 @@ def test_no_math_h_macros_or_headers_for_nvrtc(source: str) -> None:
     code = re.sub(r"//.*", "", source_text(source))
     assert not re.search(r"\b(INFINITY|NAN|HUGE_VALF)\b", code)
     assert "#include" not in code
+
+
+# prod.cu's A/B candidates (tools/sweep_prod.py --variants): each set of macros must build every
+# cluster entry point for sm_90 without spilling (a spill would decide the timing, not the design).
+CLUSTER_CANDIDATES = [("NP_CLUSTER_PUSH",), ("NP_CLUSTER_PUSH", "NP_CLUSTER_HELD16")]
+
+
+@pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH")
+@pytest.mark.parametrize("macros", CLUSTER_CANDIDATES, ids="+".join)
+def test_cluster_candidates_build_without_spills(macros: tuple[str, ...], tmp_path: Path) -> None:
+    from normprops.cuda.prod import entry_point
+    from normprops.cuda.shape import CLUSTER_SIZES, CLUSTER_VPT
+
+    path = tmp_path / "prod.cu"
+    path.write_text(unit_text("prod.cu"))
+    ptx = tmp_path / "k.ptx"
+    proc = subprocess.run([NVCC, "-std=c++17", "-ptx", "-arch=sm_90", *(f"-D{m}" for m in macros),
+                           "-o", str(ptx), str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    names = [entry_point("softmax", dtype, CLUSTER_VPT, packed=dtype != "float32", cluster=n)
+             for dtype in DTYPE_CODES for n in CLUSTER_SIZES]
+    ptxas = Path(NVCC).with_name("ptxas")
+    proc = subprocess.run([str(ptxas), "-arch=sm_90", "-v", *(f"--entry={n}" for n in names), "-o",
+                           str(tmp_path / "k.cubin"), str(ptx)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # ptxas -v: "Compiling entry function 'NAME' for 'sm_90'", "Function properties for NAME", then
+    # "N bytes stack frame, N bytes spill stores, N bytes spill loads"
+    spills = dict(re.findall(r"entry function '(\w+)'[^\n]*\n[^\n]*\n[^\n]*?(\d+) bytes spill stores",
+                             proc.stderr))
+    assert set(spills) == set(names)
+    assert {n: int(b) for n, b in spills.items() if int(b)} == {}

@@ -1443,6 +1443,118 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
     }
     clusterWait();  // no block leaves while another may still read its pair
 }
+
+// --- A/B candidate, off unless -DNP_CLUSTER_PUSH: the pairs pushed, not pulled --------------------
+//
+// The same row layout and outputs as softmaxCluster, with QuACK's exchange (quack/reduce.py,
+// online_softmax_reduce) in place of two block reductions, a cluster barrier, 2 kCtas remote loads a
+// thread and a second cluster barrier. Each warp reduces its own pair (m_w, s_w) with two butterflies;
+// lanes below kCtas store it with st.async into slot rank x warps + warp of every block of the
+// cluster, where the block's transaction barrier counts its bytes (kCtas x warps x 8); each block
+// waits on its own barrier only and reads only its own shared memory, so no barrier follows. The
+// cluster barrier at the start (arrive before the row's loads, wait before the first store) orders
+// every block's mbarrier.init before any st.async to it. Every warp folds the kCtas x warps pairs in
+// the same order (lane-local, then butterflies; the merges are commutative bit for bit), so every
+// thread of the cluster holds the same (m, s). The sum's tree: the thread's elements in order, a
+// 5-level butterfly, a pairwise tree over a lane's ceil(kCtas warps / 32) slots and a 5-level
+// butterfly (additions of the zero padding exact): log2(T) + ceil(log2(kCtas)) levels past the
+// thread's own, as ErrorModel declares for the cluster path; each s_w is rescaled once (rho).
+// tools/sweep_prod.py --variants base,NP_CLUSTER_PUSH times it against softmaxCluster; it has not
+// replaced it yet: that waits for a GPU run of the sweep, tools/sanitize.py and the registry hunt.
+__device__ __forceinline__ unsigned sharedAddress(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// The address of shared location `local` (this block's) in the cluster's block `rank`.
+__device__ __forceinline__ unsigned inBlock(unsigned local, unsigned rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+    return remote;
+}
+
+template <class Storage, int kVecs, bool kPacked, int kCtas>
+__device__ void softmaxClusterPush(const typename Storage::T* __restrict__ in,
+                                   typename Storage::T* __restrict__ out, size_t rows, size_t cols) {
+    using Share = Regs<Storage, kVecs, kPacked, ClusterTeam<kCtas>>;
+    constexpr int kMaxWarps = 16;  // 512 threads
+    constexpr int kPerLane = (kCtas * kMaxWarps + 31) / 32;  // slots a lane folds, at most
+    __shared__ alignas(16) float2 pairs[kCtas * kMaxWarps];
+    __shared__ alignas(8) unsigned long long landed;  // the transaction barrier of this block's pairs
+    const int warps = static_cast<int>(blockDim.x) >> 5;
+    const int warp = static_cast<int>(threadIdx.x) >> 5, lane = static_cast<int>(threadIdx.x) & 31;
+    const unsigned bar = sharedAddress(&landed);
+    if (threadIdx.x == 0) {
+        asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(kCtas * warps * 8)
+                     : "memory");
+    }
+    asm volatile("barrier.cluster.arrive.relaxed;" ::: "memory");
+    const size_t row = blockIdx.x / kCtas;  // < rows: the grid has exactly rows clusters
+    const bool vec = cols % Storage::W == 0 && aligned16(in) && aligned16(out);
+    Share r;
+    r.load(in + row * cols, cols, vec, negInf());
+    float mw = negInf();
+#pragma unroll
+    for (int i = 0; i < r.N; ++i) mw = fmaxf(mw, r.template at<0>(i));
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) mw = fmaxf(mw, __shfl_xor_sync(kFull, mw, o));
+    // A warp that holds only -inf (padding, or a masked stretch) sums exp(x - 0) = 0, NaN kept.
+    const float shift = mw == negInf() ? 0.0f : mw;
+    float sw = 0.0f;
+#pragma unroll
+    for (int i = 0; i < r.N; ++i) {
+        const float e = expOf<Storage::kFastExp>(r.template at<1>(i) - shift);
+        if constexpr (Share::kMutable) r.set(i, e);
+        sw += e;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) sw += __shfl_xor_sync(kFull, sw, o);
+    asm volatile("barrier.cluster.wait;" ::: "memory");  // every block's barrier is initialised
+    if (lane < kCtas) {
+        const unsigned slot = sharedAddress(&pairs[clusterRank() * warps + warp]);
+        asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [%0], {%1, %2}, [%3];"
+                     ::"r"(inBlock(slot, lane)), "f"(mw), "f"(sw), "r"(inBlock(bar, lane)) : "memory");
+    }
+    unsigned done;
+    do {
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\t"
+                     "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(bar) : "memory");
+    } while (!done);
+    const int n = kCtas * warps;
+    float m = negInf();
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+        if (lane + 32 * k < n) m = fmaxf(m, pairs[lane + 32 * k].x);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(kFull, m, o));
+    float part[kPerLane];
+#pragma unroll
+    for (int k = 0; k < kPerLane; ++k) {
+        const float2 p = lane + 32 * k < n ? pairs[lane + 32 * k] : make_float2(negInf(), 0.0f);
+        part[k] = Online::part({p.x, p.y}, m);
+    }
+#pragma unroll
+    for (int step = 1; step < kPerLane; step *= 2) {
+#pragma unroll
+        for (int k = 0; k + step < kPerLane; k += 2 * step) part[k] += part[k + step];
+    }
+    float s = part[0];
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) s += __shfl_xor_sync(kFull, s, o);
+    // kMutable: the warp's factor exp(m_w - m) / s, as softmaxCluster's block factor.
+    const float inv = 1.0f / s;
+    const float scale = Share::kMutable ? (mw == negInf() ? 0.0f : expf(mw - m)) * inv : inv;
+    typename Storage::T* o = out + row * cols;
+    const int c = static_cast<int>(cols);
+    const int mode = Share::copy(c, vec);
+#pragma unroll
+    for (int j = 0; j < Share::N / Storage::W; ++j) {
+        float v[Storage::W];
+        softmaxVec<Share::kMutable, Storage>(r, j, m, scale, v);
+        withCopy<Share>(mode, [&](auto copy) { Share::template storeVec<decltype(copy)::value>(o, j, c, vec, v); });
+    }
+}
 #endif
 
 // --- entry points: <op>_<dtype>_v<vectors per thread> (v0: streaming), _p<...> for packed 16-bit ---
@@ -1606,11 +1718,42 @@ NP_ADDRMSNORM(addrmsnorm_f16_p8, F16, 8, true)
 // later (normprops/cuda/prod.py launches it only there). Clusters of more than 8 blocks are
 // non-portable: the launcher allows them per function (cuFuncSetAttribute) where the device runs them.
 #if __CUDA_ARCH__ >= 900
+// A/B candidates for tools/sweep_prod.py (--variants base,NP_CLUSTER_PUSH,NP_CLUSTER_HELD16): neither is
+// defined in a product build. NP_CLUSTER_PUSH: softmaxClusterPush's exchange. NP_CLUSTER_HELD16: 16-bit
+// rows held as floats (one exp an element, as float32's), at up to 128 registers a thread (one
+// 512-thread block, or two of 256, per SM).
+// The push exchange keeps both passes' packed float16 elements widened at once (no block barrier
+// between them): 88-92 bytes a thread spilled at 64 registers, none at 128 (one block of 512 per SM).
+template <class Storage, bool kPacked>
+struct ClusterBlocksPerSm {
+#ifdef NP_CLUSTER_HELD16
+    static constexpr int value = Storage::W == 8 ? 1 : 2;
+#else
+    static constexpr int value = 2;
+#endif
+};
+#if defined(NP_CLUSTER_PUSH) && !defined(NP_CLUSTER_HELD16)
+template <>
+struct ClusterBlocksPerSm<F16, true> {
+    static constexpr int value = 1;
+};
+#endif
+#ifdef NP_CLUSTER_PUSH
+#define NP_CLUSTER_BODY softmaxClusterPush
+#else
+#define NP_CLUSTER_BODY softmaxCluster
+#endif
+#ifdef NP_CLUSTER_HELD16
+#define NP_CLUSTER_PACKED(PACKED) false
+#else
+#define NP_CLUSTER_PACKED(PACKED) PACKED
+#endif
 #define NP_SOFTMAX_CLUSTER(NAME, STORAGE, CTAS, PACKED)                                             \
-    extern "C" __global__ void __cluster_dims__(CTAS, 1, 1) __launch_bounds__(512, 2)               \
+    extern "C" __global__ void __cluster_dims__(CTAS, 1, 1)                                         \
+        __launch_bounds__(512, (ClusterBlocksPerSm<STORAGE, PACKED>::value))                        \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out, size_t rows,          \
              size_t cols) {                                                                         \
-        softmaxCluster<STORAGE, 8, PACKED, CTAS>(in, out, rows, cols);                              \
+        NP_CLUSTER_BODY<STORAGE, 8, NP_CLUSTER_PACKED(PACKED), CTAS>(in, out, rows, cols);          \
     }
 NP_SOFTMAX_CLUSTER(softmax_f32_c2v8, F32, 2, false)
 NP_SOFTMAX_CLUSTER(softmax_f32_c3v8, F32, 3, false)
