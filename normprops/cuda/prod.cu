@@ -515,6 +515,33 @@ struct Regs {
     __device__ static unsigned element(const typename Storage::T* p) {
         return kReadOnly ? static_cast<unsigned>(__ldg(p)) : static_cast<unsigned>(*p);
     }
+#ifdef NP_SHIFTED_WIDE
+    // A/B candidate, off unless -DNP_SHIFTED_WIDE (tools/sweep_prod.py --variants base,NP_SHIFTED_WIDE;
+    // tools/ab_bits.py --define NP_SHIFTED_WIDE must find the same bits): a shifted vector loaded as
+    // the two aligned 16-byte chunks around it (neighbouring lanes share a chunk: L1 serves the
+    // second) and cut out with selects and funnel shifts, where the current copy takes four or five
+    // narrower accesses; stored as one aligned chunk per lane, the previous lane's tail (a
+    // shuffle) with this lane's head. Only bytes of the row are written; the bytes read around it
+    // (the previous row's, at most 14) are dropped.
+    //
+    // The 8 elements that start s (1 to 7) elements into the 16 elements of a, b.
+    __device__ static uint4 window(const uint4& a, const uint4& b, int s) {
+        const unsigned w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+        const int h = s >> 1;  // whole words, then a half word where s is odd
+        unsigned v1[6], v2[5];
+#pragma unroll
+        for (int i = 0; i < 6; ++i) v1[i] = (h & 2) ? w[i + 2] : w[i];
+#pragma unroll
+        for (int i = 0; i < 5; ++i) v2[i] = (h & 1) ? v1[i + 1] : v1[i];
+        const unsigned half = (s & 1) * 16;
+        return make_uint4(__funnelshift_r(v2[0], v2[1], half), __funnelshift_r(v2[1], v2[2], half),
+                          __funnelshift_r(v2[2], v2[3], half), __funnelshift_r(v2[3], v2[4], half));
+    }
+    __device__ static unsigned short elementOf(const uint4& v, int e) {
+        const unsigned w = e < 2 ? v.x : e < 4 ? v.y : e < 6 ? v.z : v.w;
+        return static_cast<unsigned short>(w >> (16 * (e & 1)));
+    }
+#endif
     template <bool kReadOnly>
     __device__ static uint4 loadShifted(const typename Storage::T* row, int j, int cols, unsigned fill) {
         constexpr int W = Storage::W;
@@ -523,6 +550,14 @@ struct Regs {
         const typename Storage::T* p = row + c0;
         if (c0 + W <= cols) {
             if (s == 0) return kReadOnly ? Storage::ldgV(p) : Storage::loadV(p);
+#ifdef NP_SHIFTED_WIDE
+            if (c0 - s + 2 * W <= cols) {  // the second chunk ends inside the row
+                const typename Storage::T* a = p - s;  // 16-byte aligned
+                const uint4 lo = kReadOnly ? Storage::ldgV(a) : Storage::loadV(a);
+                const uint4 hi = kReadOnly ? Storage::ldgV(a + W) : Storage::loadV(a + W);
+                return window(lo, hi, s);
+            }
+#endif
             if (s % 2 == 0)
                 return make_uint4(word<kReadOnly>(p), word<kReadOnly>(p + 2), word<kReadOnly>(p + 4),
                                   word<kReadOnly>(p + 6));
@@ -547,6 +582,30 @@ struct Regs {
         const int c0 = first(j);
         const int s = shiftOf<Storage>(row);
         typename Storage::T* p = row + c0;
+#ifdef NP_SHIFTED_WIDE
+        // Every lane of the warp calls this for the same j (the rows of a warp are one row, its lanes
+        // consecutive vectors): lane l - 1 holds the vector before lane l's.
+        const int lane = static_cast<int>(threadIdx.x) & 31;
+        const uint4 prev = make_uint4(__shfl_up_sync(kFull, v.x, 1), __shfl_up_sync(kFull, v.y, 1),
+                                      __shfl_up_sync(kFull, v.z, 1), __shfl_up_sync(kFull, v.w, 1));
+        if (s != 0) {
+            if (c0 >= cols) return;
+            const int head = W - s;  // this vector's elements before the next 16-byte boundary
+            // [c0 - s, c0 + head): the previous lane's last s elements and this one's first head
+            if (lane > 0 && c0 + head <= cols) {
+                *reinterpret_cast<uint4*>(p - s) = window(prev, v, head);
+            } else {
+#pragma unroll
+                for (int e = 0; e < W; ++e) if (e < head && c0 + e < cols) Storage::putRaw(p + e, elementOf(v, e));
+            }
+            // the last s, unless the next lane's chunk takes them
+            if (!(lane < 31 && c0 + W + head <= cols)) {
+#pragma unroll
+                for (int e = 1; e < W; ++e) if (e >= head && c0 + e < cols) Storage::putRaw(p + e, elementOf(v, e));
+            }
+            return;
+        }
+#endif
         if (c0 + W <= cols) {
             if (s == 0) {
                 *reinterpret_cast<uint4*>(p) = v;
@@ -1446,7 +1505,8 @@ __device__ void softmaxCluster(const typename Storage::T* __restrict__ in, typen
 
 // --- A/B candidate, off unless -DNP_CLUSTER_PUSH: the pairs pushed, not pulled --------------------
 //
-// The same row layout and outputs as softmaxCluster, with QuACK's exchange (quack/reduce.py,
+// softmaxCluster's row layout and expressions (the sums in another order: the outputs agree within the
+// declared bound, not bit for bit), with QuACK's exchange (quack/reduce.py,
 // online_softmax_reduce) in place of two block reductions, a cluster barrier, 2 kCtas remote loads a
 // thread and a second cluster barrier. Each warp reduces its own pair (m_w, s_w) with two butterflies;
 // lanes below kCtas store it with st.async into slot rank x warps + warp of every block of the
@@ -1474,8 +1534,9 @@ __device__ __forceinline__ unsigned inBlock(unsigned local, unsigned rank) {
 template <class Storage, int kVecs, bool kPacked, int kCtas>
 __device__ void softmaxClusterPush(const typename Storage::T* __restrict__ in,
                                    typename Storage::T* __restrict__ out, size_t rows, size_t cols) {
+    static_assert(kCtas >= 2 && kCtas <= 16, "st.async needs another block; pairs holds 16 blocks' warps");
     using Share = Regs<Storage, kVecs, kPacked, ClusterTeam<kCtas>>;
-    constexpr int kMaxWarps = 16;  // 512 threads
+    constexpr int kMaxWarps = 16;  // 512 threads (blocks of whole warps: the launcher's 256 or 512)
     constexpr int kPerLane = (kCtas * kMaxWarps + 31) / 32;  // slots a lane folds, at most
     __shared__ alignas(16) float2 pairs[kCtas * kMaxWarps];
     __shared__ alignas(8) unsigned long long landed;  // the transaction barrier of this block's pairs
@@ -1517,7 +1578,7 @@ __device__ void softmaxClusterPush(const typename Storage::T* __restrict__ in,
     }
     unsigned done;
     do {
-        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n\t"
+        asm volatile("{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n\t"
                      "selp.u32 %0, 1, 0, p;\n\t}" : "=r"(done) : "r"(bar) : "memory");
     } while (!done);
     const int n = kCtas * warps;
