@@ -66,3 +66,52 @@ def test_check_marks_nan_worse(sweep) -> None:
     found = sweep.check_softmax({"softmax base": good, "softmax NP_NAN": nan}, x, out, rows=3, cols=64,
                                 dtype="float32")
     assert [f["worse"] for f in found] == [False, True]
+
+
+def test_ctas_and_cluster_variants_set_the_cluster_shape(sweep, monkeypatch: pytest.MonkeyPatch) -> None:
+    import normprops.cuda.prod as prod
+    from normprops.cuda.shape import Shape
+
+    monkeypatch.setattr(sweep, "largest_cluster", lambda: 16)
+    monkeypatch.setattr(prod, "largest_cluster", lambda: 16)
+    monkeypatch.setattr(prod, "clusters_supported", lambda: True)
+    monkeypatch.setattr(prod, "_device", lambda: 0)
+    # the product's shape: the fewest blocks of 256 threads x 8 vectors that hold the row
+    product = sweep.SweepKernel("softmax", dtype="bfloat16", defines=())
+    assert product._cluster_shape(151936) == Shape(8, 256, 1, 10)
+    wide = sweep.SweepKernel("softmax", dtype="bfloat16", defines=("NP_CLUSTER_PUSH", "ctas=16"))
+    assert wide._cluster_shape(151936) == Shape(8, 256, 1, 16)
+    assert wide._compiled == ("NP_CLUSTER_PUSH",)  # ctas= changes the launch only
+    # "cluster": the cluster path where one block holds the row, at ctas=N blocks
+    forced = sweep.SweepKernel("softmax", dtype="bfloat16", defines=("cluster", "ctas=2"), path="cluster")
+    assert forced.shape(32000) == Shape(8, 256, 1, 2)
+    too_few = sweep.SweepKernel("softmax", dtype="bfloat16", defines=("cluster", "ctas=2"), path="cluster")
+    with pytest.raises(ValueError, match="cannot take 128256 columns"):
+        too_few.shape(128256)
+    with pytest.raises(SystemExit, match="ctas=7"):
+        sweep.SweepKernel("softmax", dtype="bfloat16", defines=("ctas=7",))._cluster_shape(151936)
+
+
+@pytest.mark.skipif(not Path("/bin/bash").exists(), reason="tools/candidates_on_gpu.sh is a bash script")
+def test_candidates_script_runs_every_step_and_says_what_did_not_run(tmp_path: Path) -> None:
+    """With a stand-in for Python that records its arguments and no compute-sanitizer on PATH: each
+    step runs once with its own output file, and the script says the sanitizer steps did not run
+    (exit 1)."""
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    stub = tmp_path / "python"
+    stub.write_text('#!/bin/sh\necho "$@"\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(stub), "PATH": "/usr/bin:/bin", "CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(["bash", str(root / "tools" / "candidates_on_gpu.sh"), str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    steps = [line.split(":")[0] for line in lines if ": exit 0 after" in line]
+    assert steps == ["vocab-bf16", "vocab-f32", "bits-shifted-wide", "odd-norms", "odd-fused"]
+    assert lines[-1] == "compute-sanitizer not on PATH: the sanitizer steps did not run"
+    vocab = (tmp_path / "out" / "vocab-bf16.txt").read_text()
+    assert "--check" in vocab and "--peers torch,liger,quack" in vocab and "NP_CLUSTER_PUSH+ctas=16" in vocab
+    assert "--define NP_SHIFTED_WIDE" in (tmp_path / "out" / "bits-shifted-wide.txt").read_text()

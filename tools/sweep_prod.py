@@ -263,7 +263,12 @@ def main() -> int:
                     k = SweepKernel(op, dtype=dtype, per_thread=pt, packed=bool(mode), defines=defines,
                                     path=path)
                     arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
-                    shape = k.shape(cols)
+                    try:
+                        shape = k.shape(cols)
+                    except ValueError as exc:  # e.g. "cluster+ctas=2" on a row two blocks cannot hold
+                        print(f"{dtype:9s} {rows:7d}x{cols:<6d} {op} {'+'.join(defines)}: not run: {exc}",
+                              flush=True)
+                        continue
                     shifted = k.shifted(arrays, shape=shape, cols=cols)
                     fn = k._function(shape.vpt, shape.cluster, shifted=shifted)
                     # registers per thread and spilled (local) bytes, as compiled here

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# prod.cu's A/B candidates on a GPU host, each against the product build in the same rounds and
+# beside the peers that import there (PyTorch, Liger-Kernel, QuACK): the vocabulary softmax's
+# exchange (NP_CLUSTER_PUSH), its 16-bit rows held as floats (NP_CLUSTER_HELD16) and its cluster
+# sizes (ctas=N, cluster), each checked against a float64 softmax; the norms off the 16-byte grid
+# (NP_SHIFTED_WIDE), first bit for bit against the product on every op and width of
+# tools/ab_bits.py, then timed at 4097 and 5121 columns; and compute-sanitizer's racecheck and
+# memcheck on the candidate kernels at one row and a few.
+#
+#   tools/candidates_on_gpu.sh [OUT_DIR]     (OUT_DIR default ./candidates-run)
+#
+# env: CACHE_DIR (compiled kernels, default ~/.cache/normprops-suite), PYTHON (default python3),
+# PEERS (default torch,liger,quack). Exit 0 when every step ran clean; 1 when a candidate's
+# softmax was clearly worse than the product's, its bits differed, or a sanitizer reported.
+set -uo pipefail
+out=${1:-candidates-run}
+mkdir -p "$out" && out=$(cd "$out" && pwd)
+tools=$(cd "$(dirname "$0")" && pwd)
+cd "$tools/.."
+export NORMPROPS_KERNEL_CACHE=${CACHE_DIR:-$HOME/.cache/normprops-suite}/kernel PYTHONUNBUFFERED=1
+py=${PYTHON:-python3}
+peers=${PEERS:-torch,liger,quack}
+status=0
+step() {  # step NAME COMMAND...: its output in OUT_DIR/NAME.txt, its time and exit status here
+  local name=$1; shift
+  local start; start=$(date +%s)
+  "$@" > "$out/$name.txt" 2>&1
+  local rc=$?
+  echo "$name: exit $rc after $(( $(date +%s) - start )) s"
+  [ "$rc" -eq 0 ] || status=1
+}
+rows=1,8,64,256,gib
+step vocab-bf16 "$py" tools/sweep_prod.py --ops softmax --per-thread 64p --dtypes bfloat16 \
+  --widths 32000,128256,151936 --rows "$rows" --peers "$peers" --check --json "$out/vocab-bf16.json" \
+  --variants base,NP_CLUSTER_PUSH,NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16+ctas=16,NP_CLUSTER_PUSH+ctas=16,cluster+ctas=2,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16+cluster+ctas=2
+step vocab-f32 "$py" tools/sweep_prod.py --ops softmax --per-thread 32 --dtypes float32 \
+  --widths 32000,128256,151936 --rows "$rows" --peers "$peers" --check --json "$out/vocab-f32.json" \
+  --variants base,NP_CLUSTER_PUSH,NP_CLUSTER_PUSH+ctas=16,NP_CLUSTER_PUSH+ctas=4
+step bits-shifted-wide "$py" tools/ab_bits.py --define NP_SHIFTED_WIDE
+step odd-norms "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64p --dtypes bfloat16 \
+  --widths 4097,5121 --rows "$rows" --spread --peers "$peers" --json "$out/odd-norms.json" \
+  --variants base,NP_SHIFTED_WIDE
+step odd-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dtypes bfloat16 \
+  --widths 4097,5121 --rows "$rows" --spread --peers "$peers" --json "$out/odd-fused.json" \
+  --variants base,NP_SHIFTED_WIDE
+sanitizer=$(command -v compute-sanitizer)
+if [ -n "$sanitizer" ]; then
+  for tool in racecheck memcheck; do
+    step "sanitize-$tool-vocab" "$sanitizer" --tool "$tool" --error-exitcode 1 "$py" tools/sweep_prod.py \
+      --ops softmax --per-thread 64p,32 --dtypes bfloat16,float32 --widths 151936,32000 --rows 1,3 \
+      --rounds 3 --variants NP_CLUSTER_PUSH,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+ctas=16
+    step "sanitize-$tool-odd" "$sanitizer" --tool "$tool" --error-exitcode 1 "$py" tools/sweep_prod.py \
+      --ops layernorm,rmsnorm,addrmsnorm --per-thread 32p,64p --dtypes bfloat16 --widths 4097,5121,1025 \
+      --rows 1,3 --spread --rounds 3 --variants NP_SHIFTED_WIDE
+  done
+else
+  echo "compute-sanitizer not on PATH: the sanitizer steps did not run"
+  status=1
+fi
+exit $status
