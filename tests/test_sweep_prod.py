@@ -110,8 +110,38 @@ def test_candidates_script_runs_every_step_and_says_what_did_not_run(tmp_path: P
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     steps = [line.split(":")[0] for line in lines if ": exit 0 after" in line]
-    assert steps == ["vocab-bf16", "vocab-f32", "bits-shifted-wide", "odd-norms", "odd-fused"]
+    assert steps == ["vocab-bf16", "vocab-f32", "bits-shifted-wide", "odd-norms", "odd-fused",
+                     "decode-splits", "decode-splits-fused"]
     assert lines[-1] == "compute-sanitizer not on PATH: the sanitizer steps did not run"
     vocab = (tmp_path / "out" / "vocab-bf16.txt").read_text()
     assert "--check" in vocab and "--peers torch,liger,quack" in vocab and "NP_CLUSTER_PUSH+ctas=16" in vocab
     assert "--define NP_SHIFTED_WIDE" in (tmp_path / "out" / "bits-shifted-wide.txt").read_text()
+
+
+def test_split_variant_chooses_the_decode_split_and_refuses_one_without_a_kernel(
+        sweep, monkeypatch: pytest.MonkeyPatch) -> None:
+    """"split=N" replaces the product's decode_split for the launch it makes, and only for it."""
+    import normprops.cuda.prod as prod
+
+    chosen = []
+
+    def launcher(self, *arrays, rows, cols, eps=None, spread=True):
+        chosen.append(prod.decode_split(self.shape(cols), dense=True))
+        return lambda: None
+
+    monkeypatch.setattr(prod.ProdKernel, "launcher", launcher)
+    monkeypatch.setattr(prod, "_device", lambda: 0)
+    product_split = prod.decode_split
+    k = sweep.SweepKernel("rmsnorm", dtype="bfloat16", defines=("split=4",))
+    k.shape = lambda cols: prod.launch_shape(cols, dtype="bfloat16", per_thread=64)  # no GPU to ask
+    k.launcher(rows=1, cols=4096)
+    assert chosen == [4] and prod.decode_split is product_split
+    k.defines = ("split=8",)  # 4096 bfloat16 columns: 64 threads of 8 vectors, 8 x 64 = 512 threads
+    k.launcher(rows=1, cols=4096)
+    k.defines = ("split=16",)
+    with pytest.raises(ValueError, match="split=16"):
+        k.launcher(rows=1, cols=4096)
+    k.defines = ("split=8",)
+    with pytest.raises(ValueError, match="split=8"):  # 2880 columns: 96 threads of 4 vectors
+        k.launcher(rows=1, cols=2880)
+    assert chosen == [4, 8] and prod.decode_split is product_split

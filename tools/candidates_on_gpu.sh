@@ -4,8 +4,9 @@
 # exchange (NP_CLUSTER_PUSH), its 16-bit rows held as floats (NP_CLUSTER_HELD16) and its cluster
 # sizes (ctas=N, cluster), each checked against a float64 softmax; the norms off the 16-byte grid
 # (NP_SHIFTED_WIDE), first bit for bit against the product on every op and width of
-# tools/ab_bits.py, then timed at 4097 and 5121 columns; and compute-sanitizer's racecheck and
-# memcheck on the candidate kernels at one row and a few.
+# tools/ab_bits.py, then timed at 4097 and 5121 columns; the norms' decode split (split=N) at the
+# model widths and 1-256 rows; and compute-sanitizer's racecheck and memcheck on the candidate
+# kernels at one row and a few.
 #
 #   tools/candidates_on_gpu.sh [OUT_DIR]     (OUT_DIR default ./candidates-run)
 #
@@ -43,6 +44,12 @@ step odd-norms "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64
 step odd-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dtypes bfloat16 \
   --widths 4097,5121 --rows "$rows" --spread --peers "$peers" --json "$out/odd-fused.json" \
   --variants base,NP_SHIFTED_WIDE
+step decode-splits "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64p --dtypes bfloat16 \
+  --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
+  --json "$out/decode-splits.json" --variants base,split=1,split=2,split=4,split=8
+step decode-splits-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dtypes bfloat16 \
+  --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
+  --json "$out/decode-splits-fused.json" --variants base,split=1,split=2,split=4
 sanitizer=$(command -v compute-sanitizer)
 if [ -n "$sanitizer" ]; then
   for tool in racecheck memcheck; do

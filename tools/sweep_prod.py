@@ -4,12 +4,14 @@ for several elements-per-thread settings (which set threads per row). Usage on a
         [--ops layernorm,rmsnorm] [--variants base,NP_A,NP_A+NP_B,src=PATH] [--widths 4097,5121]
         [--rows 1,8,64,256,gib] [--peers torch,liger,quack] [--check]
 A trailing "p" keeps 16-bit values packed in registers (prod.cu's _p entry points; ignored for
-float32). --variants: prod.cu compiled with these -D macros ("base": none; prod.cu's A/B candidates
-are NP_CLUSTER_PUSH and NP_CLUSTER_HELD16), or "src=PATH": another copy of prod.cu (an older
-commit's, for an A/B in one run; --src-clusters: it has the cluster path), or "tpr=N": the softmax
-cluster path with blocks of N threads (e.g. NP_A+tpr=256), or "ctas=N": clusters of N blocks, or
-"cluster": softmax on the cluster path even where the row fits one block, or "rpb=N": at most N
-rows per block on the register path. --rows: batch sizes ("gib": 1 GiB each way, the default).
+float32). --variants: prod.cu compiled with these -D macros ("base": none; prod.cu's A/B
+candidates are NP_CLUSTER_PUSH, NP_CLUSTER_HELD16 and NP_SHIFTED_WIDE), or "src=PATH": another copy
+of prod.cu (an older commit's, for an A/B in one run; --src-clusters: it has the cluster path), or
+"tpr=N": the softmax cluster path with blocks of N threads (e.g. NP_A+tpr=256), or "ctas=N":
+clusters of N blocks, or "cluster": softmax on the cluster path even where the row fits one block,
+or "rpb=N": at most N rows per block on the register path, or "split=N": decode launches (--spread)
+spread each prefill thread's vectors over N threads. --rows: batch sizes ("gib": 1 GiB each way,
+the default).
 --peers: PyTorch's, Liger's and QuACK's kernels for the same ops in the same rounds, with each
 configuration's time over the fastest of them. --check: each softmax configuration's output on the
 first rows against a float64 softmax of the same input. Each configuration is timed like normprops
@@ -28,6 +30,7 @@ import sys
 
 import numpy as np
 
+import normprops.cuda.prod as prod
 from normprops.backends.peers import peer_status
 from normprops.bench.cases import BenchCase
 from normprops.bench.launchers import PEER_LIBRARIES, launchers_for, random_storage
@@ -45,7 +48,7 @@ from normprops.cuda.shape import CLUSTER_SIZES, PORTABLE_CLUSTER, cluster_shape
 from normprops.dtypes import get_dtype
 
 #: Variant tokens that change only the launch, not the compiled code.
-LAUNCH_ONLY = ("tpr=", "rpb=", "ctas=", "cluster")
+LAUNCH_ONLY = ("tpr=", "rpb=", "ctas=", "cluster", "split=")
 
 
 @functools.cache
@@ -101,7 +104,22 @@ class SweepKernel(ProdKernel):
         small batches, so that "base" against "rpb=1" compares the two), or with --spread the
         product's launch (a row per block, the decode kernels)."""
         spread = self.spread if spread is None else spread
-        return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
+        split = [int(d[6:]) for d in self.defines if d.startswith("split=")]
+        if not split:
+            return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
+        # "split=N": decode launches spread each prefill thread's vectors over N threads (prod.cu's
+        # Split), on the dense kernel or the general one as the product picks, instead of the
+        # product's decode_split
+        shape = self.shape(cols)
+        if split[0] not in (1, *prod.SPLITS) or split[0] > max(shape.vpt, 1) or split[0] * shape.tpr > 512:
+            raise ValueError(f"split={split[0]}: one of 1, {prod.SPLITS} at most the {shape.vpt} vectors a "
+                             f"thread, and at most 512 threads ({shape.tpr} a row)")
+        chosen = prod.decode_split
+        prod.decode_split = lambda shape, dense=False: split[0]
+        try:
+            return super().launcher(*arrays, rows=rows, cols=cols, eps=eps, spread=spread)
+        finally:
+            prod.decode_split = chosen
 
     #: whether another copy of prod.cu (src=) has the off-grid kernels (<name>_sh, --src-shifts)
     src_shifts = False
@@ -265,16 +283,18 @@ def main() -> int:
                     arrays = k.operands(x=x, out=out, residual=res, gamma=g, beta=b)
                     try:
                         shape = k.shape(cols)
+                        launch = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
                     except ValueError as exc:  # e.g. "cluster+ctas=2" on a row two blocks cannot hold
                         print(f"{dtype:9s} {rows:7d}x{cols:<6d} {op} {'+'.join(defines)}: not run: {exc}",
                               flush=True)
                         continue
                     shifted = k.shifted(arrays, shape=shape, cols=cols)
                     fn = k._function(shape.vpt, shape.cluster, shifted=shifted)
-                    # registers per thread and spilled (local) bytes, as compiled here
+                    # registers per thread and spilled (local) bytes, as compiled here (the prefill
+                    # kernel's: a decode launch takes prod_decode.cu's)
                     name = (f"{op} pt{pt}{mode} tpr{shape.tpr} vpt{shape.vpt} c{shape.cluster} "
                             f"r{fn.num_regs} l{fn.local_size_bytes} {'+'.join(defines) or 'base'}")
-                    launches[name] = k.launcher(*arrays, rows=rows, cols=cols, eps=1e-5)
+                    launches[name] = launch
                     moved[name] = 2 if op == "addrmsnorm" else 1
                     op_of[name] = op
             theirs = set()
