@@ -5,8 +5,8 @@
 # sizes (ctas=N, cluster), each checked against a float64 softmax; the norms off the 16-byte grid
 # (NP_SHIFTED_WIDE), first bit for bit against the product on every op and width of
 # tools/ab_bits.py, then timed at 4097 and 5121 columns; the norms' decode split (split=N) at the
-# model widths and 1-256 rows; and compute-sanitizer's racecheck and memcheck on the candidate
-# kernels at one row and a few.
+# model widths and 1-256 rows; Nsight Compute on one decode row of RMS norm, ours and Liger's; and
+# compute-sanitizer's racecheck and memcheck on the candidate kernels at one row and a few.
 #
 #   tools/candidates_on_gpu.sh [OUT_DIR]     (OUT_DIR default ./candidates-run)
 #
@@ -50,6 +50,20 @@ step decode-splits "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-threa
 step decode-splits-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dtypes bfloat16 \
   --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
   --json "$out/decode-splits-fused.json" --variants base,split=1,split=2,split=4
+# Where a decode row's time goes: Nsight Compute on one warm launch, ours and the fastest norm peer's
+profiler=$(command -v ncu)
+if [ -n "$profiler" ]; then
+  for cols in 2048 4096 8192; do
+    step "profile-rmsnorm-$cols" "$profiler" --clock-control none --launch-skip 1 --launch-count 1 -k "regex:rms_?norm" \
+      --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      "$py" tools/launch_once.py --op rmsnorm --dtype bfloat16 --cols "$cols" --rows 1 --spread
+    step "profile-rmsnorm-$cols-liger" "$profiler" --clock-control none --launch-skip 1 --launch-count 1 -k "regex:rms_?norm" \
+      --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      "$py" tools/launch_once.py --op rmsnorm --dtype bfloat16 --cols "$cols" --rows 1 --peer liger
+  done
+else
+  echo "ncu not on PATH: the profile steps did not run"
+fi
 sanitizer=$(command -v compute-sanitizer)
 if [ -n "$sanitizer" ]; then
   for tool in racecheck memcheck; do
