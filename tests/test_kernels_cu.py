@@ -70,8 +70,9 @@ def test_no_math_h_macros_or_headers_for_nvrtc(source: str) -> None:
 
 # prod.cu's A/B candidates (tools/sweep_prod.py --variants): each set of macros must build the entry
 # points it changes for sm_90 without spilling (a spill would decide the timing, not the design):
-# every cluster softmax, and the bfloat16 norms off the 16-byte grid (float16's layer norm at 8
-# vectors spills 40 bytes under NP_SHIFTED_WIDE: bfloat16 is the one measured).
+# every cluster softmax, the bfloat16 norms off the 16-byte grid (float16's layer norm at 8 vectors
+# spills 40 bytes under NP_SHIFTED_WIDE: bfloat16 is the one measured), and the bfloat16 decode
+# kernels.
 def _cluster_entries() -> list[str]:
     from normprops.cuda.prod import entry_point
     from normprops.cuda.shape import CLUSTER_SIZES, CLUSTER_VPT
@@ -84,16 +85,23 @@ def _bf16_off_grid_entries() -> list[str]:
     return sorted(n for n in off_grid_entry_points() if "_bf16_" in n)
 
 
-CANDIDATES = [(("NP_CLUSTER_PUSH",), _cluster_entries),
-              (("NP_CLUSTER_PUSH", "NP_CLUSTER_HELD16"), _cluster_entries),
-              (("NP_SHIFTED_WIDE",), _bf16_off_grid_entries)]
+def _bf16_decode_entries() -> list[str]:
+    return sorted(n for n in decode_entry_points() if "_bf16_" in n)
+
+
+CANDIDATES = [(("NP_CLUSTER_PUSH",), "prod.cu", _cluster_entries),
+              (("NP_CLUSTER_PUSH", "NP_CLUSTER_HELD16"), "prod.cu", _cluster_entries),
+              (("NP_SHIFTED_WIDE",), "prod.cu", _bf16_off_grid_entries),
+              (("NP_DECODE_HELD",), "prod_decode.cu", _bf16_decode_entries)]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH")
-@pytest.mark.parametrize(("macros", "entries"), CANDIDATES, ids=["+".join(m) for m, _ in CANDIDATES])
-def test_candidates_build_without_spills(macros: tuple[str, ...], entries, tmp_path: Path) -> None:
-    path = tmp_path / "prod.cu"
-    path.write_text(unit_text("prod.cu"))
+@pytest.mark.parametrize(("macros", "source", "entries"), CANDIDATES,
+                         ids=["+".join(m) for m, _, _ in CANDIDATES])
+def test_candidates_build_without_spills(macros: tuple[str, ...], source: str, entries,
+                                         tmp_path: Path) -> None:
+    path = tmp_path / source
+    path.write_text(unit_text(source))
     ptx = tmp_path / "k.ptx"
     proc = subprocess.run([NVCC, "-std=c++17", "-ptx", "-arch=sm_90", *(f"-D{m}" for m in macros),
                            "-o", str(ptx), str(path)], capture_output=True, text=True, timeout=300)

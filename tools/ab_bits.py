@@ -6,7 +6,9 @@ code's deep-run results still describe the new one. Usage on a GPU machine:
     git show COMMIT:normprops/cuda/prod.cu > old_prod.cu
     python3 tools/ab_bits.py --against old_prod.cu
 or, for a variant behind a macro of prod.cu:
-    python3 tools/ab_bits.py --define NP_SOME_VARIANT
+    python3 tools/ab_bits.py --define NP_SOME_VARIANT [--spread]
+(--spread: the variant's decode kernels, as the product launches a few rows, against the packaged
+prefill kernels)
 Both copies launch with today's shapes (normprops.cuda.shape); an older copy (--against) is given
 the cluster path only with --src-clusters (it may predate it): without, softmax rows that now take
 it stream there and differ, as expected."""
@@ -59,16 +61,16 @@ def _buffer(a: cupy.ndarray, shift: int) -> cupy.ndarray:
     return view.reshape(a.shape)
 
 
-def _run(k: ProdKernel, x, res, g, b, shift: int):
+def _run(k: ProdKernel, x, res, g, b, shift: int, spread: bool = False):
     import cupy
 
     xs, gs, bs = _buffer(x, shift), _buffer(g, shift), _buffer(b, shift)
     rs = None if res is None else _buffer(res, shift)
     out = _buffer(cupy.zeros_like(x), shift)
     # the prefill kernels at the width's rows per block (a few rows would otherwise take the decode
-    # entry points, which an older prod.cu cannot build)
+    # entry points, which an older prod.cu cannot build), unless spread: as the product launches them
     k.launch(*k.operands(x=xs, out=out, residual=rs, gamma=gs, beta=bs), rows=x.shape[0], cols=x.shape[1],
-             eps=1e-5, spread=False)
+             eps=1e-5, spread=spread)
     return [out] if rs is None else [out, rs]
 
 
@@ -79,6 +81,10 @@ def main() -> int:
                     help="compare the packaged prod.cu with itself compiled with -DMACRO (repeatable)")
     ap.add_argument("--src-clusters", action="store_true",
                     help="the other prod.cu has the cluster path too: give it the same cluster shapes")
+    ap.add_argument("--spread", action="store_true",
+                    help="launch the other copy as the product launches a few rows (the norms' decode "
+                         "kernels, built on it) against the packaged prefill kernels: a decode candidate "
+                         "(-DNP_DECODE_HELD) must give the prefill kernels' bits")
     args = ap.parse_args()
     import cupy  # after parsing: --help needs no GPU
     SweepKernel.src_clusters = args.src_clusters
@@ -102,7 +108,7 @@ def main() -> int:
             b = rng.standard_normal(cols, dtype=cupy.float32)
             arrays = [device_storage(a, dtype) if a is not None else None for a in (x, res, g, b)]
             got = _run(new, *arrays, shift)
-            want = _run(old, *arrays, shift)
+            want = _run(old, *arrays, shift, spread=args.spread)
             cases += 1
             for a, w in zip(got, want):
                 diff = _bits(a) != _bits(w)

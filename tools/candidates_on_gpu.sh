@@ -4,8 +4,9 @@
 # exchange (NP_CLUSTER_PUSH), its 16-bit rows held as floats (NP_CLUSTER_HELD16) and its cluster
 # sizes (ctas=N, cluster), each checked against a float64 softmax; the norms off the 16-byte grid
 # (NP_SHIFTED_WIDE), first bit for bit against the product on every op and width of
-# tools/ab_bits.py, then timed at 4097 and 5121 columns; the norms' decode split (split=N) at the
-# model widths and 1-256 rows; Nsight Compute on one decode row of RMS norm, ours and Liger's; and
+# tools/ab_bits.py, then timed at 4097 and 5121 columns; the norms' decode kernels holding 16-bit
+# rows as floats (NP_DECODE_HELD, bit for bit against the prefill kernels) and their split
+# (split=N) at the model widths and 1-256 rows; Nsight Compute on one decode row of RMS norm, ours and Liger's; and
 # compute-sanitizer's racecheck and memcheck on the candidate kernels at one row and a few.
 #
 #   tools/candidates_on_gpu.sh [OUT_DIR]     (OUT_DIR default ./candidates-run)
@@ -38,6 +39,7 @@ step vocab-f32 "$py" tools/sweep_prod.py --ops softmax --per-thread 32 --dtypes 
   --widths 32000,128256,151936 --rows "$rows" --peers "$peers" --check --json "$out/vocab-f32.json" \
   --variants base,NP_CLUSTER_PUSH,NP_CLUSTER_PUSH+ctas=16,NP_CLUSTER_PUSH+ctas=4
 step bits-shifted-wide "$py" tools/ab_bits.py --define NP_SHIFTED_WIDE
+step bits-decode-held "$py" tools/ab_bits.py --define NP_DECODE_HELD --spread
 step odd-norms "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64p --dtypes bfloat16 \
   --widths 4097,5121 --rows "$rows" --spread --peers "$peers" --json "$out/odd-norms.json" \
   --variants base,NP_SHIFTED_WIDE
@@ -46,10 +48,11 @@ step odd-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dty
   --variants base,NP_SHIFTED_WIDE
 step decode-splits "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64p --dtypes bfloat16 \
   --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
-  --json "$out/decode-splits.json" --variants base,split=1,split=2,split=4,split=8
+  --json "$out/decode-splits.json" \
+  --variants base,NP_DECODE_HELD,split=1,split=2,split=4,split=8,NP_DECODE_HELD+split=4,NP_DECODE_HELD+split=8
 step decode-splits-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dtypes bfloat16 \
   --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
-  --json "$out/decode-splits-fused.json" --variants base,split=1,split=2,split=4
+  --json "$out/decode-splits-fused.json" --variants base,NP_DECODE_HELD,split=1,split=2,split=4,NP_DECODE_HELD+split=4
 # Where a decode row's time goes: Nsight Compute on one warm launch, ours and the fastest norm peer's
 profiler=$(command -v ncu)
 if [ -n "$profiler" ]; then
@@ -70,9 +73,9 @@ if [ -n "$sanitizer" ]; then
     step "sanitize-$tool-vocab" "$sanitizer" --tool "$tool" --error-exitcode 1 "$py" tools/sweep_prod.py \
       --ops softmax --per-thread 64p,32 --dtypes bfloat16,float32 --widths 151936,32000 --rows 1,3 \
       --rounds 3 --variants NP_CLUSTER_PUSH,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+ctas=16
-    step "sanitize-$tool-odd" "$sanitizer" --tool "$tool" --error-exitcode 1 "$py" tools/sweep_prod.py \
-      --ops layernorm,rmsnorm,addrmsnorm --per-thread 32p,64p --dtypes bfloat16 --widths 4097,5121,1025 \
-      --rows 1,3 --spread --rounds 3 --variants NP_SHIFTED_WIDE
+    step "sanitize-$tool-norms" "$sanitizer" --tool "$tool" --error-exitcode 1 "$py" tools/sweep_prod.py \
+      --ops layernorm,rmsnorm,addrmsnorm --per-thread 32p,64p --dtypes bfloat16 --widths 4097,5121,1025,4096 \
+      --rows 1,3 --spread --rounds 3 --variants NP_SHIFTED_WIDE,NP_DECODE_HELD
   done
 else
   echo "compute-sanitizer not on PATH: the sanitizer steps did not run"

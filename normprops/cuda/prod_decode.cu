@@ -20,6 +20,23 @@
 
 #define NP_DECODE_BOUNDS(S) __launch_bounds__(512, (S) <= 2 ? 1 : 2)
 
+// A/B candidate, off unless -DNP_DECODE_HELD (tools/sweep_prod.py --spread --variants
+// base,NP_DECODE_HELD): the 16-bit kernels hold their elements as floats, widened once at the load,
+// where the packed layout widens each again at every pass over the registers (up to four): a lone
+// row's time is its one SM issuing those instructions. Regs gives the same arithmetic either way,
+// so the same bits (tests/test_prod.py checks decode against prefill bit for bit). Only where the
+// floats fit the registers (ptxas, sm_90: none spills): at most 4 vectors a thread in a dense kernel
+// of up to 2 groups (128 registers), 2 in a general one, 1 where 4 or 8 groups leave 64.
+template <bool kPacked, int kVecs, int kS, bool kDense>
+struct DecodePacked {
+#ifdef NP_DECODE_HELD
+    static constexpr bool value = kPacked && !(kS <= 2 ? kVecs <= (kDense ? 4 : 2) : kVecs <= 1);
+#else
+    static constexpr bool value = kPacked;
+#endif
+};
+#define NP_DECODE_PACKED(PACKED, VECS, S, DENSE) (DecodePacked<PACKED, (VECS) / (S), S, DENSE>::value)
+
 // VECS: the prefill thread's vectors, VECS / S of them in each of its S threads here. Each kernel
 // comes twice: <name>_d for any row, and <name>_da (DENSE) for the launches whose pointers are 16-byte
 // aligned and whose rows fill every thread's vectors exactly (cols = tpr x VECS x W: the model
@@ -30,19 +47,21 @@
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
              const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
              size_t cols, float eps) {                                                              \
-        layerNormRegs<STORAGE, (VECS) / (S), PACKED, true, S, DENSE>(in, out, gamma, beta, rows, cols, eps); \
+        layerNormRegs<STORAGE, (VECS) / (S), NP_DECODE_PACKED(PACKED, VECS, S, DENSE), true, S, DENSE>(in, out, gamma, beta, rows, \
+                                                                              cols, eps);                \
     }
 #define NP_RMSNORM_DECODE(NAME, STORAGE, VECS, PACKED, S, DENSE)                                   \
     extern "C" __global__ void NP_DECODE_BOUNDS(S)                                                  \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
              const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
-        rmsNormRegs<STORAGE, (VECS) / (S), PACKED, true, S, DENSE>(in, out, gamma, rows, cols, eps); \
+        rmsNormRegs<STORAGE, (VECS) / (S), NP_DECODE_PACKED(PACKED, VECS, S, DENSE), true, S, DENSE>(in, out, gamma, rows, cols, eps); \
     }
 #define NP_ADDRMSNORM_DECODE(NAME, STORAGE, VECS, PACKED, S, DENSE)                                \
     extern "C" __global__ void NP_DECODE_BOUNDS(S)                                                  \
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* residual, STORAGE::T* __restrict__ out, \
              const STORAGE::T* __restrict__ gamma, size_t rows, size_t cols, float eps) {           \
-        addRmsNormRegs<STORAGE, (VECS) / (S), PACKED, true, S, DENSE>(in, residual, out, gamma, rows, cols, eps); \
+        addRmsNormRegs<STORAGE, (VECS) / (S), NP_DECODE_PACKED(PACKED, VECS, S, DENSE), true, S, DENSE>(in, residual, out, gamma, \
+                                                                                rows, cols, eps);        \
     }
 NP_LAYERNORM_DECODE(layernorm_f32_v1_d, F32, 1, false, 1, false)
 NP_LAYERNORM_DECODE(layernorm_f32_v1_da, F32, 1, false, 1, true)
