@@ -1061,8 +1061,11 @@ __device__ __forceinline__ void layerNormWrite(const Share& r, typename Storage:
     }
 }
 
+// kExactDiv: `/` for the mean and variance whatever the storage (a decode kernel holding as floats
+// the rows its prefill kernel keeps packed, prod_decode.cu's NP_DECODE_HELD: the prefill kernel's
+// bits, which divByCount's fast path gives only for normal sums).
 template <class Storage, int kVecs, bool kPacked, bool kEarly = false, int kS = 1, bool kDense = false,
-          int kOnly = kAny>
+          int kOnly = kAny, bool kExactDiv = false>
 __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
                               typename Storage::T* __restrict__ out,
                               const typename Storage::T* __restrict__ gamma,
@@ -1090,7 +1093,8 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     // reduction alternates exchange buffers and scratch slots (see Split::Exchange, Scratch).
     const float n = static_cast<float>(cols);
     const int c = static_cast<int>(cols);
-    float mean = divByCount<Share::kMutable>(  // kMutable: float rows
+    constexpr bool kFastDiv = Share::kMutable && !kExactDiv;
+    float mean = divByCount<kFastDiv>(  // kMutable: float rows
         rowTotal<Sum, Sp, Share>([&](float t, int i) { return t + r.template at<0>(i); }, ex, 0, scratch[0]), n);
     float q = centredSquares<1, Sp>(r, full, c, 1.0f, mean, ex, 1, scratch[2]);
     int e = 0;
@@ -1099,7 +1103,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     if (v.block) {
         const int e2 = rowExponent<3, Sp>(r, ex, 0, scratch[1]);
         const float sc2 = pow2(-e2);
-        const float mean2 = divByCount<Share::kMutable>(rowTotal<Sum, Sp, Share>(
+        const float mean2 = divByCount<kFastDiv>(rowTotal<Sum, Sp, Share>(
             [&](float t, int i) { return fmaf(r.template at<4>(i), sc2, t); }, ex, 1, scratch[0]), n);
         const float q2 = centredSquares<5, Sp>(r, full, c, sc2, mean2, ex, 0, scratch[2]);
         if (v.self) {
@@ -1109,7 +1113,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
             q = q2;
         }
     }
-    const float f = layerNormFactor(divByCount<Share::kMutable>(q, n), e, eps);
+    const float f = layerNormFactor(divByCount<kFastDiv>(q, n), e, eps);
     if (!ri.live) return;
     typename Storage::T* o = out + ri.row * cols;
     // Float storage (the row as 32 floats) keeps the element-wise copy: in the others the compiler

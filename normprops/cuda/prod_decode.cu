@@ -24,9 +24,11 @@
 // base,NP_DECODE_HELD): the 16-bit kernels hold their elements as floats, widened once at the load,
 // where the packed layout widens each again at every pass over the registers (up to four): a lone
 // row's time is its one SM issuing those instructions. Regs gives the same arithmetic either way,
-// so the same bits (tests/test_prod.py checks decode against prefill bit for bit). Only where the
-// floats fit the registers (ptxas, sm_90: none spills): at most 4 vectors a thread in a dense kernel
-// of up to 2 groups (128 registers), 2 in a general one, 1 where 4 or 8 groups leave 64.
+// so the same bits (tests/test_prod.py checks decode against prefill bit for bit; layer norm keeps
+// its packed prefill kernel's exact division, kExactDiv). Only where the floats fit the registers
+// (ptxas, sm_90: no spill but 4 bytes in float16's dense layer norm at 4 vectors): at most 4 vectors
+// a thread in a dense kernel of up to 2 groups (128 registers), 2 in a general one, 1 where 4 or 8
+// groups leave 64.
 template <bool kPacked, int kVecs, int kS, bool kDense>
 struct DecodePacked {
 #ifdef NP_DECODE_HELD
@@ -47,8 +49,8 @@ struct DecodePacked {
         NAME(const STORAGE::T* __restrict__ in, STORAGE::T* __restrict__ out,                       \
              const STORAGE::T* __restrict__ gamma, const STORAGE::T* __restrict__ beta, size_t rows, \
              size_t cols, float eps) {                                                              \
-        layerNormRegs<STORAGE, (VECS) / (S), NP_DECODE_PACKED(PACKED, VECS, S, DENSE), true, S, DENSE>(in, out, gamma, beta, rows, \
-                                                                              cols, eps);                \
+        layerNormRegs<STORAGE, (VECS) / (S), NP_DECODE_PACKED(PACKED, VECS, S, DENSE), true, S, DENSE, kAny, \
+                      PACKED>(in, out, gamma, beta, rows, cols, eps);                                \
     }
 #define NP_RMSNORM_DECODE(NAME, STORAGE, VECS, PACKED, S, DENSE)                                   \
     extern "C" __global__ void NP_DECODE_BOUNDS(S)                                                  \
