@@ -145,3 +145,20 @@ def test_split_variant_chooses_the_decode_split_and_refuses_one_without_a_kernel
     with pytest.raises(ValueError, match="split=8"):  # 2880 columns: 96 threads of 4 vectors
         k.launcher(rows=1, cols=2880)
     assert chosen == [4, 8] and prod.decode_split is product_split
+
+
+def test_candidates_script_runs_only_the_steps_asked_for(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    stub = tmp_path / "python"
+    stub.write_text('#!/bin/sh\necho "$@"\n')
+    stub.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(stub), "PATH": "/usr/bin:/bin", "CACHE_DIR": str(tmp_path / "cache"),
+           "STEPS": "vocab-f32 decode-splits"}
+    proc = subprocess.run(["bash", str(root / "tools" / "candidates_on_gpu.sh"), str(tmp_path / "out")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    steps = [line.split(":")[0] for line in proc.stdout.splitlines() if ": exit" in line]
+    assert steps == ["vocab-f32", "decode-splits"]
+    assert sorted(p.name for p in (tmp_path / "out").glob("*.txt")) == ["decode-splits.txt", "vocab-f32.txt"]

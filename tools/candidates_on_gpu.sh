@@ -11,8 +11,9 @@
 #
 #   tools/candidates_on_gpu.sh [OUT_DIR]     (OUT_DIR default ./candidates-run)
 #
-# env: CACHE_DIR (compiled kernels, default ~/.cache/normprops-suite), PYTHON (default python3),
-# PEERS (default torch,liger,quack). Exit 0 when every step ran clean; 1 when a candidate's
+# env: CACHE_DIR (compiled kernels, default ~/.cache/normprops-suite; keep it between runs),
+# PYTHON (default python3), PEERS (default torch,liger,quack), STEPS (the steps to run, e.g.
+# "vocab-bf16 vocab-f32": a run too long for one sitting split in parts; default all). Exit 0 when every step ran clean; 1 when a candidate's
 # softmax was clearly worse than the product's, its bits differed, or a sanitizer reported.
 set -uo pipefail
 out=${1:-candidates-run}
@@ -25,6 +26,7 @@ peers=${PEERS:-torch,liger,quack}
 status=0
 step() {  # step NAME COMMAND...: its output in OUT_DIR/NAME.txt, its time and exit status here
   local name=$1; shift
+  if [ -n "${STEPS:-}" ] && [[ " $STEPS " != *" $name "* ]]; then return; fi
   local start; start=$(date +%s)
   "$@" > "$out/$name.txt" 2>&1
   local rc=$?
@@ -32,6 +34,17 @@ step() {  # step NAME COMMAND...: its output in OUT_DIR/NAME.txt, its time and e
   [ "$rc" -eq 0 ] || status=1
 }
 rows=1,8,64,256,gib
+# Every build the steps take, compiled side by side first (one process each; cached in CACHE_DIR)
+start=$(date +%s)
+for macros in "" NP_CLUSTER_PUSH NP_CLUSTER_HELD16 NP_CLUSTER_PUSH,NP_CLUSTER_HELD16 NP_SHIFTED_WIDE NP_DECODE_HELD; do
+  for source in prod.cu prod_decode.cu; do
+    (cd tools && "$py" -c "import sys; from sweep_prod import _variant_module
+_variant_module(tuple(m for m in sys.argv[1].split(',') if m), sys.argv[2])" "$macros" "$source") \
+      > "$out/compile-${macros:-base}-$source.log" 2>&1 &
+  done
+done
+wait
+echo "compiled in $(( $(date +%s) - start )) s"
 step vocab-bf16 "$py" tools/sweep_prod.py --ops softmax --per-thread 64p --dtypes bfloat16 \
   --widths 32000,128256,151936 --rows "$rows" --peers "$peers" --check --json "$out/vocab-bf16.json" \
   --variants base,NP_CLUSTER_PUSH,NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16+ctas=16,NP_CLUSTER_PUSH+ctas=16,cluster+ctas=2,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16+cluster+ctas=2
@@ -64,7 +77,7 @@ if [ -n "$profiler" ]; then
       --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
       "$py" tools/launch_once.py --op rmsnorm --dtype bfloat16 --cols "$cols" --rows 1 --peer liger
   done
-else
+elif [ -z "${STEPS:-}" ] || [[ "$STEPS" == *profile* ]]; then
   echo "ncu not on PATH: the profile steps did not run"
 fi
 sanitizer=$(command -v compute-sanitizer)
@@ -77,7 +90,7 @@ if [ -n "$sanitizer" ]; then
       --ops layernorm,rmsnorm,addrmsnorm --per-thread 32p,64p --dtypes bfloat16 --widths 4097,5121,1025,4096 \
       --rows 1,3 --spread --rounds 3 --variants NP_SHIFTED_WIDE,NP_DECODE_HELD
   done
-else
+elif [ -z "${STEPS:-}" ] || [[ "$STEPS" == *sanitize* ]]; then
   echo "compute-sanitizer not on PATH: the sanitizer steps did not run"
   status=1
 fi
