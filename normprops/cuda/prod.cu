@@ -504,8 +504,9 @@ struct Regs {
     // 16-byte access (s = 0: gamma and beta, and one row in W), four 4-byte words (s even), or an
     // element, three words and an element (s odd: the words start one element in), the words
     // realigned by byte permutes. Every access lies inside the vector, so a lane touches only its
-    // own elements and never memory past the row. The vector that crosses cols goes element by
-    // element, the fill bits from cols on.
+    // own elements and never memory past the row (NP_SHIFTED_WIDE, below, reads its neighbours' and
+    // drops them, and writes the previous lane's last elements). The vector that crosses cols goes
+    // element by element, the fill bits from cols on.
     template <bool kReadOnly>
     __device__ static unsigned word(const typename Storage::T* p) {  // p 4-byte aligned
         const unsigned* q = reinterpret_cast<const unsigned*>(p);
@@ -583,12 +584,13 @@ struct Regs {
         const int s = shiftOf<Storage>(row);
         typename Storage::T* p = row + c0;
 #ifdef NP_SHIFTED_WIDE
-        // Every lane of the warp calls this for the same j (the rows of a warp are one row, its lanes
-        // consecutive vectors): lane l - 1 holds the vector before lane l's.
-        const int lane = static_cast<int>(threadIdx.x) & 31;
-        const uint4 prev = make_uint4(__shfl_up_sync(kFull, v.x, 1), __shfl_up_sync(kFull, v.y, 1),
-                                      __shfl_up_sync(kFull, v.z, 1), __shfl_up_sync(kFull, v.w, 1));
+        // The contract of this path: every lane of the warp calls storeShifted for the same j of the
+        // same row (a warp's lanes are one row's consecutive vectors, and s is the row's): lane l - 1
+        // holds the vector before lane l's.
         if (s != 0) {
+            const int lane = static_cast<int>(threadIdx.x) & 31;
+            const uint4 prev = make_uint4(__shfl_up_sync(kFull, v.x, 1), __shfl_up_sync(kFull, v.y, 1),
+                                          __shfl_up_sync(kFull, v.z, 1), __shfl_up_sync(kFull, v.w, 1));
             if (c0 >= cols) return;
             const int head = W - s;  // this vector's elements before the next 16-byte boundary
             // [c0 - s, c0 + head): the previous lane's last s elements and this one's first head
@@ -1256,7 +1258,8 @@ __device__ void addRmsNormRegs(const typename Storage::T* __restrict__ in, typen
         } else if (kPacked && vec) {  // (unpacked float rows: this copy made ptxas spill)
             chunks(Tag<1>{});
         } else if constexpr (kPacked) {  // off the 16-byte grid (Regs::loadShifted), kChunk vectors at a time again
-            // (each lane reads and writes only its own vectors' bytes: see loadShifted)
+            // (each lane reads and writes only its own vectors' bytes: see loadShifted; under
+            // NP_SHIFTED_WIDE a lane also reads bytes that neighbours may be writing, and drops them)
             const int c = static_cast<int>(cols);
             constexpr int kPair = kChunk < 2 ? kChunk : 2;  // (4 at a time spilled)
 #pragma unroll
