@@ -92,7 +92,8 @@ def _bf16_decode_entries() -> list[str]:
 CANDIDATES = [(("NP_CLUSTER_PUSH",), "prod.cu", _cluster_entries),
               (("NP_CLUSTER_PUSH", "NP_CLUSTER_HELD16"), "prod.cu", _cluster_entries),
               (("NP_SHIFTED_WIDE",), "prod.cu", _bf16_off_grid_entries),
-              (("NP_DECODE_HELD",), "prod_decode.cu", _bf16_decode_entries)]
+              (("NP_DECODE_HELD",), "prod_decode.cu", _bf16_decode_entries),
+              (("NP_DECODE_FLAT", "NP_DECODE_HELD"), "prod_decode.cu", _bf16_decode_entries)]
 
 
 @pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH")

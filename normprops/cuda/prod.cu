@@ -372,6 +372,47 @@ struct Split {
         for (int j = 0; j < kS * kVecs; ++j) all = Op::merge(all, slots[j * tpr + t]);
         return all;
     }
+#ifdef NP_DECODE_FLAT
+    // A/B candidate, off unless -DNP_DECODE_FLAT (tools/sweep_prod.py --spread --variants
+    // base,NP_DECODE_FLAT; tools/ab_bits.py --define NP_DECODE_FLAT --spread must find the prefill
+    // bits): fold and rowReduce in one barrier. After the exchange, lane l of every warp folds the
+    // partials of prefill thread 32 w + l for each of the row's warps w (kS kVecs partials each, in
+    // order) and reduces each over its warp with rowReduce's butterfly: every warp then holds every
+    // warp total W_w, and the second level is rowReduce's butterfly on W_(l mod p) in registers, the
+    // same merges in the same order, so the same bits, without rowReduce's store, barrier and load.
+    // *laneTotal: W_l for lanes l < warps (what rangeVerdict reads from scratch otherwise). The
+    // exchange buffers stay safe with one barrier a reduction: they alternate, and a buffer is
+    // written again only after the next reduction's barrier.
+    template <class Op, int kVecs>
+    __device__ static typename Op::T foldFlat(const typename Op::T (&p)[kVecs], Exchange<kVecs>& ex, int k,
+                                              typename Op::T* laneTotal) {
+        auto* slots = reinterpret_cast<typename Op::T*>(ex.slot[k]);
+        const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
+#pragma unroll
+        for (int j = 0; j < kVecs; ++j) slots[(static_cast<int>(threadIdx.y) * kVecs + j) * tpr + t] = p[j];
+        __syncthreads();
+        const int warps = tpr >> 5, lane = t & 31;
+        const int pw = warps & (warps - 1) ? 1 << (32 - __clz(warps)) : warps;
+        typename Op::T mine = Op::identity(), first = Op::identity();
+#pragma unroll 1
+        for (int w = 0; w < warps; ++w) {  // the same trip count in every lane
+            typename Op::T all = Op::identity();
+#pragma unroll
+            for (int j = 0; j < kS * kVecs; ++j) all = Op::merge(all, slots[j * tpr + 32 * w + lane]);
+#pragma unroll
+            for (int o = 16; o > 0; o /= 2) all = Op::merge(all, Op::shfl(all, o));
+            if (w == 0) first = all;
+            if (w == (lane & (pw - 1))) mine = all;
+        }
+        if (laneTotal != nullptr) *laneTotal = mine;
+        if (warps == 1) return first;  // rowReduce returns a one-warp row's butterfly
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) {
+            if (o < pw) mine = Op::merge(mine, Op::shfl(mine, o));
+        }
+        return mine;
+    }
+#endif
 };
 template <>
 struct Split<1> {
@@ -811,9 +852,10 @@ struct RowIndex {
 // The row's reduction Op of acc: acc(t, i) folds element i into its vector's partial t, from Op's
 // identity; the vectors' partials fold in order (Split, through buffer k of ex), then rowReduce in
 // scratch.
+// laneTotal: where NP_DECODE_FLAT's decode kernels leave the lane's warp total (Split::foldFlat).
 template <class Op, class Sp, class Share, class Acc>
 __device__ __forceinline__ typename Op::T rowTotal(Acc acc, typename Sp::template Exchange<Share::V>& ex, int k,
-                                                   Scratch& scratch) {
+                                                   Scratch& scratch, typename Op::T* laneTotal = nullptr) {
     constexpr int W = Share::N / Share::V;
     typename Op::T part[Share::V];
 #pragma unroll
@@ -823,6 +865,9 @@ __device__ __forceinline__ typename Op::T rowTotal(Acc acc, typename Sp::templat
         for (int w = 0; w < W; ++w) t = acc(t, j * W + w);
         part[j] = t;
     }
+#ifdef NP_DECODE_FLAT
+    if constexpr (Sp::S > 1) return Sp::template foldFlat<Op>(part, ex, k, laneTotal);
+#endif
     return rowReduce<Op>(Sp::template fold<Op>(part, ex, k), scratch);
 }
 
@@ -838,7 +883,8 @@ struct Verdict {
     bool block;
 };
 template <int kS>
-__device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch, float eps) {
+__device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch, float eps,
+                                                const float* laneTotal = nullptr) {
     const bool huge = eps > 0x1p126f;  // (every row of the launch)
     constexpr float kLo = 0x1p-60f, kHi = 0x1p120f;
     if (blockDim.x == 32) {
@@ -853,7 +899,11 @@ __device__ __forceinline__ Verdict rangeVerdict(float q, const Scratch& scratch,
         // as reading them one after another, without that chain of shared loads on the lone row's
         // critical path. (The prefill kernels keep the loop: there the vote made ptxas spill.)
         const int lane = static_cast<int>(threadIdx.x) & 31;
+#ifdef NP_DECODE_FLAT
+        const float t = lane < warps ? *laneTotal : 1.0f;  // (Split::foldFlat, no scratch)
+#else
         const float t = lane < warps ? slots[static_cast<int>(threadIdx.y) * warps + lane] : 1.0f;
+#endif
         const bool high = __any_sync(kFull, !(t <= kHi));  // NaN: high
         const bool low = __all_sync(kFull, lane >= warps || t < kLo);
         const bool out = huge || high || low;
@@ -890,9 +940,16 @@ template <class Sp, class Share>
 __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename Sp::template Exchange<Share::V>& ex,
                                                        Scratch* scratch, float eps) {
     static_assert(Share::N * Sp::S <= 64, "warp totals of at most 64 elements x 32 threads");
+#ifdef NP_DECODE_FLAT
+    float lane = 0.0f;  // this lane's warp total of s (Split::foldFlat)
+    float* const laneTotal = &lane;
+#else
+    float* const laneTotal = nullptr;
+#endif
     const float s = rowTotal<Sum, Sp, Share>(
-        [&](float t, int i) { const float x = r.template at<0>(i); return fmaf(x, x, t); }, ex, 0, scratch[0]);
-    const Verdict v = rangeVerdict<Sp::S>(s, scratch[0], eps);
+        [&](float t, int i) { const float x = r.template at<0>(i); return fmaf(x, x, t); }, ex, 0, scratch[0],
+        laneTotal);
+    const Verdict v = rangeVerdict<Sp::S>(s, scratch[0], eps, laneTotal);
     if (!v.block) return {0, s};
     const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
     const float sc = pow2(-e);
@@ -1032,7 +1089,7 @@ struct Param {
 template <int kPass, class Sp, class Share>
 __device__ __forceinline__ float centredSquares(const Share& r, bool full, int cols, float sc, float mean,
                                                 typename Sp::template Exchange<Share::V>& ex, int k,
-                                                Scratch& scratch) {
+                                                Scratch& scratch, float* laneTotal = nullptr) {
     float part[Share::V];
 #pragma unroll
     for (int j = 0; j < Share::V; ++j) part[j] = 0.0f;
@@ -1040,6 +1097,9 @@ __device__ __forceinline__ float centredSquares(const Share& r, bool full, int c
         const float d = fmaf(r.template at<kPass>(i), sc, -mean);
         if (in) part[i / (Share::N / Share::V)] = fmaf(d, d, part[i / (Share::N / Share::V)]);
     });
+#ifdef NP_DECODE_FLAT
+    if constexpr (Sp::S > 1) return Sp::template foldFlat<Sum>(part, ex, k, laneTotal);
+#endif
     return rowReduce<Sum>(Sp::template fold<Sum>(part, ex, k), scratch);
 }
 
@@ -1098,10 +1158,16 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     constexpr bool kFastDiv = Share::kMutable && !kExactDiv;
     float mean = divByCount<kFastDiv>(  // kMutable: float rows
         rowTotal<Sum, Sp, Share>([&](float t, int i) { return t + r.template at<0>(i); }, ex, 0, scratch[0]), n);
-    float q = centredSquares<1, Sp>(r, full, c, 1.0f, mean, ex, 1, scratch[2]);
+#ifdef NP_DECODE_FLAT
+    float lane = 0.0f;  // this lane's warp total of q (Split::foldFlat)
+    float* const laneTotal = &lane;
+#else
+    float* const laneTotal = nullptr;
+#endif
+    float q = centredSquares<1, Sp>(r, full, c, 1.0f, mean, ex, 1, scratch[2], laneTotal);
     int e = 0;
     float sc = 1.0f;
-    const Verdict v = rangeVerdict<kS>(q, scratch[2], eps);
+    const Verdict v = rangeVerdict<kS>(q, scratch[2], eps, laneTotal);
     if (v.block) {
         const int e2 = rowExponent<3, Sp>(r, ex, 0, scratch[1]);
         const float sc2 = pow2(-e2);
