@@ -267,6 +267,19 @@ struct MaxBits {
     __device__ static T merge(T a, T b) { return max(a, b); }
     __device__ static T shfl(T v, int o) { return __shfl_xor_sync(kFull, v, o); }
 };
+// Whether Op::merge(a, b) has the bits of Op::merge(b, a) (NP_DECODE_FLAT's Split::foldFlat).
+template <class Op>
+struct OrderFree {
+    static constexpr bool value = false;
+};
+template <>
+struct OrderFree<Sum> {
+    static constexpr bool value = true;
+};
+template <>
+struct OrderFree<MaxBits> {
+    static constexpr bool value = true;
+};
 // A sum kept in units of 2^(kPow * e): kPow = 1 for sum(x), kPow = 2 for sum(x^2). Merging rescales the
 // smaller-exponent side by an exact power of two. What scaleDown drops is below cols 2^-125 units of
 // 2^(kPow e), while the row's largest |x|^kPow is at least one unit: relatively below 2^-90 for any row
@@ -383,9 +396,14 @@ struct Split {
     // *laneTotal: W_l for lanes l < warps (what rangeVerdict reads from scratch otherwise). The
     // exchange buffers stay safe with one barrier a reduction: they alternate, and a buffer is
     // written again only after the next reduction's barrier.
+    // Lane l's own butterfly result stands for the lane-0 total rowReduce stores: the same bits only
+    // for merges whose result does not depend on the order of their operands (Sum, MaxBits).
     template <class Op, int kVecs>
     __device__ static typename Op::T foldFlat(const typename Op::T (&p)[kVecs], Exchange<kVecs>& ex, int k,
                                               typename Op::T* laneTotal) {
+        static_assert(kS * kVecs <= 8, "8 vectors a prefill thread over kS threads");
+        static_assert(sizeof(typename Op::T) == sizeof(float), "one word a partial");
+        static_assert(OrderFree<Op>::value, "a merge whose bits do not depend on its operands' order");
         auto* slots = reinterpret_cast<typename Op::T*>(ex.slot[k]);
         const int tpr = static_cast<int>(blockDim.x), t = static_cast<int>(threadIdx.x);
 #pragma unroll
