@@ -111,7 +111,7 @@ def test_candidates_script_runs_every_step_and_says_what_did_not_run(tmp_path: P
     lines = proc.stdout.splitlines()
     steps = [line.split(":")[0] for line in lines if ": exit 0 after" in line]
     assert steps == ["vocab-bf16", "vocab-f32", "bits-shifted-wide", "bits-decode-held", "bits-decode-flat",
-                     "odd-norms", "odd-fused", "decode-splits", "decode-splits-fused"]
+                     "bits-decode-cold", "odd-norms", "odd-fused", "decode-splits", "decode-splits-fused"]
     assert lines[-1] == "compute-sanitizer not on PATH: the sanitizer steps did not run"
     vocab = (tmp_path / "out" / "vocab-bf16.txt").read_text()
     assert "--check" in vocab and "--peers torch,liger,quack" in vocab and "NP_CLUSTER_PUSH+ctas=16" in vocab

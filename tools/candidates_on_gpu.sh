@@ -5,7 +5,8 @@
 # sizes (ctas=N, cluster), each checked against a float64 softmax; the norms off the 16-byte grid
 # (NP_SHIFTED_WIDE), first bit for bit against the product on every op and width of
 # tools/ab_bits.py, then timed at 4097 and 5121 columns; the norms' decode kernels holding 16-bit
-# rows as floats (NP_DECODE_HELD) or reducing with one barrier (NP_DECODE_FLAT), each bit for bit
+# rows as floats (NP_DECODE_HELD), reducing with one barrier (NP_DECODE_FLAT) or with the scaled
+# pass out of line (NP_DECODE_COLD), each bit for bit
 # against the prefill kernels, and their split (split=N) at the model widths and 1-256 rows; Nsight Compute on one decode row of RMS norm, ours and Liger's; and
 # compute-sanitizer's racecheck and memcheck on the candidate kernels at one row and a few.
 #
@@ -37,7 +38,7 @@ rows=1,8,64,256,gib
 # Every build the steps take, compiled side by side first (one process each; cached in CACHE_DIR)
 start=$(date +%s)
 for macros in "" NP_CLUSTER_PUSH NP_CLUSTER_HELD16 NP_CLUSTER_PUSH,NP_CLUSTER_HELD16 NP_SHIFTED_WIDE NP_DECODE_HELD \
-              NP_DECODE_FLAT NP_DECODE_FLAT,NP_DECODE_HELD; do
+              NP_DECODE_FLAT NP_DECODE_FLAT,NP_DECODE_HELD NP_DECODE_COLD NP_DECODE_COLD,NP_DECODE_FLAT,NP_DECODE_HELD; do
   for source in prod.cu prod_decode.cu; do
     (cd tools && "$py" -c "import sys; from sweep_prod import _variant_module
 _variant_module(tuple(m for m in sys.argv[1].split(',') if m), sys.argv[2])" "$macros" "$source") \
@@ -55,6 +56,7 @@ step vocab-f32 "$py" tools/sweep_prod.py --ops softmax --per-thread 32 --dtypes 
 step bits-shifted-wide "$py" tools/ab_bits.py --define NP_SHIFTED_WIDE
 step bits-decode-held "$py" tools/ab_bits.py --define NP_DECODE_HELD --spread
 step bits-decode-flat "$py" tools/ab_bits.py --define NP_DECODE_FLAT --define NP_DECODE_HELD --spread
+step bits-decode-cold "$py" tools/ab_bits.py --define NP_DECODE_COLD --spread
 step odd-norms "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64p --dtypes bfloat16 \
   --widths 4097,5121 --rows "$rows" --spread --peers "$peers" --json "$out/odd-norms.json" \
   --variants base,NP_SHIFTED_WIDE
@@ -64,11 +66,11 @@ step odd-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dty
 step decode-splits "$py" tools/sweep_prod.py --ops layernorm,rmsnorm --per-thread 64p --dtypes bfloat16 \
   --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
   --json "$out/decode-splits.json" \
-  --variants base,NP_DECODE_HELD,NP_DECODE_FLAT,NP_DECODE_FLAT+NP_DECODE_HELD,split=1,split=2,split=4,split=8,NP_DECODE_HELD+split=4,NP_DECODE_HELD+split=8,NP_DECODE_FLAT+NP_DECODE_HELD+split=4
+  --variants base,NP_DECODE_HELD,NP_DECODE_FLAT,NP_DECODE_FLAT+NP_DECODE_HELD,NP_DECODE_COLD,NP_DECODE_COLD+NP_DECODE_FLAT+NP_DECODE_HELD,split=1,split=2,split=4,split=8,NP_DECODE_HELD+split=4,NP_DECODE_HELD+split=8,NP_DECODE_FLAT+NP_DECODE_HELD+split=4,NP_DECODE_COLD+split=4
 step decode-splits-fused "$py" tools/sweep_prod.py --ops addrmsnorm --per-thread 32p --dtypes bfloat16 \
   --widths 2048,2880,4096,5120,7168,8192 --rows 1,8,64,256 --spread --peers "$peers" \
   --json "$out/decode-splits-fused.json" \
-  --variants base,NP_DECODE_HELD,NP_DECODE_FLAT,NP_DECODE_FLAT+NP_DECODE_HELD,split=1,split=2,split=4,NP_DECODE_HELD+split=4
+  --variants base,NP_DECODE_HELD,NP_DECODE_FLAT,NP_DECODE_FLAT+NP_DECODE_HELD,NP_DECODE_COLD,NP_DECODE_COLD+NP_DECODE_FLAT+NP_DECODE_HELD,split=1,split=2,split=4,NP_DECODE_HELD+split=4
 # Where a decode row's time goes: Nsight Compute on one warm launch, ours and the fastest norm peer's
 profiler=$(command -v ncu)
 if [ -n "$profiler" ]; then
@@ -91,7 +93,7 @@ if [ -n "$sanitizer" ]; then
       --rounds 3 --variants NP_CLUSTER_PUSH,NP_CLUSTER_PUSH+NP_CLUSTER_HELD16,NP_CLUSTER_PUSH+ctas=16
     step "sanitize-$tool-norms" "$sanitizer" --tool "$tool" --error-exitcode 1 "$py" tools/sweep_prod.py \
       --ops layernorm,rmsnorm,addrmsnorm --per-thread 32p,64p --dtypes bfloat16 --widths 4097,5121,1025,4096 \
-      --rows 1,3 --spread --rounds 3 --variants NP_SHIFTED_WIDE,NP_DECODE_HELD,NP_DECODE_FLAT+NP_DECODE_HELD
+      --rows 1,3 --spread --rounds 3 --variants NP_SHIFTED_WIDE,NP_DECODE_HELD,NP_DECODE_FLAT+NP_DECODE_HELD,NP_DECODE_COLD
   done
 elif [ -z "${STEPS:-}" ] || [[ "$STEPS" == *sanitize* ]]; then
   echo "compute-sanitizer not on PATH: the sanitizer steps did not run"

@@ -953,6 +953,21 @@ __device__ __forceinline__ int rowExponent(const Share& r, typename Sp::template
     return scaleExponent(__uint_as_float(m));
 }
 
+// A/B candidate, off unless -DNP_DECODE_COLD (tools/sweep_prod.py --spread --variants
+// base,NP_DECODE_COLD; tools/ab_bits.py --define NP_DECODE_COLD --spread must find the same bits):
+// the norms' scaled pass (a row whose sum of squares is out of range, which no ordinary row takes)
+// compiled out of line, as a call. A lone decode row runs on an SM whose instruction cache has not
+// seen the kernel: every jump past code not yet fetched waits a round trip to L2, and inline, the
+// ordinary row jumps over the scaled pass's two reductions. The callee gets its own copy of the
+// row (f is a lambda capturing it by value: passing the registers' address would put the row in
+// local memory for the whole kernel); the arithmetic is the same expressions, so the same bits.
+#ifdef NP_DECODE_COLD
+template <class F>
+__device__ __noinline__ auto coldPath(F f) {
+    return f();
+}
+#endif
+
 // RMS norm's (E, sum of (x 2^-E)^2). Passes 0, 1 and 3 of packed storage; scratch[0] and [1].
 template <class Sp, class Share>
 __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename Sp::template Exchange<Share::V>& ex,
@@ -969,11 +984,22 @@ __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename
         laneTotal);
     const Verdict v = rangeVerdict<Sp::S>(s, scratch[0], eps, laneTotal);
     if (!v.block) return {0, s};
+#ifdef NP_DECODE_COLD
+    return coldPath([=, &ex]() -> ScaledSum<2>::T {
+        const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
+        const float sc = pow2(-e);
+        const float q = rowTotal<Sum, Sp, Share>(
+            [&](float t, int i) { const float y = r.template at<3>(i) * sc; return fmaf(y, y, t); }, ex, 0,
+            scratch[0]);
+        return v.self ? ScaledSum<2>::T{e, q} : ScaledSum<2>::T{0, s};
+    });
+#else
     const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
     const float sc = pow2(-e);
     const float q = rowTotal<Sum, Sp, Share>(  // scratch[0]'s slots were read before scratch[1]'s barrier
         [&](float t, int i) { const float y = r.template at<3>(i) * sc; return fmaf(y, y, t); }, ex, 0, scratch[0]);
     return v.self ? ScaledSum<2>::T{e, q} : ScaledSum<2>::T{0, s};
+#endif
 }
 
 // The row's 1 / sqrt(ms + eps), given ms in units of 4^E (E = 0, or for a row that takes the scaled
@@ -1187,6 +1213,25 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     float sc = 1.0f;
     const Verdict v = rangeVerdict<kS>(q, scratch[2], eps, laneTotal);
     if (v.block) {
+#ifdef NP_DECODE_COLD
+        struct Scaled {
+            int e;
+            float sc, mean, q;
+        };
+        const Scaled s2 = coldPath([=]() -> Scaled {  // (ex and scratch: __shared__, named, not captured)
+            const int e2 = rowExponent<3, Sp>(r, ex, 0, scratch[1]);
+            const float sc2 = pow2(-e2);
+            const float mean2 = divByCount<kFastDiv>(rowTotal<Sum, Sp, Share>(
+                [&](float t, int i) { return fmaf(r.template at<4>(i), sc2, t); }, ex, 1, scratch[0]), n);
+            return {e2, sc2, mean2, centredSquares<5, Sp>(r, full, c, sc2, mean2, ex, 0, scratch[2])};
+        });
+        if (v.self) {
+            e = s2.e;
+            sc = s2.sc;
+            mean = s2.mean;
+            q = s2.q;
+        }
+#else
         const int e2 = rowExponent<3, Sp>(r, ex, 0, scratch[1]);
         const float sc2 = pow2(-e2);
         const float mean2 = divByCount<kFastDiv>(rowTotal<Sum, Sp, Share>(
@@ -1198,6 +1243,7 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
             mean = mean2;
             q = q2;
         }
+#endif
     }
     const float f = layerNormFactor(divByCount<kFastDiv>(q, n), e, eps);
     if (!ri.live) return;
