@@ -7,7 +7,8 @@
 # tools/ab_bits.py, then timed at 4097 and 5121 columns; the norms' decode kernels holding 16-bit
 # rows as floats (NP_DECODE_HELD), reducing with one barrier (NP_DECODE_FLAT) or with the scaled
 # pass out of line (NP_DECODE_COLD), each bit for bit
-# against the prefill kernels, and their split (split=N) at the model widths and 1-256 rows; Nsight Compute on one decode row of RMS norm, ours and Liger's; and
+# against the prefill kernels, and their split (split=N) at the model widths and 1-256 rows; Nsight
+# Compute on one decode row of RMS norm, ours (and NP_DECODE_COLD's) and Liger's; and
 # compute-sanitizer's racecheck and memcheck on the candidate kernels at one row and a few.
 #
 #   tools/candidates_on_gpu.sh [OUT_DIR]     (OUT_DIR default ./candidates-run)
@@ -78,6 +79,9 @@ if [ -n "$profiler" ]; then
     step "profile-rmsnorm-$cols" "$profiler" --clock-control none --launch-skip 1 --launch-count 1 -k "regex:rms_?norm" \
       --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
       "$py" tools/launch_once.py --op rmsnorm --dtype bfloat16 --cols "$cols" --rows 1 --spread
+    step "profile-rmsnorm-$cols-cold" "$profiler" --clock-control none --launch-skip 1 --launch-count 1 -k "regex:rms_?norm" \
+      --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
+      "$py" tools/launch_once.py --op rmsnorm --dtype bfloat16 --cols "$cols" --rows 1 --spread --define NP_DECODE_COLD
     step "profile-rmsnorm-$cols-liger" "$profiler" --clock-control none --launch-skip 1 --launch-count 1 -k "regex:rms_?norm" \
       --section SpeedOfLight --section LaunchStats --section WarpStateStats --section SchedulerStats \
       "$py" tools/launch_once.py --op rmsnorm --dtype bfloat16 --cols "$cols" --rows 1 --peer liger
