@@ -961,6 +961,8 @@ __device__ __forceinline__ int rowExponent(const Share& r, typename Sp::template
 // ordinary row jumps over the scaled pass's two reductions. The callee gets its own copy of the
 // row (f is a lambda capturing it by value: passing the registers' address would put the row in
 // local memory for the whole kernel); the arithmetic is the same expressions, so the same bits.
+// The call is made by exactly the threads that would run the pass inline, so its barriers (if
+// any: a one-warp row reduces without one) meet the same threads.
 #ifdef NP_DECODE_COLD
 template <class F>
 __device__ __noinline__ auto coldPath(F f) {
@@ -988,12 +990,12 @@ __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename
     return coldPath([=, &ex]() -> ScaledSum<2>::T {
         const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
         const float sc = pow2(-e);
-        const float q = rowTotal<Sum, Sp, Share>(
+        const float q = rowTotal<Sum, Sp, Share>(  // scratch[0]'s slots were read before scratch[1]'s barrier
             [&](float t, int i) { const float y = r.template at<3>(i) * sc; return fmaf(y, y, t); }, ex, 0,
             scratch[0]);
         return v.self ? ScaledSum<2>::T{e, q} : ScaledSum<2>::T{0, s};
     });
-#else
+#else  // the product's copy of the same pass, inline (the candidate's replaces it if it is promoted)
     const int e = rowExponent<1, Sp>(r, ex, 1, scratch[1]);
     const float sc = pow2(-e);
     const float q = rowTotal<Sum, Sp, Share>(  // scratch[0]'s slots were read before scratch[1]'s barrier
