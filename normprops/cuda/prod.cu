@@ -867,6 +867,17 @@ struct RowIndex {
 // neither overflow nor underflow. Every thread of a row reaches the same verdict from the same warp
 // totals, whatever the row's batch, so the bits are a row's own.
 
+// A norm's slot for the lane's warp total of its range-checked sum: NP_DECODE_FLAT's decode kernels
+// leave it there (Split::foldFlat) for rangeVerdict; otherwise none (nullptr, a constant).
+struct LaneTotal {
+#ifdef NP_DECODE_FLAT
+    float value = 0.0f;
+    __device__ float* slot() { return &value; }
+#else
+    __device__ static constexpr float* slot() { return nullptr; }
+#endif
+};
+
 // The row's reduction Op of acc: acc(t, i) folds element i into its vector's partial t, from Op's
 // identity; the vectors' partials fold in order (Split, through buffer k of ex), then rowReduce in
 // scratch.
@@ -975,12 +986,8 @@ template <class Sp, class Share>
 __device__ __forceinline__ ScaledSum<2>::T rowSquareSum(const Share& r, typename Sp::template Exchange<Share::V>& ex,
                                                        Scratch* scratch, float eps) {
     static_assert(Share::N * Sp::S <= 64, "warp totals of at most 64 elements x 32 threads");
-#ifdef NP_DECODE_FLAT
-    float lane = 0.0f;  // this lane's warp total of s (Split::foldFlat)
-    float* const laneTotal = &lane;
-#else
-    float* const laneTotal = nullptr;
-#endif
+    LaneTotal lane;  // this lane's warp total of s (NP_DECODE_FLAT)
+    float* const laneTotal = lane.slot();
     const float s = rowTotal<Sum, Sp, Share>(
         [&](float t, int i) { const float x = r.template at<0>(i); return fmaf(x, x, t); }, ex, 0, scratch[0],
         laneTotal);
@@ -1204,12 +1211,8 @@ __device__ void layerNormRegs(const typename Storage::T* __restrict__ in,
     constexpr bool kFastDiv = Share::kMutable && !kExactDiv;
     float mean = divByCount<kFastDiv>(  // kMutable: float rows
         rowTotal<Sum, Sp, Share>([&](float t, int i) { return t + r.template at<0>(i); }, ex, 0, scratch[0]), n);
-#ifdef NP_DECODE_FLAT
-    float lane = 0.0f;  // this lane's warp total of q (Split::foldFlat)
-    float* const laneTotal = &lane;
-#else
-    float* const laneTotal = nullptr;
-#endif
+    LaneTotal lane;  // this lane's warp total of q (NP_DECODE_FLAT)
+    float* const laneTotal = lane.slot();
     float q = centredSquares<1, Sp>(r, full, c, 1.0f, mean, ex, 1, scratch[2], laneTotal);
     int e = 0;
     float sc = 1.0f;
